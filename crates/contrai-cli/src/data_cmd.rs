@@ -1,0 +1,232 @@
+//! `contrai data`: audit a dataset, split it without leaks, or write the demo set.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use contrai_data::demo::{self, DemoConfig};
+use contrai_data::split::{Dedup, OnConflict, SplitConfig, split};
+use contrai_data::{Audit, AuditConfig, FieldSpec, Format, IndexConfig, Source};
+
+use crate::progress::Bars;
+
+/// The `contrai data` subcommands.
+#[derive(Subcommand)]
+pub enum DataCommand {
+    /// Find exact and near duplicates, label conflicts, empty texts, length outliers and class
+    /// balance. Exit code 0 when clean, 1 when something needs attention, 2 on bad input.
+    ///
+    /// Example: contrai data audit mail.jsonl --text body --label is_spam
+    Audit {
+        #[command(flatten)]
+        input: InputArgs,
+        /// Print the full report (every cluster) as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Split into train, val and holdout so that no sample, and no near-duplicate of one, sits in
+    /// two partitions. Writes DIR/{train,val,holdout}.<ext> in the input's format and
+    /// DIR/manifest.json, then re-reads them to prove there is no leak.
+    ///
+    /// Example: contrai data split mail.csv --out splits/mail --ratios 0.8,0.1,0.1 --seed 7
+    Split {
+        #[command(flatten)]
+        input: InputArgs,
+        /// Output directory.
+        #[arg(long, short)]
+        out: PathBuf,
+        /// Shares of train, val and holdout, comma-separated; they must sum to 1.
+        #[arg(long, default_value = "0.85,0.10,0.05", value_parser = parse_ratios)]
+        ratios: [f64; 3],
+        /// Seed of the placement hash: the same seed and data give the same split, byte for byte.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Clusters whose members disagree on the label: drop them, keep the majority, or keep all.
+        #[arg(long, default_value = "drop", value_parser = ["drop", "majority", "keep"])]
+        on_conflict: String,
+        /// Duplicates to drop: one per identical text (exact), one per cluster (near), or none.
+        #[arg(long, default_value = "exact", value_parser = ["exact", "near", "none"])]
+        dedup: String,
+        /// An earlier split's manifest.json: its holdout stays holdout, and new near-duplicates of
+        /// it stay out of train and val.
+        #[arg(long)]
+        manifest: Option<PathBuf>,
+        /// Print the manifest as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the built-in demo dataset (product reviews with planted defects) as JSONL.
+    Demo {
+        /// Output file.
+        #[arg(long, short)]
+        out: PathBuf,
+        /// Original reviews before defects are planted (the file holds about 9 % more rows).
+        #[arg(long, default_value_t = DemoConfig::default().base)]
+        base: usize,
+        /// Seed.
+        #[arg(long, default_value_t = DemoConfig::default().seed)]
+        seed: u64,
+    },
+}
+
+/// What to read and how to compare texts.
+#[derive(Args)]
+pub struct InputArgs {
+    /// A .jsonl, .csv/.tsv or .parquet file.
+    #[arg(required_unless_present = "demo", conflicts_with = "demo")]
+    path: Option<PathBuf>,
+    /// Use the built-in demo dataset instead of a file.
+    #[arg(long)]
+    demo: bool,
+    /// The format, when the extension does not tell it.
+    #[arg(long)]
+    format: Option<Format>,
+    /// Field holding the text.
+    #[arg(long, default_value = "text")]
+    text: String,
+    /// Field holding the label (ignored if absent, unless given explicitly).
+    #[arg(long)]
+    label: Option<String>,
+    /// Field holding a unique id (default: `id` if present, else the line number).
+    #[arg(long)]
+    id: Option<String>,
+    /// Skip and count malformed rows instead of stopping at the first one.
+    #[arg(long)]
+    skip_bad: bool,
+    /// Jaccard similarity at or above which two texts are near-duplicates.
+    #[arg(long, default_value_t = 0.8)]
+    threshold: f64,
+    /// MinHash permutations.
+    #[arg(long, default_value_t = 256)]
+    num_perm: usize,
+}
+
+impl InputArgs {
+    fn source(&self) -> anyhow::Result<Source> {
+        if self.demo {
+            return Ok(demo::generate(DemoConfig::default()).source());
+        }
+        let path = self.path.clone().context("give a data file or --demo")?;
+        Ok(Source::file(path, self.format)?)
+    }
+
+    fn audit_config(&self) -> AuditConfig {
+        let explicit = self.label.is_some() || self.id.is_some();
+        AuditConfig {
+            index: IndexConfig {
+                threshold: self.threshold,
+                num_perm: self.num_perm,
+                ..IndexConfig::default()
+            },
+            fields: FieldSpec {
+                text: self.text.clone(),
+                label: Some(self.label.clone().unwrap_or_else(|| "label".into())),
+                id: Some(self.id.clone().unwrap_or_else(|| "id".into())),
+                explicit,
+            },
+            skip_bad: self.skip_bad,
+        }
+    }
+}
+
+fn parse_ratios(s: &str) -> Result<[f64; 3], String> {
+    let parts: Vec<f64> = s
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("`{p}` is not a number"))
+        })
+        .collect::<Result<_, _>>()?;
+    <[f64; 3]>::try_from(parts)
+        .map_err(|p| format!("expected three ratios (train,val,holdout), got {}", p.len()))
+}
+
+/// Runs a `contrai data` subcommand.
+pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        DataCommand::Audit { input, json } => {
+            let audit = Audit::run(vec![input.source()?], input.audit_config(), &Bars::default())?;
+            let report = audit.report();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
+            Ok(ExitCode::from(if report.problems.is_empty() { 0 } else { 1 }))
+        }
+        DataCommand::Split {
+            input,
+            out,
+            ratios,
+            seed,
+            on_conflict,
+            dedup,
+            manifest,
+            json,
+        } => {
+            let cfg = SplitConfig {
+                ratios,
+                seed,
+                on_conflict: on_conflict.parse::<OnConflict>().map_err(anyhow::Error::msg)?,
+                dedup: dedup.parse::<Dedup>().map_err(anyhow::Error::msg)?,
+                audit: input.audit_config(),
+                previous: manifest,
+            };
+            let outcome = split(input.source()?, &out, &cfg, &Bars::default())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&outcome.manifest)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            print!("{}", outcome.report);
+            print_split(&outcome.manifest, &out);
+            Ok(ExitCode::SUCCESS)
+        }
+        DataCommand::Demo { out, base, seed } => {
+            if base == 0 {
+                bail!("--base must be at least 1");
+            }
+            let set = demo::generate(DemoConfig { base, seed });
+            let mut bytes = set.lines.join("\n").into_bytes();
+            bytes.push(b'\n');
+            contrai_data::write::write_atomic(&out, &bytes)?;
+            eprintln!("wrote {} rows to {}", set.lines.len(), out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_split(m: &contrai_data::split::Manifest, out: &std::path::Path) {
+    println!("\nsplit into {} (seed {}):", out.display(), m.params.seed);
+    for p in &m.partitions {
+        println!(
+            "  {:<8} {:>7} samples  {}",
+            p.name,
+            p.count,
+            out.join(&p.file).display()
+        );
+    }
+    let dropped: Vec<String> = m
+        .dropped
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    if !dropped.is_empty() {
+        println!("  dropped: {}", dropped.join(", "));
+    }
+    if let Some(l) = &m.holdout_lock {
+        println!(
+            "  holdout lock: {} locked texts from {}, {} samples pulled into holdout",
+            l.locked, l.previous_manifest, l.pulled_into_holdout
+        );
+    }
+    println!(
+        "  guard: {} shared texts, {} cross-partition near-duplicate pairs: {}",
+        m.guard.shared_content_hashes,
+        m.guard.cross_partition_near_pairs,
+        if m.guard.passed { "no leak" } else { "LEAK" }
+    );
+    println!("  manifest: {}", out.join("manifest.json").display());
+}

@@ -1,0 +1,41 @@
+//! `contrai`: data integrity, training under a live doctor, contraction, and diagnosis of any run.
+
+mod data_cmd;
+mod doctor_cmd;
+mod progress;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Contrai: clean data, train under a live doctor, contract the converged model, diagnose any run.
+#[derive(Parser)]
+#[command(name = "contrai", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Audit a dataset for duplicates, near-duplicates and label conflicts; split it without leaks.
+    #[command(subcommand)]
+    Data(data_cmd::DataCommand),
+    /// Read training logs from any framework and say what is wrong, since when, and what to change.
+    Doctor(doctor_cmd::DoctorArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Data(cmd) => data_cmd::run(cmd),
+        Command::Doctor(args) => doctor_cmd::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

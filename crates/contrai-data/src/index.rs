@@ -1,0 +1,445 @@
+//! The sample index: content hashes, MinHash-LSH candidates, verified near-duplicate clusters.
+//!
+//! Two streaming passes keep memory proportional to the number of samples: the first keeps a
+//! few hashes a sample (content hash, LSH band keys); the second re-reads only the candidates'
+//! texts to verify each candidate pair by its exact Jaccard similarity.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::sync_channel;
+
+use rayon::prelude::*;
+use xxhash_rust::xxh3::xxh3_128;
+
+use crate::cluster::{UnionFind, id_order};
+use crate::error::{DataError, Result};
+use crate::minhash::{Banding, MinHasher};
+use crate::progress::Progress;
+use crate::read::{FieldSpec, Record, Source};
+use crate::text::{Shingling, content_hash, jaccard, normalize, word_count};
+
+/// Seed of the MinHash family: fixed, so signatures never change between runs or versions.
+const MINHASH_SEED: u64 = 0x00c0_47a1_5eed;
+/// Rows handed to the hashing threads at a time.
+const CHUNK: usize = 1024;
+/// Characters kept of each text for reports.
+const SNIPPET_CHARS: usize = 80;
+
+/// How near-duplicates are found.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct IndexConfig {
+    /// Verified Jaccard similarity at or above which two texts are near-duplicates.
+    pub threshold: f64,
+    /// MinHash functions a signature.
+    pub num_perm: usize,
+    /// Probability of finding a pair right at the threshold, used to choose the banding.
+    pub recall_at_threshold: f64,
+    /// Shingling.
+    pub shingling: Shingling,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig {
+            threshold: 0.8,
+            num_perm: 256,
+            recall_at_threshold: 0.85,
+            shingling: Shingling::default(),
+        }
+    }
+}
+
+impl IndexConfig {
+    /// Checks the ranges.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.threshold > 0.0 && self.threshold <= 1.0) {
+            return Err(DataError::Param(format!(
+                "threshold {} is not in (0, 1]",
+                self.threshold
+            )));
+        }
+        if !(16..=4096).contains(&self.num_perm) {
+            return Err(DataError::Param(format!(
+                "num_perm {} is not in 16..=4096",
+                self.num_perm
+            )));
+        }
+        if self.shingling.word_ngram == 0 || self.shingling.char_ngram == 0 {
+            return Err(DataError::Param("shingle sizes must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// The LSH banding this configuration uses.
+    pub fn banding(&self) -> Banding {
+        Banding::for_recall(self.num_perm, self.threshold, self.recall_at_threshold)
+    }
+}
+
+/// One sample as the index keeps it.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Its id (the id field, or the line number).
+    pub id: String,
+    /// Its line or row number in its source.
+    pub line: u64,
+    /// Which input it came from (index into the sources given to [`Index::build`]).
+    pub source: u8,
+    /// Index into [`Index::labels`].
+    pub label: Option<u32>,
+    /// Hash of the normalised text.
+    pub content: u128,
+    /// Hash of the text byte for byte.
+    pub raw: u128,
+    /// Words in the normalised text.
+    pub words: u32,
+    /// The start of the text, whitespace collapsed.
+    pub snippet: String,
+}
+
+/// A row that was read but not indexed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Skipped {
+    /// Source name and line.
+    pub at: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Everything learnt from the rows, before clustering.
+#[derive(Debug, Default)]
+pub struct Index {
+    /// The indexed samples, in reading order.
+    pub samples: Vec<Sample>,
+    /// Distinct labels, in order of first appearance.
+    pub labels: Vec<String>,
+    /// Rows that did not parse (only with `skip_bad`).
+    pub bad_rows: Vec<Skipped>,
+    /// Rows whose text field was absent or null.
+    pub missing_text: Vec<Skipped>,
+    /// Rows read (good, bad and missing).
+    pub rows: u64,
+    band_keys: Vec<u64>,
+    banding: Option<Banding>,
+}
+
+/// The verified clusters of an index.
+#[derive(Debug, Clone)]
+pub struct Clustering {
+    /// Cluster of each sample.
+    pub cluster_of: Vec<u32>,
+    /// Clusters, each with its members sorted by id (the first is the representative).
+    pub clusters: Vec<Vec<u32>>,
+    /// Distinct normalised texts of each cluster.
+    pub distinct: Vec<u32>,
+    /// Candidate pairs of distinct texts produced by LSH.
+    pub candidate_pairs: u64,
+    /// Candidate pairs whose exact Jaccard reached the threshold, as the first sample of each
+    /// text's group, with their Jaccard similarity.
+    pub verified_pairs: Vec<(u32, u32, f64)>,
+}
+
+/// What pass 1 computes for one row.
+struct Hashed {
+    sample: Sample,
+    label: Option<String>,
+    keys: Vec<u64>,
+}
+
+impl Index {
+    /// Reads every source once and hashes each sample (pass 1).
+    pub fn build(
+        sources: &[Source],
+        fields: &FieldSpec,
+        cfg: &IndexConfig,
+        skip_bad: bool,
+        progress: &dyn Progress,
+    ) -> Result<Index> {
+        cfg.validate()?;
+        let banding = cfg.banding();
+        let hasher = MinHasher::new(cfg.num_perm, MINHASH_SEED);
+        let mut index = Index {
+            banding: Some(banding),
+            ..Index::default()
+        };
+        let mut label_ids: HashMap<String, u32> = HashMap::new();
+        for (tag, source) in sources.iter().enumerate() {
+            progress.stage(&format!("hashing {}", source.name()), source.progress_total());
+            for_each_chunk(source, fields, skip_bad, &mut index, progress, |chunk, index| {
+                let hashed: Vec<Hashed> = chunk
+                    .into_par_iter()
+                    .map(|rec| hash_record(rec, tag as u8, cfg, &hasher, banding))
+                    .collect();
+                for h in hashed {
+                    let label = h.label.map(|l| {
+                        let next = label_ids.len() as u32;
+                        *label_ids.entry(l.clone()).or_insert_with(|| {
+                            index.labels.push(l);
+                            next
+                        })
+                    });
+                    index.samples.push(Sample { label, ..h.sample });
+                    index.band_keys.extend(h.keys);
+                }
+            })?;
+            progress.finish();
+        }
+        Ok(index)
+    }
+
+    /// Finds exact groups, LSH candidates, verifies them (pass 2) and forms clusters.
+    pub fn cluster(
+        &self,
+        sources: &[Source],
+        fields: &FieldSpec,
+        cfg: &IndexConfig,
+        progress: &dyn Progress,
+    ) -> Result<Clustering> {
+        let (group_of, groups) = self.exact_groups();
+        let candidates = self.candidates(&groups);
+        let needed: Vec<bool> = {
+            let mut n = vec![false; groups.len()];
+            for &(a, b) in &candidates {
+                n[a as usize] = true;
+                n[b as usize] = true;
+            }
+            n
+        };
+        let shingles = self.collect_shingles(sources, fields, cfg, &group_of, &groups, &needed, progress)?;
+        let verified: Vec<(u32, u32, f64)> = candidates
+            .par_iter()
+            .filter_map(|&(a, b)| {
+                let j = jaccard(&shingles[&a], &shingles[&b]);
+                (j >= cfg.threshold).then_some((groups[a as usize][0], groups[b as usize][0], j))
+            })
+            .collect();
+        let mut uf = UnionFind::new(groups.len());
+        for &(a, b, _) in &verified {
+            uf.union(group_of[a as usize], group_of[b as usize]);
+        }
+        Ok(self.components(&groups, &mut uf, candidates.len() as u64, verified))
+    }
+
+    /// Groups samples by content hash; empty texts stay alone (they are reported separately).
+    fn exact_groups(&self) -> (Vec<u32>, Vec<Vec<u32>>) {
+        let mut by_hash: HashMap<u128, u32> = HashMap::new();
+        let mut groups: Vec<Vec<u32>> = Vec::new();
+        let mut group_of = Vec::with_capacity(self.samples.len());
+        for (i, s) in self.samples.iter().enumerate() {
+            let g = if s.words == 0 {
+                groups.push(Vec::new());
+                groups.len() as u32 - 1
+            } else {
+                *by_hash.entry(s.content).or_insert_with(|| {
+                    groups.push(Vec::new());
+                    groups.len() as u32 - 1
+                })
+            };
+            groups[g as usize].push(i as u32);
+            group_of.push(g);
+        }
+        (group_of, groups)
+    }
+
+    /// Pairs of groups that share at least one LSH band, sorted and deduplicated.
+    fn candidates(&self, groups: &[Vec<u32>]) -> Vec<(u32, u32)> {
+        let Some(banding) = self.banding else {
+            return Vec::new();
+        };
+        let nb = banding.bands;
+        let live: Vec<u32> = (0..groups.len() as u32)
+            .filter(|&g| self.samples[groups[g as usize][0] as usize].words > 0)
+            .collect();
+        let mut pairs: Vec<(u32, u32)> = (0..nb)
+            .into_par_iter()
+            .flat_map_iter(|band| {
+                let mut keyed: Vec<(u64, u32)> = live
+                    .iter()
+                    .map(|&g| (self.band_keys[groups[g as usize][0] as usize * nb + band], g))
+                    .collect();
+                keyed.sort_unstable();
+                let mut out = Vec::new();
+                for run in keyed.chunk_by(|x, y| x.0 == y.0).filter(|r| r.len() > 1) {
+                    for (i, &(_, a)) in run.iter().enumerate() {
+                        out.extend(run[i + 1..].iter().map(|&(_, b)| (a.min(b), a.max(b))));
+                    }
+                }
+                out
+            })
+            .collect();
+        pairs.par_sort_unstable();
+        pairs.dedup();
+        pairs
+    }
+
+    /// Pass 2: the shingle sets of the groups that take part in a candidate pair.
+    #[allow(clippy::too_many_arguments)]
+    fn collect_shingles(
+        &self,
+        sources: &[Source],
+        fields: &FieldSpec,
+        cfg: &IndexConfig,
+        group_of: &[u32],
+        groups: &[Vec<u32>],
+        needed: &[bool],
+        progress: &dyn Progress,
+    ) -> Result<HashMap<u32, Vec<u64>>> {
+        let mut out = HashMap::new();
+        if !needed.iter().any(|&n| n) {
+            return Ok(out);
+        }
+        let mut next = 0usize;
+        for source in sources {
+            progress.stage(&format!("verifying {}", source.name()), source.progress_total());
+            let mut scratch = Index::default();
+            for_each_chunk(source, fields, true, &mut scratch, progress, |chunk, _| {
+                let mut wanted = Vec::new();
+                for rec in chunk {
+                    let g = group_of[next];
+                    if needed[g as usize] && groups[g as usize][0] as usize == next {
+                        wanted.push((g, rec.text.unwrap_or_default()));
+                    }
+                    next += 1;
+                }
+                let sets: Vec<(u32, Vec<u64>)> = wanted
+                    .into_par_iter()
+                    .map(|(g, text)| (g, cfg.shingling.shingles(&normalize(&text))))
+                    .collect();
+                out.extend(sets);
+            })?;
+            progress.finish();
+        }
+        Ok(out)
+    }
+
+    /// Turns union-find components of groups into clusters of samples.
+    fn components(
+        &self,
+        groups: &[Vec<u32>],
+        uf: &mut UnionFind,
+        candidate_pairs: u64,
+        verified_pairs: Vec<(u32, u32, f64)>,
+    ) -> Clustering {
+        let mut by_root: BTreeMap<u32, (Vec<u32>, u32)> = BTreeMap::new();
+        for g in 0..groups.len() as u32 {
+            let e = by_root.entry(uf.find(g)).or_default();
+            e.0.extend(&groups[g as usize]);
+            e.1 += 1;
+        }
+        let mut clusters: Vec<(Vec<u32>, u32)> = by_root.into_values().collect();
+        for (members, _) in &mut clusters {
+            members.sort_by(|&a, &b| self.order(a, b));
+        }
+        // Order clusters by their representative, so numbering never depends on input order.
+        clusters.sort_by(|a, b| self.order(a.0[0], b.0[0]));
+        let mut cluster_of = vec![0u32; self.samples.len()];
+        for (c, (members, _)) in clusters.iter().enumerate() {
+            for &m in members {
+                cluster_of[m as usize] = c as u32;
+            }
+        }
+        let (clusters, distinct) = clusters.into_iter().unzip();
+        Clustering {
+            cluster_of,
+            clusters,
+            distinct,
+            candidate_pairs,
+            verified_pairs,
+        }
+    }
+
+    /// Orders two samples by id, then by source and line so the order is total.
+    pub fn order(&self, a: u32, b: u32) -> std::cmp::Ordering {
+        let (x, y) = (&self.samples[a as usize], &self.samples[b as usize]);
+        id_order(&x.id, &y.id)
+            .then(x.source.cmp(&y.source))
+            .then(x.line.cmp(&y.line))
+    }
+}
+
+/// Hashes one record (pass 1).
+fn hash_record(rec: Record, source: u8, cfg: &IndexConfig, hasher: &MinHasher, banding: Banding) -> Hashed {
+    let text = rec.text.unwrap_or_default();
+    let norm = normalize(&text);
+    let words = word_count(&norm);
+    let keys = if words == 0 {
+        vec![0; banding.bands]
+    } else {
+        banding.keys(&hasher.signature(&cfg.shingling.shingles(&norm)))
+    };
+    let snippet: String = text
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .take(SNIPPET_CHARS)
+        .collect();
+    Hashed {
+        sample: Sample {
+            id: rec.id,
+            line: rec.line,
+            source,
+            label: None,
+            content: content_hash(&norm),
+            raw: xxh3_128(text.as_bytes()),
+            words: words as u32,
+            snippet,
+        },
+        label: rec.label,
+        keys,
+    }
+}
+
+/// Reads a source in chunks on a reader thread and hands each chunk of good records to `f`.
+///
+/// Bad rows are counted in `index` when `skip_bad`, and end the read otherwise; rows without
+/// text are counted and left out of the chunks.
+pub(crate) fn for_each_chunk(
+    source: &Source,
+    fields: &FieldSpec,
+    skip_bad: bool,
+    index: &mut Index,
+    progress: &dyn Progress,
+    mut f: impl FnMut(Vec<Record>, &mut Index),
+) -> Result<()> {
+    let records = source.records(fields)?;
+    let name = source.name();
+    let (tx, rx) = sync_channel::<Result<Record>>(CHUNK * 2);
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            for rec in records {
+                if tx.send(rec).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut chunk = Vec::with_capacity(CHUNK);
+        for rec in rx {
+            index.rows += 1;
+            match rec {
+                Ok(r) => {
+                    progress.inc(r.progress);
+                    if r.text.is_none() {
+                        index.missing_text.push(Skipped {
+                            at: format!("{name}:{}", r.line),
+                            reason: format!("no `{}` value", fields.text),
+                        });
+                    } else {
+                        chunk.push(r);
+                    }
+                    if chunk.len() == CHUNK {
+                        f(std::mem::take(&mut chunk), index);
+                    }
+                }
+                Err(e) if skip_bad && e.is_row_error() => index.bad_rows.push(Skipped {
+                    at: name.clone(),
+                    reason: e.to_string(),
+                }),
+                Err(e) => return Err(e),
+            }
+        }
+        if !chunk.is_empty() {
+            f(chunk, index);
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,20 @@
+//! Contrai's data stage: read a dataset, find exact and near duplicates and label conflicts,
+//! and split it into train, validation and holdout partitions that share no sample.
+
+pub mod audit;
+pub mod cluster;
+pub mod demo;
+pub mod error;
+pub mod index;
+pub mod minhash;
+pub mod progress;
+pub mod read;
+pub mod split;
+pub mod text;
+pub mod write;
+
+pub use audit::{Audit, AuditConfig};
+pub use error::{DataError, Result};
+pub use index::IndexConfig;
+pub use progress::{Progress, Silent};
+pub use read::{FieldSpec, Format, Source};

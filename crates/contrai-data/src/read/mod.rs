@@ -1,0 +1,271 @@
+//! Streaming readers for JSONL, CSV and Parquet: one [`Record`] a row, errors with file and line.
+
+mod csv;
+mod jsonl;
+mod parquet;
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+
+use crate::error::{DataError, Result};
+
+/// A dataset's on-disk format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// One JSON object a line.
+    Jsonl,
+    /// Comma-separated values with a header row (`.tsv`: tab-separated).
+    Csv,
+    /// Apache Parquet.
+    Parquet,
+}
+
+impl Format {
+    /// Tells the format from a path's extension.
+    pub fn detect(path: &Path) -> Result<Format> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        match ext.as_str() {
+            "jsonl" | "ndjson" | "json" => Ok(Format::Jsonl),
+            "csv" | "tsv" => Ok(Format::Csv),
+            "parquet" | "pq" => Ok(Format::Parquet),
+            _ => Err(DataError::UnknownFormat {
+                path: path.to_path_buf(),
+                ext,
+            }),
+        }
+    }
+
+    /// The extension written for this format.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Jsonl => "jsonl",
+            Format::Csv => "csv",
+            Format::Parquet => "parquet",
+        }
+    }
+}
+
+impl FromStr for Format {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "jsonl" | "ndjson" => Ok(Format::Jsonl),
+            "csv" => Ok(Format::Csv),
+            "parquet" => Ok(Format::Parquet),
+            other => Err(format!(
+                "unknown format `{other}`: expected jsonl, csv or parquet"
+            )),
+        }
+    }
+}
+
+/// Which fields hold each sample's text, label and id.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FieldSpec {
+    /// The text field (required).
+    pub text: String,
+    /// The label field; `None` reads no labels.
+    pub label: Option<String>,
+    /// The id field; `None` numbers the rows instead.
+    pub id: Option<String>,
+    /// When false, a missing label or id field is silently ignored (the defaults are guesses).
+    pub explicit: bool,
+}
+
+impl Default for FieldSpec {
+    fn default() -> Self {
+        FieldSpec {
+            text: "text".into(),
+            label: Some("label".into()),
+            id: Some("id".into()),
+            explicit: false,
+        }
+    }
+}
+
+impl FieldSpec {
+    /// Picks the fields among those `found`, or says which required one is missing.
+    fn resolve(&self, path: &Path, found: &[String]) -> Result<Columns> {
+        let missing = |role: &'static str, field: &str| DataError::MissingField {
+            path: path.to_path_buf(),
+            role,
+            field: field.to_string(),
+            found: found.join(", "),
+        };
+        if !found.contains(&self.text) {
+            return Err(missing("text", &self.text));
+        }
+        let optional = |role: &'static str, name: &Option<String>| match name {
+            Some(n) if found.contains(n) => Ok(Some(n.clone())),
+            Some(n) if self.explicit => Err(missing(role, n)),
+            _ => Ok(None),
+        };
+        Ok(Columns {
+            text: self.text.clone(),
+            label: optional("label", &self.label)?,
+            id: optional("id", &self.id)?,
+        })
+    }
+}
+
+/// The text, label and id fields that exist in a file.
+#[derive(Debug, Clone)]
+struct Columns {
+    text: String,
+    label: Option<String>,
+    id: Option<String>,
+}
+
+impl Columns {
+    /// Positions of the fields among `names` (all present, by construction).
+    fn positions(&self, names: &[String]) -> [Option<usize>; 3] {
+        let pos = |n: &Option<String>| n.as_ref().and_then(|n| names.iter().position(|x| x == n));
+        [pos(&Some(self.text.clone())), pos(&self.label), pos(&self.id)]
+    }
+}
+
+/// One row of a dataset: what the audit needs, and the raw row to write it back unchanged.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// 1-based line (JSONL, CSV) or row (Parquet) number.
+    pub line: u64,
+    /// The id field, or the line number when there is none.
+    pub id: String,
+    /// The text; `None` when the field is absent or null in this row.
+    pub text: Option<String>,
+    /// The label; `None` when absent, null, or not read.
+    pub label: Option<String>,
+    /// The row as read, for writing it back in its own format.
+    pub raw: Raw,
+    /// Progress units this row stands for (bytes for text formats, 1 for Parquet).
+    pub progress: u64,
+}
+
+/// A row as it was read.
+#[derive(Debug, Clone)]
+pub enum Raw {
+    /// A JSONL line without its line terminator.
+    Line(String),
+    /// A CSV record.
+    Csv(::csv::StringRecord),
+    /// A row of a Parquet record batch.
+    Batch {
+        /// The batch the row belongs to.
+        batch: Arc<RecordBatch>,
+        /// The row within the batch.
+        row: usize,
+    },
+}
+
+/// Where rows come from: a file, or JSONL lines held in memory (the built-in demo).
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A file in a known format.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Its format.
+        format: Format,
+    },
+    /// JSONL lines in memory, shown under `name`.
+    Memory {
+        /// A display name such as `<demo>`.
+        name: String,
+        /// The JSONL lines.
+        lines: Arc<Vec<String>>,
+    },
+}
+
+/// A boxed stream of records.
+pub type Records = Box<dyn Iterator<Item = Result<Record>> + Send>;
+
+impl Source {
+    /// A file source, its format taken from `format` or else from the extension.
+    pub fn file(path: impl Into<PathBuf>, format: Option<Format>) -> Result<Source> {
+        let path = path.into();
+        let format = match format {
+            Some(f) => f,
+            None => Format::detect(&path)?,
+        };
+        Ok(Source::File { path, format })
+    }
+
+    /// The format rows are written back in.
+    pub fn format(&self) -> Format {
+        match self {
+            Source::File { format, .. } => *format,
+            Source::Memory { .. } => Format::Jsonl,
+        }
+    }
+
+    /// The path or name shown in messages.
+    pub fn name(&self) -> String {
+        match self {
+            Source::File { path, .. } => path.display().to_string(),
+            Source::Memory { name, .. } => name.clone(),
+        }
+    }
+
+    /// Total progress units (bytes, or rows for Parquet), when known.
+    pub fn progress_total(&self) -> Option<u64> {
+        match self {
+            Source::File { path, format } => match format {
+                Format::Parquet => parquet::row_count(path).ok(),
+                _ => std::fs::metadata(path).ok().map(|m| m.len()),
+            },
+            Source::Memory { lines, .. } => Some(lines.iter().map(|l| l.len() as u64 + 1).sum()),
+        }
+    }
+
+    /// Opens a stream of records; row-level problems arrive as `Err` items, fatal ones end it.
+    pub fn records(&self, fields: &FieldSpec) -> Result<Records> {
+        match self {
+            Source::File { path, format } => {
+                check_file(path)?;
+                match format {
+                    Format::Jsonl => jsonl::open(path, fields),
+                    Format::Csv => csv::open(path, fields),
+                    Format::Parquet => parquet::open(path, fields),
+                }
+            }
+            Source::Memory { name, lines } => Ok(jsonl::from_lines(name, lines.clone(), fields)),
+        }
+    }
+}
+
+/// Rejects directories, missing and zero-byte files with their own messages.
+fn check_file(path: &Path) -> Result<()> {
+    let meta = std::fs::metadata(path).map_err(|e| DataError::io(path, e))?;
+    if meta.is_dir() {
+        return Err(DataError::IsDirectory {
+            path: path.to_path_buf(),
+        });
+    }
+    if meta.len() == 0 {
+        return Err(DataError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// Builds a row error.
+fn row_error(path: &Path, line: u64, message: impl Into<String>) -> DataError {
+    DataError::Row {
+        path: path.to_path_buf(),
+        line,
+        message: message.into(),
+    }
+}
+
+pub(crate) use self::csv::header_of;
+pub(crate) use self::parquet::schema_of;

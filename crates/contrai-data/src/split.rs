@@ -1,0 +1,594 @@
+//! The leakage-proof split: whole duplicate clusters placed by a seeded hash, a locked holdout,
+//! atomic output in the input's format, and a guard that re-reads what was written.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
+
+use crate::audit::{Audit, AuditConfig, AuditReport};
+use crate::error::{DataError, Result};
+use crate::index::for_each_chunk;
+use crate::progress::Progress;
+use crate::read::{Format, Source};
+use crate::text::hash_hex;
+use crate::write::{AtomicFile, RowWriter, write_atomic};
+
+/// The three partitions, in order.
+pub const PARTITIONS: [&str; 3] = ["train", "val", "holdout"];
+/// Version of the manifest's layout.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// What to do with a cluster whose members disagree on the label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnConflict {
+    /// Drop the whole cluster.
+    Drop,
+    /// Keep the members with the majority label; drop the cluster on a tie.
+    Majority,
+    /// Keep every member.
+    Keep,
+}
+
+/// Which duplicates to drop from the output (clusters always stay in one partition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dedup {
+    /// Keep one sample of each identical normalised text.
+    Exact,
+    /// Keep one sample of each near-duplicate cluster.
+    Near,
+    /// Keep every sample.
+    None,
+}
+
+macro_rules! parse_enum {
+    ($t:ty, $($s:literal => $v:expr),+) => {
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> std::result::Result<Self, String> {
+                match s {
+                    $($s => Ok($v),)+
+                    other => Err(format!("`{other}` is not one of: {}", [$($s),+].join(", "))),
+                }
+            }
+        }
+    };
+}
+parse_enum!(OnConflict, "drop" => OnConflict::Drop, "majority" => OnConflict::Majority, "keep" => OnConflict::Keep);
+parse_enum!(Dedup, "exact" => Dedup::Exact, "near" => Dedup::Near, "none" => Dedup::None);
+
+/// How to split.
+#[derive(Debug, Clone)]
+pub struct SplitConfig {
+    /// Shares of train, val and holdout; they must sum to 1.
+    pub ratios: [f64; 3],
+    /// Seed of the placement hash.
+    pub seed: u64,
+    /// Label-conflict policy.
+    pub on_conflict: OnConflict,
+    /// Duplicate policy.
+    pub dedup: Dedup,
+    /// Reading and near-duplicate parameters.
+    pub audit: AuditConfig,
+    /// The manifest of an earlier split whose holdout stays locked.
+    pub previous: Option<PathBuf>,
+}
+
+impl Default for SplitConfig {
+    fn default() -> Self {
+        SplitConfig {
+            ratios: [0.85, 0.10, 0.05],
+            seed: 42,
+            on_conflict: OnConflict::Drop,
+            dedup: Dedup::Exact,
+            audit: AuditConfig::default(),
+            previous: None,
+        }
+    }
+}
+
+impl SplitConfig {
+    fn validate(&self) -> Result<()> {
+        let sum: f64 = self.ratios.iter().sum();
+        if self.ratios.iter().any(|r| !(0.0..=1.0).contains(r)) || (sum - 1.0).abs() > 1e-6 {
+            return Err(DataError::Param(format!(
+                "ratios {:?} must each lie in [0, 1] and sum to 1 (they sum to {sum})",
+                self.ratios
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `manifest.json`: what was split, how, and what each partition holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Layout version.
+    pub manifest_version: u32,
+    /// The tool and its version.
+    pub tool: String,
+    /// The input.
+    pub source: String,
+    /// Its format (the partitions are written in it).
+    pub format: Format,
+    /// Every parameter.
+    pub params: ManifestParams,
+    /// The partitions, in the order train, val, holdout.
+    pub partitions: Vec<PartitionInfo>,
+    /// Samples left out, by reason.
+    pub dropped: BTreeMap<String, u64>,
+    /// Ids dropped for label conflicts.
+    pub dropped_conflict_ids: Vec<String>,
+    /// The holdout lock carried over from an earlier split.
+    pub holdout_lock: Option<HoldoutLock>,
+    /// The post-write guard's result.
+    pub guard: Guard,
+}
+
+/// The parameters recorded in the manifest.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ManifestParams {
+    /// Shares of train, val, holdout.
+    pub ratios: [f64; 3],
+    /// Placement seed.
+    pub seed: u64,
+    /// Conflict policy.
+    pub on_conflict: OnConflict,
+    /// Duplicate policy.
+    pub dedup: Dedup,
+    /// Text, label and id fields.
+    pub fields: serde_json::Value,
+    /// Near-duplicate parameters.
+    pub index: crate::index::IndexConfig,
+    /// LSH bands × rows.
+    pub banding: crate::minhash::Banding,
+}
+
+/// One partition of the split.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartitionInfo {
+    /// `train`, `val` or `holdout`.
+    pub name: String,
+    /// Its file, relative to the manifest.
+    pub file: String,
+    /// Samples.
+    pub count: u64,
+    /// xxh3-128 of the file's bytes.
+    pub file_xxh3: String,
+    /// Sorted content hashes (xxh3-128 of the normalised text) of its samples.
+    pub content_hashes: Vec<String>,
+}
+
+/// The holdout lock of a re-split.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HoldoutLock {
+    /// The earlier manifest.
+    pub previous_manifest: String,
+    /// Content hashes locked by it.
+    pub locked: u64,
+    /// Samples of the earlier holdout file read as anchors (0 when the file was missing).
+    pub anchors: u64,
+    /// Samples of the new data placed in holdout because of the lock.
+    pub pulled_into_holdout: u64,
+}
+
+/// The guard's check over the files as written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Guard {
+    /// Content hashes found in more than one partition.
+    pub shared_content_hashes: u64,
+    /// Verified near-duplicate pairs across partitions.
+    pub cross_partition_near_pairs: u64,
+    /// Both are zero.
+    pub passed: bool,
+}
+
+/// The result of a split.
+#[derive(Debug)]
+pub struct SplitOutcome {
+    /// The manifest as written.
+    pub manifest: Manifest,
+    /// The audit of the input.
+    pub report: AuditReport,
+}
+
+/// Why a sample is not written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drop {
+    Conflict,
+    Duplicate,
+    Empty,
+}
+
+/// Splits `source` into `out/{train,val,holdout}.<ext>` and `out/manifest.json`.
+pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progress) -> Result<SplitOutcome> {
+    cfg.validate()?;
+    let lock = cfg.previous.as_deref().map(load_lock).transpose()?;
+    let mut sources = vec![source.clone()];
+    if let Some(anchor) = lock.as_ref().and_then(|l| l.anchor.clone()) {
+        sources.push(anchor);
+    }
+    let audit = Audit::run(sources, cfg.audit.clone(), progress)?;
+    let plan = Plan::new(&audit, cfg, lock.as_ref());
+    let files = write_partitions(&source, out, &audit, &plan, cfg, progress)?;
+    let guard = guard(&files, &source, &cfg.audit, progress)?;
+    let manifest = plan.manifest(&audit, cfg, &files, guard, lock.as_ref(), &source);
+    for f in files.into_iter().flatten() {
+        f.file.commit()?;
+    }
+    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| DataError::Param(e.to_string()))?;
+    write_atomic(out.join("manifest.json"), &json)?;
+    Ok(SplitOutcome {
+        manifest,
+        report: audit.report(),
+    })
+}
+
+/// The earlier split's holdout: its content hashes, and its file read back as anchors.
+struct Lock {
+    path: PathBuf,
+    hashes: HashSet<u128>,
+    anchor: Option<Source>,
+}
+
+fn load_lock(path: &Path) -> Result<Lock> {
+    let bad = |message: String| DataError::Manifest {
+        path: path.to_path_buf(),
+        message,
+    };
+    let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+    let m: Manifest =
+        serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a Contrai split manifest: {e}")))?;
+    let holdout = m
+        .partitions
+        .iter()
+        .find(|p| p.name == "holdout")
+        .ok_or_else(|| bad("it lists no holdout partition".into()))?;
+    let hashes = holdout
+        .content_hashes
+        .iter()
+        .map(|h| {
+            u128::from_str_radix(h, 16).map_err(|_| bad(format!("holdout hash `{h}` is not 32 hex digits")))
+        })
+        .collect::<Result<HashSet<u128>>>()?;
+    let file = path.parent().unwrap_or(Path::new(".")).join(&holdout.file);
+    let anchor = (file.is_file() && holdout.count > 0).then_some(Source::File {
+        path: file,
+        format: m.format,
+    });
+    Ok(Lock {
+        path: path.to_path_buf(),
+        hashes,
+        anchor,
+    })
+}
+
+/// Where each input sample goes.
+struct Plan {
+    /// Partition (0..3) or reason dropped, for each sample of the input (source 0).
+    fate: Vec<std::result::Result<u8, Drop>>,
+    pulled: u64,
+    anchors: u64,
+}
+
+impl Plan {
+    fn new(audit: &Audit, cfg: &SplitConfig, lock: Option<&Lock>) -> Plan {
+        let samples = &audit.index.samples;
+        let inputs = samples.iter().filter(|s| s.source == 0).count();
+        let mut fate = vec![Err(Drop::Empty); inputs];
+        let mut pulled = 0;
+        for members in &audit.clustering.clusters {
+            let locked = lock.is_some_and(|l| {
+                members.iter().any(|&m| {
+                    let s = &samples[m as usize];
+                    s.source != 0 || l.hashes.contains(&s.content)
+                })
+            });
+            let key = members
+                .iter()
+                .map(|&m| samples[m as usize].content)
+                .min()
+                .unwrap_or(0);
+            let placed = place(cfg.seed, key, &cfg.ratios);
+            let part = if locked { 2 } else { placed };
+            let inputs: Vec<u32> = members
+                .iter()
+                .copied()
+                .filter(|&m| samples[m as usize].source == 0)
+                .collect();
+            if locked && placed != 2 {
+                pulled += inputs.len() as u64;
+            }
+            for (m, f) in keep(audit, &inputs, cfg) {
+                fate[m as usize] = f.map(|()| part);
+            }
+        }
+        let anchors = samples.iter().filter(|s| s.source != 0).count() as u64;
+        Plan {
+            fate,
+            pulled,
+            anchors,
+        }
+    }
+
+    fn manifest(
+        &self,
+        audit: &Audit,
+        cfg: &SplitConfig,
+        files: &[Option<Written>; 3],
+        guard: Guard,
+        lock: Option<&Lock>,
+        source: &Source,
+    ) -> Manifest {
+        let samples = &audit.index.samples;
+        let partitions = (0..3)
+            .map(|p| {
+                let mut hashes: Vec<u128> = (0..self.fate.len())
+                    .filter(|&i| self.fate[i] == Ok(p as u8))
+                    .map(|i| samples[i].content)
+                    .collect();
+                hashes.sort_unstable();
+                let w = files[p].as_ref();
+                PartitionInfo {
+                    name: PARTITIONS[p].into(),
+                    file: file_name(p, source.format()),
+                    count: hashes.len() as u64,
+                    file_xxh3: w.map_or_else(|| hash_hex(xxh3_128(b"")), |w| hash_hex(w.digest)),
+                    content_hashes: hashes.into_iter().map(hash_hex).collect(),
+                }
+            })
+            .collect();
+        let mut dropped = BTreeMap::new();
+        for (name, why) in [
+            ("conflict", Drop::Conflict),
+            ("duplicate", Drop::Duplicate),
+            ("empty", Drop::Empty),
+        ] {
+            dropped.insert(
+                name.into(),
+                self.fate.iter().filter(|f| **f == Err(why)).count() as u64,
+            );
+        }
+        dropped.insert("missing_text".into(), audit.index.missing_text.len() as u64);
+        dropped.insert("bad_rows".into(), audit.index.bad_rows.len() as u64);
+        Manifest {
+            manifest_version: MANIFEST_VERSION,
+            tool: format!("contrai-data {}", env!("CARGO_PKG_VERSION")),
+            source: source.name(),
+            format: source.format(),
+            params: ManifestParams {
+                ratios: cfg.ratios,
+                seed: cfg.seed,
+                on_conflict: cfg.on_conflict,
+                dedup: cfg.dedup,
+                fields: serde_json::to_value(&cfg.audit.fields).unwrap_or_default(),
+                index: cfg.audit.index,
+                banding: cfg.audit.index.banding(),
+            },
+            partitions,
+            dropped,
+            dropped_conflict_ids: (0..self.fate.len())
+                .filter(|&i| self.fate[i] == Err(Drop::Conflict))
+                .map(|i| samples[i].id.clone())
+                .collect(),
+            holdout_lock: lock.map(|l| HoldoutLock {
+                previous_manifest: l.path.display().to_string(),
+                locked: l.hashes.len() as u64,
+                anchors: self.anchors,
+                pulled_into_holdout: self.pulled,
+            }),
+            guard,
+        }
+    }
+}
+
+/// The partition of a cluster: a seeded hash of its key, compared with the cumulative ratios.
+pub fn place(seed: u64, key: u128, ratios: &[f64; 3]) -> u8 {
+    let mut bytes = [0u8; 24];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    bytes[8..].copy_from_slice(&key.to_le_bytes());
+    let u = (xxh3_64(&bytes) >> 11) as f64 / (1u64 << 53) as f64;
+    if u < ratios[0] {
+        0
+    } else if u < ratios[0] + ratios[1] {
+        1
+    } else {
+        2
+    }
+}
+
+/// Which members of one cluster are written (`Ok`) or dropped, after conflicts and dedup.
+fn keep(audit: &Audit, members: &[u32], cfg: &SplitConfig) -> Vec<(u32, std::result::Result<(), Drop>)> {
+    let samples = &audit.index.samples;
+    let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+    for &m in members {
+        if let Some(l) = samples[m as usize].label {
+            *counts.entry(l).or_default() += 1;
+        }
+    }
+    let top = counts.values().copied().max().unwrap_or(0);
+    let winners: Vec<u32> = counts
+        .iter()
+        .filter(|(_, n)| **n == top)
+        .map(|(l, _)| *l)
+        .collect();
+    let conflict = counts.len() > 1;
+    let label_ok = |m: u32| -> bool {
+        if !conflict {
+            return true;
+        }
+        match cfg.on_conflict {
+            OnConflict::Keep => true,
+            OnConflict::Drop => false,
+            OnConflict::Majority => winners.len() == 1 && samples[m as usize].label == Some(winners[0]),
+        }
+    };
+    // Members are sorted by id, so the first kept of each text (or cluster) is the smallest id.
+    let mut seen_text = HashSet::new();
+    let mut seen_cluster = false;
+    members
+        .iter()
+        .map(|&m| {
+            let s = &samples[m as usize];
+            let fate = if s.words == 0 {
+                Err(Drop::Empty)
+            } else if !label_ok(m) {
+                Err(Drop::Conflict)
+            } else {
+                let dup = match cfg.dedup {
+                    Dedup::None => false,
+                    Dedup::Exact => !seen_text.insert(s.content),
+                    Dedup::Near => std::mem::replace(&mut seen_cluster, true),
+                };
+                if dup { Err(Drop::Duplicate) } else { Ok(()) }
+            };
+            (m, fate)
+        })
+        .collect()
+}
+
+fn file_name(p: usize, format: Format) -> String {
+    format!("{}.{}", PARTITIONS[p], format.extension())
+}
+
+/// A partition file written but not yet committed.
+struct Written {
+    file: AtomicFile,
+    digest: u128,
+}
+
+/// Pass 3: re-reads the input and writes each kept row to its partition's temporary file.
+fn write_partitions(
+    source: &Source,
+    out: &Path,
+    audit: &Audit,
+    plan: &Plan,
+    cfg: &SplitConfig,
+    progress: &dyn Progress,
+) -> Result<[Option<Written>; 3]> {
+    let counts: Vec<usize> = (0..3)
+        .map(|p| plan.fate.iter().filter(|f| **f == Ok(p as u8)).count())
+        .collect();
+    let mut files: Vec<Option<AtomicFile>> = Vec::new();
+    let mut writers: Vec<Option<RowWriter>> = Vec::new();
+    for (p, &n) in counts.iter().enumerate() {
+        if n == 0 {
+            files.push(None);
+            writers.push(None);
+            continue;
+        }
+        let f = AtomicFile::create(out.join(file_name(p, source.format())))?;
+        writers.push(Some(RowWriter::new(f.handle()?, f.dest(), source)?));
+        files.push(Some(f));
+    }
+    progress.stage("writing partitions", source.progress_total());
+    let mut next = 0usize;
+    let mut scratch = crate::index::Index::default();
+    let mut failure = None;
+    for_each_chunk(
+        source,
+        &cfg.audit.fields,
+        true,
+        &mut scratch,
+        progress,
+        |chunk, _| {
+            for rec in chunk {
+                if let Ok(p) = plan.fate[next]
+                    && failure.is_none()
+                    && let Some(w) = writers[p as usize].as_mut()
+                    && let Err(e) = w.write(&rec.raw)
+                {
+                    failure = Some(e);
+                }
+                next += 1;
+            }
+        },
+    )?;
+    progress.finish();
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    debug_assert_eq!(next, audit.index.samples.iter().filter(|s| s.source == 0).count());
+    for w in writers.into_iter().flatten() {
+        w.finish()?;
+    }
+    let mut written: [Option<Written>; 3] = [None, None, None];
+    for (p, f) in files.into_iter().enumerate() {
+        if let Some(file) = f {
+            let bytes = std::fs::read(file.temp_path()).map_err(|e| DataError::io(file.dest(), e))?;
+            written[p] = Some(Written {
+                digest: xxh3_128(&bytes),
+                file,
+            });
+        }
+    }
+    Ok(written)
+}
+
+/// Re-reads the written files and fails, naming the ids, if any cluster spans two partitions.
+fn guard(
+    files: &[Option<Written>; 3],
+    source: &Source,
+    audit_cfg: &AuditConfig,
+    progress: &dyn Progress,
+) -> Result<Guard> {
+    let parts: Vec<(usize, Source)> = files
+        .iter()
+        .enumerate()
+        .filter_map(|(p, w)| {
+            w.as_ref().map(|w| {
+                (
+                    p,
+                    Source::File {
+                        path: w.file.temp_path().to_path_buf(),
+                        format: source.format(),
+                    },
+                )
+            })
+        })
+        .collect();
+    let cfg = AuditConfig {
+        skip_bad: false,
+        ..audit_cfg.clone()
+    };
+    let audit = Audit::run(parts.iter().map(|(_, s)| s.clone()).collect(), cfg, progress)?;
+    let samples = &audit.index.samples;
+    let part_of = |m: u32| parts[samples[m as usize].source as usize].0;
+    let mut leaks = Vec::new();
+    let mut texts: BTreeMap<u128, HashSet<usize>> = BTreeMap::new();
+    for (m, sample) in samples.iter().enumerate() {
+        texts.entry(sample.content).or_default().insert(part_of(m as u32));
+    }
+    let shared = texts.values().filter(|ps| ps.len() > 1).count() as u64;
+    let cross = audit
+        .clustering
+        .verified_pairs
+        .iter()
+        .filter(|&&(a, b, _)| part_of(a) != part_of(b))
+        .count() as u64;
+    for members in &audit.clustering.clusters {
+        let first = part_of(members[0]);
+        if members.iter().any(|&m| part_of(m) != first) {
+            let ids: Vec<String> = members
+                .iter()
+                .map(|&m| format!("{}:{}", PARTITIONS[part_of(m)], samples[m as usize].id))
+                .collect();
+            leaks.push(ids.join(" ~ "));
+        }
+    }
+    if !leaks.is_empty() {
+        return Err(DataError::Leak {
+            count: leaks.len(),
+            examples: leaks.iter().take(5).cloned().collect::<Vec<_>>().join("; "),
+        });
+    }
+    Ok(Guard {
+        shared_content_hashes: shared,
+        cross_partition_near_pairs: cross,
+        passed: shared == 0 && cross == 0,
+    })
+}

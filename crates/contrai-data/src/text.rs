@@ -1,0 +1,156 @@
+//! Text normalisation, content hashes and shingles: what "the same text" means.
+
+use unicode_normalization::UnicodeNormalization;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
+
+/// NFKC, case-folded, whitespace collapsed to single spaces and trimmed.
+pub fn normalize(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text.nfkc().collect::<String>().split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.extend(word.chars().flat_map(char::to_lowercase));
+    }
+    out
+}
+
+/// The stable content hash (xxh3-128) of already normalised text.
+pub fn content_hash(normalized: &str) -> u128 {
+    xxh3_128(normalized.as_bytes())
+}
+
+/// A content hash as 32 lowercase hex digits.
+pub fn hash_hex(hash: u128) -> String {
+    format!("{hash:032x}")
+}
+
+/// How texts are cut into shingles.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct Shingling {
+    /// Words per shingle for ordinary texts.
+    pub word_ngram: usize,
+    /// Characters per shingle for short texts.
+    pub char_ngram: usize,
+    /// Texts with fewer words than this use character shingles.
+    pub short_text_words: usize,
+}
+
+impl Default for Shingling {
+    fn default() -> Self {
+        Shingling {
+            word_ngram: 5,
+            char_ngram: 5,
+            short_text_words: 20,
+        }
+    }
+}
+
+impl Shingling {
+    /// The sorted, deduplicated 64-bit hashes of a normalised text's shingles.
+    pub fn shingles(&self, normalized: &str) -> Vec<u64> {
+        let mut out = Vec::new();
+        if normalized.is_empty() {
+            return out;
+        }
+        // In normalised text words are separated by exactly one space, so an n-gram is a slice.
+        let starts: Vec<usize> = std::iter::once(0)
+            .chain(normalized.match_indices(' ').map(|(i, _)| i + 1))
+            .collect();
+        let words = starts.len();
+        if words >= self.short_text_words {
+            let n = self.word_ngram.max(1);
+            // End (exclusive) of word j.
+            let end = |j: usize| starts.get(j + 1).map_or(normalized.len(), |&s| s - 1);
+            if words <= n {
+                out.push(xxh3_64(normalized.as_bytes()));
+            } else {
+                for (k, &start) in starts[..=words - n].iter().enumerate() {
+                    out.push(xxh3_64(&normalized.as_bytes()[start..end(k + n - 1)]));
+                }
+            }
+        } else {
+            let n = self.char_ngram.max(1);
+            let bounds: Vec<usize> = normalized
+                .char_indices()
+                .map(|(i, _)| i)
+                .chain([normalized.len()])
+                .collect();
+            let chars = bounds.len() - 1;
+            if chars <= n {
+                out.push(xxh3_64(normalized.as_bytes()));
+            } else {
+                for k in 0..=chars - n {
+                    out.push(xxh3_64(&normalized.as_bytes()[bounds[k]..bounds[k + n]]));
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+/// The number of words of a normalised text.
+pub fn word_count(normalized: &str) -> usize {
+    if normalized.is_empty() {
+        0
+    } else {
+        normalized.bytes().filter(|&b| b == b' ').count() + 1
+    }
+}
+
+/// Exact Jaccard similarity of two sorted, deduplicated hash sets.
+pub fn jaccard(a: &[u64], b: &[u64]) -> f64 {
+    if a.is_empty() && b.is_empty() {
+        return 1.0;
+    }
+    let (mut i, mut j, mut inter) = (0, 0, 0usize);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                inter += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    inter as f64 / (a.len() + b.len() - inter) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_width_case_and_space() {
+        assert_eq!(normalize("  Ｈello\tWORLD \n ﬁne "), "hello world fine");
+        assert_eq!(normalize(""), "");
+    }
+
+    #[test]
+    fn word_shingles_are_slices_of_five_words() {
+        let s = Shingling::default();
+        let text = normalize(&(0..25).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" "));
+        let sh = s.shingles(&text);
+        assert_eq!(sh.len(), 21);
+        assert!(sh.contains(&xxh3_64(b"w0 w1 w2 w3 w4")));
+        assert!(sh.contains(&xxh3_64(b"w20 w21 w22 w23 w24")));
+    }
+
+    #[test]
+    fn short_texts_use_character_shingles() {
+        let s = Shingling::default();
+        assert_eq!(s.shingles("abcdef").len(), 2);
+        assert_eq!(s.shingles("abc").len(), 1);
+        assert!(s.shingles("").is_empty());
+    }
+
+    #[test]
+    fn jaccard_counts_the_overlap() {
+        assert_eq!(jaccard(&[1, 2, 3], &[2, 3, 4]), 0.5);
+        assert_eq!(jaccard(&[1], &[2]), 0.0);
+    }
+}
