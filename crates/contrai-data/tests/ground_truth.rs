@@ -144,11 +144,18 @@ fn planted_exact_copies_and_families_share_a_cluster() {
         for &m in &f[1..] {
             if jaccard(&sets[f[0]], &sets[m]) >= 0.85 {
                 checked += 1;
-                assert_eq!(c.cluster_of[m], c.cluster_of[f[0]], "family member {m} of {}", f[0]);
+                assert_eq!(
+                    c.cluster_of[m], c.cluster_of[f[0]],
+                    "family member {m} of {}",
+                    f[0]
+                );
             }
         }
     }
-    assert!(checked >= set.truth.families.len() * 2, "{checked} family members checked");
+    assert!(
+        checked >= set.truth.families.len() * 2,
+        "{checked} family members checked"
+    );
 }
 
 #[test]
