@@ -366,13 +366,7 @@ fn hash_record(rec: Record, source: u8, cfg: &IndexConfig, hasher: &MinHasher, b
     } else {
         banding.keys(&hasher.signature(&cfg.shingling.shingles(&norm)))
     };
-    let snippet: String = text
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .chars()
-        .take(SNIPPET_CHARS)
-        .collect();
+    let snippet = snippet(&text);
     Hashed {
         sample: Sample {
             id: rec.id,
@@ -387,6 +381,21 @@ fn hash_record(rec: Record, source: u8, cfg: &IndexConfig, hasher: &MinHasher, b
         label: rec.label,
         keys,
     }
+}
+
+/// The first words of a text, whitespace collapsed, at most [`SNIPPET_CHARS`] characters.
+fn snippet(text: &str) -> String {
+    let mut out = String::new();
+    for word in text.split_whitespace() {
+        if out.len() >= SNIPPET_CHARS * 4 {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out.chars().take(SNIPPET_CHARS).collect()
 }
 
 /// Reads a source in chunks on a reader thread and hands each chunk of good records to `f`.

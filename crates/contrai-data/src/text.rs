@@ -1,18 +1,52 @@
 //! Text normalisation, content hashes and shingles: what "the same text" means.
 
-use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfkc_quick};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 /// NFKC, case-folded, whitespace collapsed to single spaces and trimmed.
 pub fn normalize(text: &str) -> String {
+    if text.is_ascii() {
+        return normalize_ascii(text.as_bytes());
+    }
+    // Most other text is already NFKC: skip the composition pass for it.
+    let composed;
+    let text = if is_nfkc_quick(text.chars()) == IsNormalized::Yes {
+        text
+    } else {
+        composed = text.nfkc().collect::<String>();
+        &composed
+    };
     let mut out = String::with_capacity(text.len());
-    for word in text.nfkc().collect::<String>().split_whitespace() {
+    for word in text.split_whitespace() {
         if !out.is_empty() {
             out.push(' ');
         }
-        out.extend(word.chars().flat_map(char::to_lowercase));
+        if word.is_ascii() {
+            out.extend(word.bytes().map(|b| char::from(b.to_ascii_lowercase())));
+        } else {
+            out.extend(word.chars().flat_map(char::to_lowercase));
+        }
     }
     out
+}
+
+/// [`normalize`] for ASCII: one pass over the bytes (ASCII is its own NFKC form).
+fn normalize_ascii(bytes: &[u8]) -> String {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut space = false;
+    for &b in bytes {
+        // Unicode White_Space within ASCII: tab, line feed, vertical tab, form feed, CR, space.
+        if matches!(b, 9..=13 | b' ') {
+            space = !out.is_empty();
+        } else {
+            if space {
+                out.push(b' ');
+                space = false;
+            }
+            out.push(b.to_ascii_lowercase());
+        }
+    }
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The stable content hash (xxh3-128) of already normalised text.
@@ -55,7 +89,13 @@ impl Shingling {
         }
         // In normalised text words are separated by exactly one space, so an n-gram is a slice.
         let starts: Vec<usize> = std::iter::once(0)
-            .chain(normalized.match_indices(' ').map(|(i, _)| i + 1))
+            .chain(
+                normalized
+                    .bytes()
+                    .enumerate()
+                    .filter(|&(_, b)| b == b' ')
+                    .map(|(i, _)| i + 1),
+            )
             .collect();
         let words = starts.len();
         if words >= self.short_text_words {
@@ -128,6 +168,9 @@ mod tests {
     fn normalizes_width_case_and_space() {
         assert_eq!(normalize("  Ｈello\tWORLD \n ﬁne "), "hello world fine");
         assert_eq!(normalize(""), "");
+        assert_eq!(normalize(" A\x0b b\r\n\tC "), "a b c");
+        let ascii = "Mixed CASE\t text\x0c with\u{a0}no-break";
+        assert_eq!(normalize(ascii), "mixed case text with no-break");
     }
 
     #[test]
