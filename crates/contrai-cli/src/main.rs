@@ -3,6 +3,7 @@
 mod data_cmd;
 mod doctor_cmd;
 mod progress;
+mod recipe_cmd;
 
 use std::process::ExitCode;
 
@@ -21,6 +22,9 @@ enum Command {
     /// Audit a dataset for duplicates, near-duplicates and label conflicts; split it without leaks.
     #[command(subcommand)]
     Data(data_cmd::DataCommand),
+    /// Print the default recipe, or validate one.
+    #[command(subcommand)]
+    Recipe(recipe_cmd::RecipeCommand),
     /// Read training logs from any framework and say what is wrong, since when, and what to change.
     Doctor(doctor_cmd::DoctorArgs),
 }
@@ -29,6 +33,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Data(cmd) => data_cmd::run(cmd),
+        Command::Recipe(cmd) => recipe_cmd::run(cmd),
         Command::Doctor(args) => doctor_cmd::run(args),
     };
     match result {

@@ -1,2 +1,12 @@
-//! Contrai's recipe: the TOML schema and its validation, learning-rate schedule math, the phase
-//! plan and the calendar planner (`../shared/DESIGN.md` §4). Filled in by the training issue.
+//! Contrai's recipe: the TOML schema and its validation, learning-rate schedule math, and the
+//! phase plan (`../shared/DESIGN.md` §1 and §4).
+
+pub mod load;
+pub mod recipe;
+pub mod schedule;
+pub mod template;
+
+pub use load::RecipeError;
+pub use recipe::Recipe;
+pub use schedule::{Decay, Schedule};
+pub use template::DEFAULT_RECIPE;

@@ -1,0 +1,374 @@
+//! Reading and validating a recipe: errors name the key, the line and the nearest valid key.
+
+use std::path::{Path, PathBuf};
+
+use crate::recipe::Recipe;
+
+/// Why a recipe was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RecipeError {
+    /// The file could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The recipe file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or a key is unknown or of the wrong type.
+    #[error("{}:{line}: {message}", path.display())]
+    Syntax {
+        /// The recipe file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// What was wrong, with the nearest valid key when one is close.
+        message: String,
+    },
+    /// A value is out of its range.
+    #[error("{}:{line}: `{key}` {message}", path.display())]
+    Invalid {
+        /// The recipe file.
+        path: PathBuf,
+        /// 1-based line of the key, or 0 when the key was not written (a default).
+        line: usize,
+        /// The dotted key.
+        key: String,
+        /// What is expected.
+        message: String,
+    },
+}
+
+impl Recipe {
+    /// Reads and validates a recipe file.
+    pub fn from_file(path: &Path) -> Result<Recipe, RecipeError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RecipeError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Recipe::parse(&text, path)
+    }
+
+    /// Parses and validates recipe text; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Recipe, RecipeError> {
+        let recipe: Recipe = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(0, |s| line_of(text, s.start));
+            RecipeError::Syntax {
+                path: path.to_path_buf(),
+                line,
+                message: explain(e.message()),
+            }
+        })?;
+        recipe.validate().map_err(|(key, message)| RecipeError::Invalid {
+            path: path.to_path_buf(),
+            line: locate(text, &key),
+            key,
+            message,
+        })?;
+        Ok(recipe)
+    }
+
+    /// The recipe as TOML, every default filled in.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Checks every range; the error is (dotted key, what is expected).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let err = |k: &str, m: String| Err((k.to_string(), m));
+        let unit = |k: &str, v: f64| {
+            if (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                err(k, format!("is {v}, expected a value in [0, 1]"))
+            }
+        };
+        let positive = |k: &str, v: u64| {
+            if v > 0 {
+                Ok(())
+            } else {
+                err(k, "must be at least 1".into())
+            }
+        };
+        let s = &self.data.split;
+        for (k, v) in [
+            ("data.split.train", s.train),
+            ("data.split.val", s.val),
+            ("data.split.holdout", s.holdout),
+        ] {
+            unit(k, v)?;
+        }
+        if (s.train + s.val + s.holdout - 1.0).abs() > 1e-6 {
+            return err(
+                "data.split.train",
+                format!(
+                    "train + val + holdout = {}, expected 1",
+                    s.train + s.val + s.holdout
+                ),
+            );
+        }
+        if s.val <= 0.0 || s.holdout <= 0.0 {
+            return err("data.split.val", "val and holdout must both be above 0".into());
+        }
+        unit(
+            "data.near_duplicates.threshold",
+            self.data.near_duplicates.threshold,
+        )?;
+        one_of(
+            "data.on_label_conflict",
+            &self.data.on_label_conflict,
+            &["drop", "majority", "keep"],
+        )?;
+        one_of("data.dedup", &self.data.dedup, &["exact", "near", "none"])?;
+        one_of("model.kind", &self.model.kind, &["transformer", "mlp"])?;
+        let m = &self.model;
+        for (k, v) in [
+            ("model.vocab", m.vocab),
+            ("model.seq_len", m.seq_len),
+            ("model.d_model", m.d_model),
+            ("model.layers", m.layers),
+            ("model.heads", m.heads),
+            ("model.ffn", m.ffn),
+        ] {
+            positive(k, v as u64)?;
+        }
+        if m.d_model % m.heads != 0 {
+            return err(
+                "model.heads",
+                format!("is {}, which does not divide d_model = {}", m.heads, m.d_model),
+            );
+        }
+        if !(0.0..1.0).contains(&m.dropout) {
+            return err(
+                "model.dropout",
+                format!("is {}, expected a value in [0, 1)", m.dropout),
+            );
+        }
+        let t = &self.main;
+        for (k, v) in [
+            ("main.steps", t.steps),
+            ("main.batch", t.batch as u64),
+            ("main.accumulate", t.accumulate as u64),
+            ("main.devices", t.devices as u64),
+            ("run.eval_every", self.run.eval_every),
+            ("run.checkpoint_every", self.run.checkpoint_every),
+        ] {
+            positive(k, v)?;
+        }
+        if !(t.lr > 0.0 && t.lr < 1.0) {
+            return err("main.lr", format!("is {}, expected a value in (0, 1)", t.lr));
+        }
+        if !(0.0..=t.lr).contains(&t.min_lr) {
+            return err(
+                "main.min_lr",
+                format!("is {}, expected a value in [0, lr = {}]", t.min_lr, t.lr),
+            );
+        }
+        if !(0.0..0.5).contains(&t.warmup) {
+            return err(
+                "main.warmup",
+                format!(
+                    "is {}, expected a fraction in [0, 0.5) (2–5 % recommended)",
+                    t.warmup
+                ),
+            );
+        }
+        if t.weight_decay < 0.0 || t.clip_norm < 0.0 {
+            return err(
+                "main.clip_norm",
+                "weight_decay and clip_norm must not be negative".into(),
+            );
+        }
+        let c = &self.contract;
+        if !(0.15..=0.30).contains(&c.budget) {
+            return err(
+                "contract.budget",
+                format!("is {}, expected a share of all steps in [0.15, 0.30]", c.budget),
+            );
+        }
+        if c.batch * 2 < t.batch {
+            return err(
+                "contract.batch",
+                format!(
+                    "is {}, below half of main.batch = {}: a batch that small makes updates too noisy",
+                    c.batch, t.batch
+                ),
+            );
+        }
+        for (k, v) in [
+            ("contract.dropout_scale", c.dropout_scale),
+            ("contract.drop_noisiest", c.drop_noisiest),
+            ("contract.stable_delta", c.stable_delta),
+            ("contract.tolerance", c.tolerance),
+        ] {
+            unit(k, v)?;
+        }
+        for p in &c.prune {
+            unit("contract.prune", p.init)?;
+            unit("contract.prune", p.final_sparsity)?;
+            if p.init > p.final_sparsity {
+                return err(
+                    "contract.prune",
+                    format!(
+                        "`{}`: init {} is above final {}",
+                        p.params, p.init, p.final_sparsity
+                    ),
+                );
+            }
+        }
+        unit("refine.budget", self.refine.budget)?;
+        one_of("refine.quantize", &self.refine.quantize, &["int8", "none"])?;
+        if c.budget + self.refine.budget >= 0.9 {
+            return err(
+                "refine.budget",
+                "contract and refine budgets leave no main phase".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+fn one_of(key: &str, value: &str, allowed: &[&str]) -> Result<(), (String, String)> {
+    if allowed.contains(&value) {
+        return Ok(());
+    }
+    let hint = nearest(value, allowed).map_or(String::new(), |n| format!(" (did you mean `{n}`?)"));
+    Err((
+        key.to_string(),
+        format!("is `{value}`, expected one of {}{hint}", allowed.join(", ")),
+    ))
+}
+
+/// The closest of `candidates` to `word`, if it is close enough to be a likely typo.
+pub fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|c| {
+            let prefix = word.starts_with(c) || c.starts_with(word);
+            (
+                if prefix {
+                    1
+                } else {
+                    strsim::damerau_levenshtein(word, c)
+                },
+                *c,
+            )
+        })
+        .filter(|(d, c)| *d <= 2.max(c.len() / 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Adds "did you mean" to serde's unknown-field and unknown-variant messages.
+fn explain(message: &str) -> String {
+    let ticked = |s: &str| -> Vec<String> { s.split('`').skip(1).step_by(2).map(str::to_string).collect() };
+    let msg = message.trim();
+    if let Some(rest) = msg
+        .strip_prefix("unknown field ")
+        .or_else(|| msg.strip_prefix("unknown variant "))
+    {
+        let words = ticked(rest);
+        if let Some((bad, valid)) = words.split_first() {
+            let valid: Vec<&str> = valid.iter().map(String::as_str).collect();
+            if let Some(n) = nearest(bad, &valid) {
+                return format!("{msg}; did you mean `{n}`?");
+            }
+        }
+    }
+    msg.to_string()
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The line where a dotted key is set (`main.lr` → `lr = …` under `[main]`), 0 if nowhere.
+fn locate(text: &str, dotted: &str) -> usize {
+    let (table, key) = dotted.rsplit_once('.').unwrap_or(("", dotted));
+    let mut current = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if let Some(h) = l.strip_prefix('[').and_then(|h| h.split(']').next()) {
+            current = h.trim().trim_matches('[').to_string();
+            continue;
+        }
+        let lhs = l.split('=').next().unwrap_or("").trim();
+        if l.contains('=') && current == table && lhs == key {
+            return i + 1;
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::template::DEFAULT_RECIPE;
+
+    fn parse(s: &str) -> Result<Recipe, RecipeError> {
+        Recipe::parse(s, Path::new("r.toml"))
+    }
+
+    #[test]
+    fn the_template_is_the_default() {
+        assert_eq!(parse(DEFAULT_RECIPE).unwrap(), Recipe::default());
+        assert_eq!(parse("").unwrap(), Recipe::default());
+        let resolved = Recipe::default().to_toml();
+        assert_eq!(
+            parse(&resolved).unwrap(),
+            Recipe::default(),
+            "the resolved form round-trips"
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_names_its_line_and_the_nearest_key() {
+        let err = parse("[run]\nseed = 1\n\n[main]\nsteps = 10\nlrr = 0.1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("r.toml:6:"), "{err}");
+        assert!(
+            err.contains("unknown field `lrr`") && err.contains("did you mean `lr`?"),
+            "{err}"
+        );
+        let err = parse("[main]\nbatchsize = 3\n").unwrap_err().to_string();
+        assert!(err.contains("did you mean `batch`?"), "{err}");
+        let err = parse("[mian]\nsteps = 1\n").unwrap_err().to_string();
+        assert!(
+            err.starts_with("r.toml:1:") && err.contains("did you mean `main`?"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_wrong_type_or_variant_is_named() {
+        let err = parse("[main]\nsteps = \"many\"\n").unwrap_err().to_string();
+        assert!(err.starts_with("r.toml:2:"), "{err}");
+        let err = parse("[main]\nschedule = \"cosin\"\n").unwrap_err().to_string();
+        assert!(err.contains("did you mean `cosine`?"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_key_and_line() {
+        let err = parse("[main]\nbatch = 32\n\n[contract]\nbatch = 8\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("r.toml:5: `contract.batch` is 8, below half of main.batch = 32"),
+            "{err}"
+        );
+        let err = parse("[data.split]\ntrain = 0.9\n").unwrap_err().to_string();
+        assert!(
+            err.contains("`data.split.train`") && err.contains("expected 1"),
+            "{err}"
+        );
+        let err = parse("[model]\nheads = 3\n").unwrap_err().to_string();
+        assert!(err.starts_with("r.toml:2: `model.heads` is 3"), "{err}");
+        let err = parse("[data]\ndedup = \"nera\"\n").unwrap_err().to_string();
+        assert!(err.contains("did you mean `near`?"), "{err}");
+    }
+}

@@ -1,0 +1,305 @@
+//! The recipe: every setting of a run, with defaults, validated before any work.
+
+use serde::{Deserialize, Serialize};
+
+use crate::schedule::Decay;
+
+/// A whole run's settings (`contrai recipe init` prints the default with comments).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Recipe {
+    /// Name, seed, output and cadence.
+    pub run: Run,
+    /// The dataset and its split.
+    pub data: Data,
+    /// The model.
+    pub model: Model,
+    /// The main training phase.
+    pub main: Main,
+    /// The contraction phase.
+    pub contract: Contract,
+    /// The final polish.
+    pub refine: Refine,
+}
+
+/// `[run]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Run {
+    /// The run's name: its directory is `<out>/<name>`.
+    pub name: String,
+    /// Seed of every random choice (split, initialisation, batches, dropout).
+    pub seed: u64,
+    /// Parent directory of runs.
+    pub out: String,
+    /// Evaluate on the validation partition every this many optimizer steps.
+    pub eval_every: u64,
+    /// Write a checkpoint every this many optimizer steps.
+    pub checkpoint_every: u64,
+    /// Checkpoints kept besides the best one.
+    pub keep_last: u32,
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Run {
+            name: "demo".into(),
+            seed: 42,
+            out: "runs".into(),
+            eval_every: 50,
+            checkpoint_every: 50,
+            keep_last: 3,
+        }
+    }
+}
+
+/// `[data]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Data {
+    /// A JSONL, CSV or Parquet file, or a split directory with a manifest; empty: the built-in demo.
+    pub path: String,
+    /// Field holding the text.
+    pub text: String,
+    /// Field holding the label.
+    pub label: String,
+    /// Field holding a unique id.
+    pub id: String,
+    /// Partition shares.
+    pub split: Split,
+    /// Near-duplicate detection.
+    pub near_duplicates: NearDuplicates,
+    /// `drop`, `majority` or `keep`.
+    pub on_label_conflict: String,
+    /// `exact`, `near` or `none`.
+    pub dedup: String,
+}
+
+impl Default for Data {
+    fn default() -> Self {
+        Data {
+            path: String::new(),
+            text: "text".into(),
+            label: "label".into(),
+            id: "id".into(),
+            split: Split::default(),
+            near_duplicates: NearDuplicates::default(),
+            on_label_conflict: "drop".into(),
+            dedup: "exact".into(),
+        }
+    }
+}
+
+/// `[data.split]`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Split {
+    /// Share of train.
+    pub train: f64,
+    /// Share of validation.
+    pub val: f64,
+    /// Share of the holdout, evaluated once at the very end.
+    pub holdout: f64,
+}
+
+impl Default for Split {
+    fn default() -> Self {
+        Split {
+            train: 0.85,
+            val: 0.10,
+            holdout: 0.05,
+        }
+    }
+}
+
+/// `[data.near_duplicates]`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NearDuplicates {
+    /// Jaccard similarity at or above which two texts are near-duplicates.
+    pub threshold: f64,
+}
+
+impl Default for NearDuplicates {
+    fn default() -> Self {
+        NearDuplicates { threshold: 0.8 }
+    }
+}
+
+/// `[model]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Model {
+    /// `transformer` (text) or `mlp` (numeric features).
+    pub kind: String,
+    /// Tokenizer vocabulary size.
+    pub vocab: usize,
+    /// Tokens a sample (longer texts are cut, shorter padded).
+    pub seq_len: usize,
+    /// Width of the residual stream.
+    pub d_model: usize,
+    /// Transformer blocks (or hidden layers of the MLP).
+    pub layers: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Width of the feed-forward layer.
+    pub ffn: usize,
+    /// Dropout probability.
+    pub dropout: f64,
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Model {
+            kind: "transformer".into(),
+            vocab: 8192,
+            seq_len: 128,
+            d_model: 128,
+            layers: 2,
+            heads: 4,
+            ffn: 512,
+            dropout: 0.1,
+        }
+    }
+}
+
+/// `[main]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Main {
+    /// Optimizer steps.
+    pub steps: u64,
+    /// Samples a micro-batch, per device.
+    pub batch: usize,
+    /// Micro-batches accumulated into one optimizer step.
+    pub accumulate: usize,
+    /// Devices (data parallel).
+    pub devices: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Floor of the decay.
+    pub min_lr: f64,
+    /// Warmup as a fraction of the phase's steps (2–5 % recommended).
+    pub warmup: f64,
+    /// `cosine`, `linear` or `constant`.
+    pub schedule: Decay,
+    /// AdamW weight decay.
+    pub weight_decay: f64,
+    /// Global gradient-norm clip; 0 disables it.
+    pub clip_norm: f64,
+}
+
+impl Default for Main {
+    fn default() -> Self {
+        Main {
+            steps: 600,
+            batch: 32,
+            accumulate: 1,
+            devices: 1,
+            lr: 5e-4,
+            min_lr: 1e-5,
+            warmup: 0.03,
+            schedule: Decay::Cosine,
+            weight_decay: 0.01,
+            clip_norm: 1.0,
+        }
+    }
+}
+
+impl Main {
+    /// Samples an optimizer step sees: per-device batch × devices × accumulation steps.
+    pub fn effective_batch(&self) -> usize {
+        self.batch * self.devices * self.accumulate
+    }
+}
+
+/// `[contract]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Contract {
+    /// Share of all steps given to contraction (0.15–0.30).
+    pub budget: f64,
+    /// Batch size; never below half of main's.
+    pub batch: usize,
+    /// Dropout multiplier.
+    pub dropout_scale: f64,
+    /// Share of the training samples with the highest loss dropped.
+    pub drop_noisiest: f64,
+    /// Relative change of validation loss between checkpoints that counts as stable.
+    pub stable_delta: f64,
+    /// Stable checkpoints in a row required to enter.
+    pub stable_checkpoints: u32,
+    /// Relative worsening of validation loss tolerated before rolling back.
+    pub tolerance: f64,
+    /// Evaluations in a row beyond tolerance before rolling back.
+    pub patience: u32,
+    /// Pruning targets by parameter glob.
+    pub prune: Vec<Prune>,
+}
+
+impl Default for Contract {
+    fn default() -> Self {
+        Contract {
+            budget: 0.2,
+            batch: 16,
+            dropout_scale: 0.5,
+            drop_noisiest: 0.02,
+            stable_delta: 0.02,
+            stable_checkpoints: 2,
+            tolerance: 0.02,
+            patience: 3,
+            prune: vec![
+                Prune {
+                    params: "blocks.*.attn.*".into(),
+                    init: 0.1,
+                    final_sparsity: 0.2,
+                },
+                Prune {
+                    params: "blocks.*.ffn.*".into(),
+                    init: 0.1,
+                    final_sparsity: 0.5,
+                },
+            ],
+        }
+    }
+}
+
+/// One pruning target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prune {
+    /// Glob over parameter paths.
+    pub params: String,
+    /// Sparsity when pruning starts.
+    #[serde(default = "default_prune_init")]
+    pub init: f64,
+    /// Sparsity reached at the end of contraction.
+    #[serde(rename = "final")]
+    pub final_sparsity: f64,
+}
+
+fn default_prune_init() -> f64 {
+    0.1
+}
+
+/// `[refine]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Refine {
+    /// Share of all steps given to the final anneal.
+    pub budget: f64,
+    /// `int8` or `none`.
+    pub quantize: String,
+    /// Largest accuracy drop (points) a quantized model may cost before it is refused.
+    pub max_drop: f64,
+}
+
+impl Default for Refine {
+    fn default() -> Self {
+        Refine {
+            budget: 0.05,
+            quantize: "int8".into(),
+            max_drop: 1.0,
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! The default recipe as commented TOML: what `contrai recipe init` prints.
+
+/// The default recipe, every key with a comment; it parses to [`crate::Recipe::default`].
+pub const DEFAULT_RECIPE: &str = r#"# Contrai recipe. Every key below is shown with its default; delete what you do not change.
+
+[run]
+name = "demo"            # the run directory is <out>/<name>
+seed = 42                # seeds the split, initialisation, batch order and dropout
+out = "runs"             # parent directory of runs
+eval_every = 50          # evaluate on validation every N optimizer steps
+checkpoint_every = 50    # checkpoint every N steps: a preempted run loses minutes, not days
+keep_last = 3            # checkpoints kept besides the best
+
+[data]
+path = ""                # JSONL / CSV / Parquet file, or a split directory; "" = built-in demo
+text = "text"            # field holding the text
+label = "label"          # field holding the label
+id = "id"                # field holding a unique id (line numbers when absent)
+on_label_conflict = "drop"   # duplicate clusters with disagreeing labels: drop | majority | keep
+dedup = "exact"          # duplicates dropped before training: exact | near | none
+
+[data.split]             # shares of each partition; the holdout is evaluated once, at the end
+train = 0.85
+val = 0.10
+holdout = 0.05
+
+[data.near_duplicates]
+threshold = 0.8          # Jaccard similarity of word 5-grams that makes two texts near-duplicates
+
+[model]
+kind = "transformer"     # transformer (text) | mlp (numeric features)
+vocab = 8192             # tokenizer vocabulary, fitted on the train partition only
+seq_len = 128            # tokens a sample
+d_model = 128            # width
+layers = 2               # pre-LayerNorm blocks
+heads = 4                # attention heads
+ffn = 512                # feed-forward width
+dropout = 0.1
+
+[main]
+steps = 600              # optimizer steps
+batch = 32               # samples a micro-batch, per device
+accumulate = 1           # micro-batches an optimizer step (effective batch 16–64 recommended)
+devices = 1
+lr = 5e-4                # peak learning rate
+min_lr = 1e-5            # floor of the decay
+warmup = 0.03            # linear warmup, as a fraction of the steps (2–5 %)
+schedule = "cosine"      # cosine | linear | constant
+weight_decay = 0.01      # AdamW
+clip_norm = 1.0          # global gradient-norm clipping; 0 disables it
+
+[contract]
+budget = 0.2             # share of all steps (15–30 %)
+batch = 16               # never below half of main's batch
+dropout_scale = 0.5
+drop_noisiest = 0.02     # share of training samples with the highest loss dropped
+stable_delta = 0.02      # enter when validation loss changes less than this between checkpoints ...
+stable_checkpoints = 2   # ... this many times in a row
+tolerance = 0.02         # roll back when validation loss worsens by more than this ...
+patience = 3             # ... for this many evaluations
+prune = [
+    { params = "blocks.*.attn.*", init = 0.1, final = 0.2 },
+    { params = "blocks.*.ffn.*", init = 0.1, final = 0.5 },
+]
+
+[refine]
+budget = 0.05            # share of all steps for the final anneal
+quantize = "int8"        # int8 | none
+max_drop = 1.0           # accuracy points a quantized model may lose before it is refused
+"#;
