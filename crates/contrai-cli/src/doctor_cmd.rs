@@ -1,17 +1,317 @@
-//! `contrai doctor`: diagnose training logs (filled in by the doctor issue).
+//! `contrai doctor`: diagnose training logs of any framework, once or while they grow.
 
-use std::path::PathBuf;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use contrai_doctor::{
+    Doctor, DoctorConfig, Finding, Format, Report, Run, Series, diagnose, read_path, report_of,
+};
 
 /// Arguments of `contrai doctor`.
 #[derive(clap::Args)]
 pub struct DoctorArgs {
-    /// Log files or run directories.
+    /// Log files or run directories (TensorBoard, trainer_state.json, CSV, MLflow, W&B CSV,
+    /// Burn metric logs, JSONL).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
+    /// Print JSON: {"runs":[{"name","source","verdict","findings":[...]}]}.
+    #[arg(long)]
+    json: bool,
+    /// Force the format: tensorboard, hf_trainer_state, csv, wandb_csv, mlflow, burn, jsonl.
+    #[arg(long, value_name = "F")]
+    format: Option<String>,
+    /// Follow logs that are still being written; print each new finding once.
+    #[arg(long)]
+    watch: bool,
+    /// With --watch: stop after this many seconds without the logs changing.
+    #[arg(long, value_name = "N", default_value_t = 600)]
+    idle_secs: u64,
 }
 
 /// Runs `contrai doctor`.
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("the doctor is not built yet ({} paths given)", args.paths.len())
+    let format = match &args.format {
+        Some(f) => Some(Format::parse(f).with_context(|| {
+            format!(
+                "unknown --format `{f}` (tensorboard, hf_trainer_state, csv, wandb_csv, mlflow, \
+                 burn, jsonl)"
+            )
+        })?),
+        None => None,
+    };
+    if args.watch {
+        return watch(&args, format);
+    }
+    let cfg = DoctorConfig::default();
+    let mut runs = Vec::new();
+    for p in &args.paths {
+        runs.extend(read_path(p, format)?);
+    }
+    let reports: Vec<Report> = runs.iter().map(|r| diagnose(r, &cfg)).collect();
+    if args.json {
+        println!("{}", json_output(&reports)?);
+    } else {
+        print!("{}", text_report(&runs, &reports));
+    }
+    Ok(exit_code(&reports))
+}
+
+fn exit_code(reports: &[Report]) -> ExitCode {
+    if reports.iter().any(Report::needs_action) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn json_output(reports: &[Report]) -> anyhow::Result<String> {
+    Ok(serde_json::to_string_pretty(
+        &serde_json::json!({ "runs": reports }),
+    )?)
+}
+
+fn fmt_num(x: f64) -> String {
+    if !x.is_finite() {
+        format!("{x}")
+    } else if x.fract() == 0.0 && x.abs() < 1e12 {
+        format!("{x:.0}")
+    } else if x.abs() < 1e-3 || x.abs() >= 1e5 {
+        format!("{x:.3e}")
+    } else {
+        format!("{x:.4}")
+    }
+}
+
+fn verdict_line(report: &Report) -> String {
+    let actionable: Vec<&Finding> = report.findings.iter().filter(|f| f.actionable()).collect();
+    if actionable.is_empty() {
+        "healthy".to_string()
+    } else {
+        let labels: Vec<String> = actionable
+            .iter()
+            .map(|f| format!("{} (step {})", f.label, f.step))
+            .collect();
+        format!("action needed: {}", labels.join(", "))
+    }
+}
+
+fn finding_text(f: &Finding) -> String {
+    let ev: Vec<String> = f
+        .evidence
+        .iter()
+        .map(|(k, v)| format!("{k}={}", fmt_num(*v)))
+        .collect();
+    format!(
+        "  [{}] {} from step {}\n      {}\n      evidence: {}\n",
+        f.severity,
+        f.label,
+        f.step,
+        f.recommendation,
+        ev.join(" ")
+    )
+}
+
+fn series_summary(run: &Run) -> String {
+    let mut out = String::new();
+    for s in Series::ALL {
+        let Some(d) = run.series.get(&s) else {
+            continue;
+        };
+        let pts = &d.points;
+        let (Some(first), Some(last)) = (pts.first(), pts.last()) else {
+            continue;
+        };
+        let finite: Vec<_> = pts.iter().filter(|p| p.value.is_finite()).collect();
+        let nonfinite = pts.len() - finite.len();
+        let min = finite
+            .iter()
+            .min_by(|a, b| a.value.total_cmp(&b.value))
+            .map(|p| format!("{}@{}", fmt_num(p.value), p.step))
+            .unwrap_or_else(|| "-".to_string());
+        out.push_str(&format!(
+            "    {:<15} {:<24} {:>6} pts  steps {}..{}  first {}  min {}  last {}{}\n",
+            s.name(),
+            format!("({})", d.tag),
+            pts.len(),
+            first.step,
+            last.step,
+            fmt_num(first.value),
+            min,
+            fmt_num(last.value),
+            if nonfinite > 0 {
+                format!("  non-finite {nonfinite}")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    out
+}
+
+fn text_report(runs: &[Run], reports: &[Report]) -> String {
+    let bad = reports.iter().filter(|r| r.needs_action()).count();
+    let mut out = if bad == 0 {
+        format!("verdict: healthy ({} run(s))\n", reports.len())
+    } else {
+        format!("verdict: action needed ({bad} of {} run(s))\n", reports.len())
+    };
+    for (run, rep) in runs.iter().zip(reports) {
+        out.push_str(&format!(
+            "\n== {} [{}] {}\n  verdict: {}\n",
+            rep.name,
+            run.format,
+            rep.source,
+            verdict_line(rep)
+        ));
+        for f in &rep.findings {
+            out.push_str(&finding_text(f));
+        }
+        out.push_str("  series:\n");
+        out.push_str(&series_summary(run));
+    }
+    out
+}
+
+/// A cheap fingerprint of a path (file sizes and mtimes, recursively for folders).
+fn fingerprint(path: &Path) -> (u64, Option<SystemTime>) {
+    let mut size = 0u64;
+    let mut latest: Option<SystemTime> = None;
+    let mut stack = vec![(path.to_path_buf(), 0usize)];
+    while let Some((p, depth)) = stack.pop() {
+        let Ok(meta) = std::fs::metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if depth < 8
+                && let Ok(rd) = std::fs::read_dir(&p)
+            {
+                stack.extend(rd.filter_map(|e| e.ok().map(|e| (e.path(), depth + 1))));
+            }
+        } else {
+            size = size.wrapping_add(meta.len());
+            if let Ok(m) = meta.modified() {
+                latest = Some(latest.map_or(m, |l: SystemTime| l.max(m)));
+            }
+        }
+    }
+    (size, latest)
+}
+
+struct Followed {
+    doctor: Doctor,
+    seen: [usize; 6],
+    run: Run,
+}
+
+/// Follows growing logs: each poll re-reads what changed and feeds only the new points to a
+/// live doctor per run, printing each new finding once.
+fn watch(args: &DoctorArgs, format: Option<Format>) -> anyhow::Result<ExitCode> {
+    let cfg = DoctorConfig::default();
+    let idle = Duration::from_secs(args.idle_secs);
+    let mut followed: HashMap<(String, String), Followed> = HashMap::new();
+    let mut order: Vec<(String, String)> = Vec::new();
+    let mut prints: HashSet<String> = HashSet::new();
+    let mut prints_err: HashSet<String> = HashSet::new();
+    let mut fps: Vec<(u64, Option<SystemTime>)> = vec![(u64::MAX, None); args.paths.len()];
+    let mut last_change = Instant::now();
+    eprintln!(
+        "watching {} path(s); stops after {} s without change or on Ctrl-C",
+        args.paths.len(),
+        args.idle_secs
+    );
+    loop {
+        for (i, p) in args.paths.iter().enumerate() {
+            let fp = fingerprint(p);
+            if fp == fps[i] {
+                continue;
+            }
+            fps[i] = fp;
+            last_change = Instant::now();
+            let runs = match read_path(p, format) {
+                Ok(r) => r,
+                Err(e) => {
+                    // A file that does not exist yet or holds no metrics yet: keep waiting.
+                    if prints_err.insert(e.to_string()) {
+                        eprintln!("waiting: {e}");
+                    }
+                    continue;
+                }
+            };
+            for run in runs {
+                let key = (run.source.clone(), run.name.clone());
+                let entry = followed.entry(key.clone()).or_insert_with(|| {
+                    order.push(key.clone());
+                    let mut doctor = Doctor::new(cfg.clone());
+                    doctor.set_hints(run.hints.clone());
+                    Followed {
+                        doctor,
+                        seen: [0; 6],
+                        run: run.clone(),
+                    }
+                });
+                let fresh = entry.doctor.feed_new_points(&run, &mut entry.seen);
+                entry.run = run;
+                for f in fresh {
+                    emit(args.json, &entry.run.name, &f, &mut prints)?;
+                }
+            }
+        }
+        if last_change.elapsed() >= idle {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500).min(idle));
+    }
+    let mut runs = Vec::new();
+    let mut reports = Vec::new();
+    for key in &order {
+        if let Some(fw) = followed.get_mut(key) {
+            for f in fw.doctor.finish() {
+                emit(args.json, &fw.run.name, &f, &mut prints)?;
+            }
+            reports.push(report_of(&fw.run, &fw.doctor));
+            runs.push(fw.run.clone());
+        }
+    }
+    if reports.is_empty() {
+        anyhow::bail!(
+            "no readable training log appeared under {} within {} s",
+            args.paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            args.idle_secs
+        );
+    }
+    if args.json {
+        // One line, so that a watch stream is JSON lines throughout.
+        println!(
+            "{}",
+            serde_json::to_string(&serde_json::json!({ "runs": reports }))?
+        );
+    } else {
+        print!("{}", text_report(&runs, &reports));
+    }
+    Ok(exit_code(&reports))
+}
+
+fn emit(json: bool, run: &str, f: &Finding, seen: &mut HashSet<String>) -> anyhow::Result<()> {
+    if !seen.insert(format!("{run}\u{0}{}", f.label)) {
+        return Ok(());
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&serde_json::json!({ "run": run, "finding": f }))?
+        );
+    } else {
+        println!(
+            "[{run}] {} {} from step {}: {}",
+            f.severity, f.label, f.step, f.recommendation
+        );
+    }
+    Ok(())
 }

@@ -1,1 +1,20 @@
-//! Contrai's doctor: reads training logs of any framework and diagnoses them. Filled in by the doctor issue.
+//! Contrai's doctor: reads training logs of any framework and diagnoses them, offline or live.
+//!
+//! The same [`Doctor`] serves both uses: a live trainer feeds points one at a time with
+//! [`Doctor::push`] and collects newly emitted findings; [`diagnose`] replays a parsed log
+//! ([`Run`]) through the very same code path.
+
+#![warn(missing_docs)]
+
+pub mod detect;
+pub mod doctor;
+pub mod finding;
+pub mod read;
+pub mod series;
+pub mod stats;
+pub mod tags;
+
+pub use doctor::{Doctor, DoctorConfig, Report, diagnose, report_of};
+pub use finding::{Finding, Label, Severity};
+pub use read::{Format, ReadError, read_path};
+pub use series::{Point, Run, RunHints, Series, SeriesData, XUnit};

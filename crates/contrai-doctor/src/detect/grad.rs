@@ -1,0 +1,77 @@
+//! `grad_vanish`: the gradient norm collapsed by orders of magnitude from its peak.
+
+use super::{Ctx, finite, num};
+use crate::finding::{Finding, Label, Severity};
+use crate::series::Series;
+use crate::stats::{block_medians, median};
+
+/// Reviews the gradient norm.
+pub fn vanish(ctx: &Ctx) -> Option<Finding> {
+    let pts = finite(ctx.st.points(Series::GradNorm));
+    if pts.len() < 10 {
+        return None;
+    }
+    let vals: Vec<f64> = pts.iter().map(|p| p.value).collect();
+    let blocks = block_medians(&vals, 20);
+    let peak = blocks.iter().copied().fold(0.0, f64::max);
+    let k = (vals.len() / 10).max(3);
+    let last = median(&vals[vals.len() - k..])?;
+    if peak <= 0.0 || last > peak * ctx.cfg.grad_vanish_ratio {
+        return None;
+    }
+    let step = pts
+        .iter()
+        .find(|p| p.value <= peak * ctx.cfg.grad_vanish_ratio)
+        .map(|p| p.step)
+        .unwrap_or(pts[0].step);
+    let rec = format!(
+        "gradient norm fell from {} to {} ({:.1e}x): check for dead activations or saturated \
+         outputs, use pre-LN/residual paths, raise the LR x 3 if it was annealed too early, and \
+         use bf16 rather than fp16 (underflow)",
+        num(peak),
+        num(last),
+        last / peak
+    );
+    Some(
+        Finding::new(Label::GradVanish, Severity::Warning, step, rec)
+            .with("peak_grad_norm", peak)
+            .with("last_grad_norm", last)
+            .with("ratio", last / peak),
+    )
+}
+
+/// A sustained rise of the gradient norm: the latest tenth sits an order of magnitude above the
+/// run's typical level (median of its first half, after warmup).
+pub fn growth(ctx: &Ctx) -> Option<Finding> {
+    let pts = finite(ctx.st.points(Series::GradNorm));
+    if pts.len() < 20 {
+        return None;
+    }
+    let vals: Vec<f64> = pts.iter().map(|p| p.value).collect();
+    let k = (vals.len() / 10).max(3);
+    let base = median(&vals[vals.len() / 10..vals.len() / 2])?;
+    let last = median(&vals[vals.len() - k..])?;
+    if base <= 0.0 || last < ctx.cfg.grad_explode_ratio * base {
+        return None;
+    }
+    let step = pts
+        .iter()
+        .skip(vals.len() / 2)
+        .find(|p| p.value >= ctx.cfg.grad_explode_ratio * base)
+        .map(|p| p.step)
+        .unwrap_or(pts[pts.len() - k].step);
+    let rec = format!(
+        "gradient norm grew from {} to {} ({:.0}x) and stays there: clip the global gradient \
+         norm at {}, lower the peak LR x 0.5, and use bf16 instead of fp16",
+        num(base),
+        num(last),
+        last / base,
+        num(2.0 * base)
+    );
+    Some(
+        Finding::new(Label::GradExplode, Severity::Critical, step, rec)
+            .with("typical_grad_norm", base)
+            .with("last_grad_norm", last)
+            .with("ratio", last / base),
+    )
+}

@@ -1,0 +1,101 @@
+//! Schedule facts from the logged LR: warmup share and final/peak ratio.
+
+use super::{Ctx, finite, num};
+use crate::finding::{Finding, Label, Severity};
+use crate::series::Series;
+
+/// Reviews the LR series; `final_` is true at the end of the run.
+pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let pts = finite(ctx.st.points(Series::Lr));
+    if pts.len() < 5 {
+        return out;
+    }
+    let peak = pts.iter().map(|p| p.value).fold(0.0, f64::max);
+    if peak <= 0.0 {
+        return out;
+    }
+    let peak_i = pts.iter().position(|p| p.value >= 0.95 * peak).unwrap_or(0);
+    let first = pts[0];
+    let last = pts[pts.len() - 1];
+    let total = ctx
+        .st
+        .hints
+        .total_steps
+        .filter(|t| *t >= last.step)
+        .unwrap_or(last.step)
+        .max(1) as f64;
+    let has_warmup = first.value < 0.5 * peak && peak_i > 0;
+    let warmup_steps = pts[peak_i].step.saturating_sub(first.step.min(pts[peak_i].step)) as f64;
+    // The warmup is known once the LR has stopped rising.
+    let warmup_done = peak_i + 2 < pts.len();
+    let frac = warmup_steps / total;
+    let advised = (0.03 * total).round();
+    // Its share of the run is known at the end, or live when the log states the planned total.
+    let share_known = final_ || ctx.st.hints.total_steps.is_some();
+    if has_warmup && share_known && (warmup_done || final_) {
+        if frac > ctx.cfg.warmup_max {
+            let rec = format!(
+                "the LR warms up over {} steps ({:.0} % of {}): shorten the warmup to 2-5 % \
+                 (~{} steps), then cosine-decay to 0.1x peak ({})",
+                warmup_steps,
+                100.0 * frac,
+                total,
+                advised,
+                num(peak * 0.1)
+            );
+            out.push(
+                Finding::new(Label::LrWarmupTooLong, Severity::Warning, first.step, rec)
+                    .with("warmup_steps", warmup_steps)
+                    .with("warmup_fraction", frac)
+                    .with("peak_lr", peak)
+                    .with("total_steps", total),
+            );
+        } else if frac < ctx.cfg.warmup_min && total >= 1000.0 {
+            let rec = format!(
+                "the LR reaches its peak {} after only {} steps ({:.2} % of {}): warm up over \
+                 3 % (~{} steps) to avoid early loss spikes",
+                num(peak),
+                warmup_steps,
+                100.0 * frac,
+                total,
+                advised
+            );
+            out.push(
+                Finding::new(Label::LrWarmupTooShort, Severity::Info, first.step, rec)
+                    .with("warmup_steps", warmup_steps)
+                    .with("warmup_fraction", frac)
+                    .with("peak_lr", peak)
+                    .with("total_steps", total),
+            );
+        }
+    }
+    // No decay: judged at the end, or live once past half of the planned steps.
+    let known_total = ctx.st.hints.total_steps.is_some();
+    let late = final_ || (known_total && last.step as f64 >= 0.5 * total);
+    let after_peak = pts.len() - peak_i - 1;
+    let span_after = (last.step.saturating_sub(pts[peak_i].step)) as f64;
+    if late && after_peak >= 3 && span_after >= 0.3 * total {
+        let ratio = last.value / peak;
+        if ratio >= ctx.cfg.no_decay_ratio {
+            let rec = format!(
+                "the LR stays at {:.0} % of its peak {} to the end: use cosine decay with 3 % \
+                 warmup (~{} steps) down to min_lr = 0.1x peak ({}); at the least, drop to peak \
+                 LR x 0.25 ({}) for the last 20 % of the steps",
+                100.0 * ratio,
+                num(peak),
+                advised,
+                num(peak * 0.1),
+                num(peak * 0.25)
+            );
+            out.push(
+                Finding::new(Label::LrNoDecay, Severity::Warning, pts[peak_i].step, rec)
+                    .with("final_over_peak", ratio)
+                    .with("peak_lr", peak)
+                    .with("final_lr", last.value)
+                    .with("peak_step", pts[peak_i].step as f64),
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,135 @@
+//! Detectors. Point detectors look at the newest point; trend detectors review a whole series.
+
+mod chance;
+mod grad;
+mod lr;
+mod nonfinite;
+mod oscillation;
+mod overfit;
+mod plateau;
+mod spike;
+
+use crate::doctor::{DoctorConfig, RunState};
+use crate::finding::{Finding, Label, Severity};
+use crate::series::{Point, Series};
+
+/// What the detectors see: thresholds and the buffered series.
+pub struct Ctx<'a> {
+    /// Thresholds.
+    pub cfg: &'a DoctorConfig,
+    /// Buffered series.
+    pub st: &'a RunState,
+}
+
+/// Why a trend review runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// A series grew enough since its last review.
+    Review(Series),
+    /// The run ended.
+    Finish,
+}
+
+impl Trigger {
+    fn covers(self, s: Series) -> bool {
+        match self {
+            Trigger::Finish => true,
+            Trigger::Review(t) => t == s,
+        }
+    }
+
+    fn is_final(self) -> bool {
+        self == Trigger::Finish
+    }
+}
+
+/// Checks run on every new point of `series`.
+pub fn on_point(ctx: &Ctx, series: Series) -> Vec<Finding> {
+    let mut out = Vec::new();
+    out.extend(nonfinite::check(ctx, series));
+    match series {
+        Series::TrainLoss => out.extend(spike::loss_spike(ctx)),
+        Series::GradNorm => out.extend(spike::grad_explode(ctx)),
+        _ => {}
+    }
+    out
+}
+
+/// Trend checks for a review or the end of the run.
+pub fn review(ctx: &Ctx, trigger: Trigger) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let loss = main_loss(ctx.st);
+    if trigger.covers(Series::ValLoss) || trigger.covers(Series::TrainLoss) {
+        out.extend(overfit::check(ctx));
+    }
+    if trigger.covers(loss) {
+        out.extend(chance::check(ctx, loss));
+        out.extend(plateau::check(ctx, loss));
+        out.extend(oscillation::check(ctx));
+    }
+    if trigger.covers(Series::GradNorm) {
+        out.extend(grad::vanish(ctx));
+        out.extend(grad::growth(ctx));
+    }
+    if trigger.covers(Series::Lr) {
+        out.extend(lr::check(ctx, trigger.is_final()));
+    }
+    if trigger.is_final() {
+        out.extend(nonfinite::summary(ctx));
+    }
+    out
+}
+
+/// The loss the trend detectors follow: training loss, else validation loss.
+pub fn main_loss(st: &RunState) -> Series {
+    if st.points(Series::TrainLoss).iter().any(|p| p.value.is_finite()) {
+        Series::TrainLoss
+    } else {
+        Series::ValLoss
+    }
+}
+
+/// The `healthy` finding, with the final losses as evidence.
+pub fn healthy(ctx: &Ctx) -> Finding {
+    let step = ctx.st.last_step();
+    let mut f = Finding::new(
+        Label::Healthy,
+        Severity::Info,
+        step,
+        "nothing to change: keep the schedule; checkpoint every ~50 steps and keep watching \
+         the validation loss"
+            .to_string(),
+    );
+    for s in [Series::TrainLoss, Series::ValLoss] {
+        let pts = finite(ctx.st.points(s));
+        if let (Some(first), Some(last)) = (pts.first(), pts.last()) {
+            f = f
+                .with(&format!("{}_first", s.name()), first.value)
+                .with(&format!("{}_last", s.name()), last.value);
+        }
+    }
+    f
+}
+
+/// The finite points of a series.
+pub(crate) fn finite(points: &[Point]) -> Vec<Point> {
+    points.iter().copied().filter(|p| p.value.is_finite()).collect()
+}
+
+/// Relative change `(a - b) / |a|`, 0 when `a` is 0.
+pub(crate) fn rel_drop(a: f64, b: f64) -> f64 {
+    if a == 0.0 { 0.0 } else { (a - b) / a.abs() }
+}
+
+/// Formats a number compactly for recommendations.
+pub(crate) fn num(x: f64) -> String {
+    if x == 0.0 {
+        "0".to_string()
+    } else if x.abs() < 1e-3 || x.abs() >= 1e5 {
+        format!("{x:.2e}")
+    } else if x.abs() < 1.0 {
+        format!("{x:.4}")
+    } else {
+        format!("{x:.3}")
+    }
+}

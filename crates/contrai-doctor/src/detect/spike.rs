@@ -1,0 +1,129 @@
+//! `loss_spike` and `grad_explode`: robust z-score in log space against the recent history.
+
+use super::{Ctx, num};
+use crate::finding::{Finding, Label, Severity};
+use crate::series::Series;
+use crate::stats::median_in_place;
+
+/// Robust (median/MAD) z-score of the newest point against the previous `window` finite,
+/// positive points, in log space. Returns (z, ratio to the median, median, step).
+fn newest_z(ctx: &Ctx, series: Series, min_ratio: f64) -> Option<(f64, f64, f64, u64)> {
+    let pts = ctx.st.points(series);
+    let last = pts.last()?;
+    if !(last.value.is_finite() && last.value > 0.0) {
+        return None;
+    }
+    let w = ctx.cfg.spike_window.clamp(4, 64);
+    // The ring holds the logs of earlier points only: the newest point is appended after
+    // the point checks run.
+    let ring = &ctx.st.recent_logs[series.index()];
+    let mut hist = [0.0f64; 64];
+    let mut n = 0;
+    for &v in ring.iter().rev().take(w) {
+        if v.is_nan() {
+            return None;
+        }
+        hist[n] = v;
+        n += 1;
+    }
+    if n < 8.min(w) {
+        return None;
+    }
+    // The median is at least the minimum: a point under min * ratio cannot be a spike.
+    let x = last.value.ln();
+    let lo = hist[..n].iter().copied().fold(f64::INFINITY, f64::min);
+    if x - lo < min_ratio.max(1.0).ln() {
+        return None;
+    }
+    let h = &mut hist[..n];
+    let m = median_in_place(h);
+    for v in h.iter_mut() {
+        *v = (*v - m).abs();
+    }
+    let mad = median_in_place(h);
+    // Floor the scale at 1 % relative change so that a perfectly smooth curve is not "spiky".
+    let scale = (1.4826 * mad).max(0.01);
+    Some(((x - m) / scale, (x - m).exp(), m.exp(), last.step))
+}
+
+/// A training-loss point far above its recent median.
+pub fn loss_spike(ctx: &Ctx) -> Option<Finding> {
+    let (z, ratio, med, step) = newest_z(ctx, Series::TrainLoss, ctx.cfg.spike_ratio)?;
+    if z < ctx.cfg.spike_z || ratio < ctx.cfg.spike_ratio {
+        return None;
+    }
+    // A jump must be material on the loss's own scale (its initial level): a 2x jump between
+    // 0.0001 and 0.0002 at a loss that started at 1.0 is rounding, not a spike.
+    let first: Vec<f64> = ctx
+        .st
+        .points(Series::TrainLoss)
+        .iter()
+        .map(|p| p.value)
+        .filter(|v| v.is_finite())
+        .take(5)
+        .collect();
+    let scale = crate::stats::median(&first)?.abs();
+    if med * (ratio - 1.0) < 0.02 * scale {
+        return None;
+    }
+    let peak_lr = ctx
+        .st
+        .points(Series::Lr)
+        .iter()
+        .map(|p| p.value)
+        .filter(|v| v.is_finite())
+        .fold(f64::NAN, f64::max);
+    let lr_part = if peak_lr.is_finite() && peak_lr > 0.0 {
+        format!("peak LR x 0.5 (to {})", num(peak_lr * 0.5))
+    } else {
+        "peak LR x 0.5".to_string()
+    };
+    let rec = format!(
+        "loss jumped {:.1}x above its recent median {} at step {step}: lower the {lr_part}, clip \
+         the global gradient norm at 1.0, keep >= 3 % warmup and an effective batch of 16-64; \
+         if it repeats at the same data position, audit that data shard",
+        ratio,
+        num(med)
+    );
+    Some(
+        Finding::new(Label::LossSpike, Severity::Warning, step, rec)
+            .with("robust_z", z)
+            .with("ratio_to_median", ratio)
+            .with("recent_median", med)
+            .with("value", med * ratio),
+    )
+}
+
+/// A gradient-norm point an order of magnitude above its recent median.
+pub fn grad_explode(ctx: &Ctx) -> Option<Finding> {
+    let (z, ratio, med, step) = newest_z(ctx, Series::GradNorm, ctx.cfg.grad_explode_ratio)?;
+    if z < ctx.cfg.spike_z || ratio < ctx.cfg.grad_explode_ratio {
+        return None;
+    }
+    // An isolated spike that clipping absorbs is not an explosion: it must be two orders of
+    // magnitude, or the loss must react (jump or turn non-finite) at the same step.
+    let loss = ctx.st.points(Series::TrainLoss).last();
+    let loss_reacts = loss.is_some_and(|p| {
+        p.step == step
+            && (!p.value.is_finite()
+                || newest_z(ctx, Series::TrainLoss, ctx.cfg.spike_ratio)
+                    .is_some_and(|(_, r, _, _)| r >= ctx.cfg.spike_ratio))
+    });
+    if ratio < 10.0 * ctx.cfg.grad_explode_ratio && !loss_reacts {
+        return None;
+    }
+    let rec = format!(
+        "gradient norm reached {:.1}x its recent median ({}) at step {step}: clip the global \
+         gradient norm at {} (about 2x the median), use bf16 instead of fp16, and lower the peak \
+         LR x 0.5",
+        ratio,
+        num(med),
+        num(2.0 * med)
+    );
+    Some(
+        Finding::new(Label::GradExplode, Severity::Critical, step, rec)
+            .with("robust_z", z)
+            .with("ratio_to_median", ratio)
+            .with("recent_median", med),
+    )
+}

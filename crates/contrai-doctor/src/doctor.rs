@@ -1,0 +1,310 @@
+//! The incremental doctor: feed points as they arrive, collect findings. Offline diagnosis
+//! replays a parsed run through the same object.
+
+use serde::Serialize;
+
+use crate::detect::{self, Ctx, Trigger};
+use crate::finding::{Finding, Label};
+use crate::series::{Point, Run, RunHints, Series, XUnit};
+
+/// Thresholds of the detectors. Defaults follow general practice, not any one log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DoctorConfig {
+    /// Overfitting: steps without validation improvement (converted to evals by the cadence).
+    pub patience_steps: f64,
+    /// Overfitting: minimum number of evals without improvement (also the patience for epochs).
+    pub patience_evals: usize,
+    /// Overfitting: the training loss must have fallen by this fraction since the best eval.
+    pub train_fall_min: f64,
+    /// Plateau: the smoothed loss improved by less than this fraction over the recent window.
+    pub plateau_rel: f64,
+    /// Plateau: the recent window's share of the points seen.
+    pub plateau_window: f64,
+    /// Spikes: robust z-score (log space) above which a point is a spike.
+    pub spike_z: f64,
+    /// Spikes: minimum ratio to the recent median for a loss spike.
+    pub spike_ratio: f64,
+    /// Spikes: points of history the z-score is computed on.
+    pub spike_window: usize,
+    /// Gradient explosion: minimum ratio to the recent median gradient norm.
+    pub grad_explode_ratio: f64,
+    /// Gradient vanishing: ratio of the latest to the peak gradient norm below which it vanished.
+    pub grad_vanish_ratio: f64,
+    /// Oscillation: median step-to-step relative swing above which the loss oscillates.
+    pub oscillation_amplitude: f64,
+    /// Stuck at chance: max relative distance of the loss to ln K.
+    pub chance_tolerance: f64,
+    /// LR warmup longer than this share of the run is too long.
+    pub warmup_max: f64,
+    /// LR warmup shorter than this share of the run is too short.
+    pub warmup_min: f64,
+    /// LR final/peak ratio above which the LR did not decay.
+    pub no_decay_ratio: f64,
+}
+
+impl Default for DoctorConfig {
+    fn default() -> Self {
+        DoctorConfig {
+            patience_steps: 300.0,
+            patience_evals: 3,
+            train_fall_min: 0.03,
+            plateau_rel: 0.005,
+            plateau_window: 0.4,
+            spike_z: 6.0,
+            spike_ratio: 1.5,
+            spike_window: 20,
+            grad_explode_ratio: 10.0,
+            grad_vanish_ratio: 1e-3,
+            oscillation_amplitude: 0.03,
+            chance_tolerance: 0.03,
+            warmup_max: 0.10,
+            warmup_min: 0.005,
+            no_decay_ratio: 0.9,
+        }
+    }
+}
+
+/// Per-series buffers the detectors read.
+#[derive(Clone, Debug, Default)]
+pub struct RunState {
+    /// Points per canonical series, indexed by [`Series::index`].
+    pub series: [Vec<Point>; 6],
+    /// Run-level hints.
+    pub hints: RunHints,
+    /// Natural logs of the latest finite values per series (NaN for a value <= 0), newest last,
+    /// at most 64: the spike detectors' history, kept so a push costs O(window).
+    pub recent_logs: [std::collections::VecDeque<f64>; 6],
+}
+
+impl RunState {
+    /// Points of a series.
+    pub fn points(&self, s: Series) -> &[Point] {
+        &self.series[s.index()]
+    }
+
+    /// The largest step seen in any series.
+    pub fn last_step(&self) -> u64 {
+        self.series
+            .iter()
+            .filter_map(|v| v.last().map(|p| p.step))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// The live doctor: push points, get findings (each label at most once).
+#[derive(Clone, Debug)]
+pub struct Doctor {
+    cfg: DoctorConfig,
+    state: RunState,
+    findings: Vec<Finding>,
+    resolved: Vec<Finding>,
+    next_review: [usize; 6],
+    finished: bool,
+}
+
+impl Doctor {
+    /// A doctor with the given thresholds.
+    pub fn new(cfg: DoctorConfig) -> Self {
+        Doctor {
+            cfg,
+            state: RunState::default(),
+            findings: Vec::new(),
+            resolved: Vec::new(),
+            next_review: [1; 6],
+            finished: false,
+        }
+    }
+
+    /// Sets run hints (x-axis unit, planned total steps, number of classes).
+    pub fn set_hints(&mut self, hints: RunHints) {
+        self.state.hints = hints;
+    }
+
+    /// Declares the x-axis unit.
+    pub fn set_x_unit(&mut self, unit: XUnit) {
+        self.state.hints.x_unit = unit;
+    }
+
+    /// Feeds one point; returns the findings it newly triggered.
+    pub fn push(&mut self, series: Series, step: u64, value: f64) -> Vec<Finding> {
+        let buf = &mut self.state.series[series.index()];
+        buf.push(Point { step, value });
+        let len = buf.len();
+        let mut out = Vec::new();
+        let ctx = Ctx {
+            cfg: &self.cfg,
+            st: &self.state,
+        };
+        let mut fresh = detect::on_point(&ctx, series);
+        if value.is_finite() {
+            let ring = &mut self.state.recent_logs[series.index()];
+            if ring.len() == 64 {
+                ring.pop_front();
+            }
+            ring.push_back(if value > 0.0 { value.ln() } else { f64::NAN });
+        }
+        let ctx = Ctx {
+            cfg: &self.cfg,
+            st: &self.state,
+        };
+        if len >= self.next_review[series.index()] {
+            // Trend detectors run on a geometric schedule: amortised O(n log n) for a log of n.
+            self.next_review[series.index()] = (len + 1).max(len + len / 8);
+            fresh.extend(detect::review(&ctx, Trigger::Review(series)));
+        }
+        for f in fresh {
+            if self.record(f.clone()) {
+                out.push(f);
+            }
+        }
+        out
+    }
+
+    /// Ends the run: runs the end-of-run checks (schedule, healthy). Returns new findings.
+    pub fn finish(&mut self) -> Vec<Finding> {
+        if self.finished {
+            return Vec::new();
+        }
+        self.finished = true;
+        let ctx = Ctx {
+            cfg: &self.cfg,
+            st: &self.state,
+        };
+        let fresh = detect::review(&ctx, Trigger::Finish);
+        // Trend findings raised live that the whole run no longer supports are resolved (a
+        // transient plateau, a validation dip the run recovered from); point events stay.
+        let confirmed: Vec<Label> = fresh.iter().map(|f| f.label).collect();
+        let (keep, resolved): (Vec<Finding>, Vec<Finding>) =
+            std::mem::take(&mut self.findings).into_iter().partition(|f| {
+                !matches!(
+                    f.label,
+                    Label::Overfitting | Label::Plateau | Label::Oscillation | Label::StuckAtChance
+                ) || confirmed.contains(&f.label)
+            });
+        self.findings = keep;
+        self.resolved.extend(resolved);
+        let mut out = Vec::new();
+        for f in fresh {
+            if let Some(old) = self.findings.iter_mut().find(|g| g.label == f.label) {
+                // Already reported live: keep its start step, refresh the numbers to the end.
+                old.severity = old.severity.max(f.severity);
+                old.evidence = f.evidence;
+                old.recommendation = f.recommendation;
+                continue;
+            }
+            if self.record(f.clone()) {
+                out.push(f);
+            }
+        }
+        if !self.findings.iter().any(Finding::actionable) {
+            let ctx = Ctx {
+                cfg: &self.cfg,
+                st: &self.state,
+            };
+            let f = detect::healthy(&ctx);
+            if self.record(f.clone()) {
+                out.push(f);
+            }
+        }
+        out
+    }
+
+    fn record(&mut self, f: Finding) -> bool {
+        if self.findings.iter().any(|g| g.label == f.label) {
+            return false;
+        }
+        self.findings.push(f);
+        true
+    }
+
+    /// Feeds the points of `run` not fed yet (`seen` counts fed points per series), in step
+    /// order; used to follow a log that grows. Returns the findings newly triggered.
+    pub fn feed_new_points(&mut self, run: &Run, seen: &mut [usize; 6]) -> Vec<Finding> {
+        let mut fresh: Vec<(Series, Point)> = Vec::new();
+        for (s, d) in &run.series {
+            let from = seen[s.index()].min(d.points.len());
+            fresh.extend(d.points[from..].iter().map(|p| (*s, *p)));
+            seen[s.index()] = d.points.len();
+        }
+        fresh.sort_by_key(|(s, p)| (p.step, *s));
+        let mut out = Vec::new();
+        for (s, p) in fresh {
+            out.extend(self.push(s, p.step, p.value));
+        }
+        out
+    }
+
+    /// Every finding so far, in the order emitted.
+    pub fn findings(&self) -> &[Finding] {
+        &self.findings
+    }
+
+    /// Trend findings raised live that the finished run no longer supported.
+    pub fn resolved(&self) -> &[Finding] {
+        &self.resolved
+    }
+
+    /// The buffered series.
+    pub fn state(&self) -> &RunState {
+        &self.state
+    }
+
+    /// True when some finding warrants action.
+    pub fn needs_action(&self) -> bool {
+        self.findings.iter().any(Finding::actionable)
+    }
+}
+
+impl Default for Doctor {
+    fn default() -> Self {
+        Doctor::new(DoctorConfig::default())
+    }
+}
+
+/// The diagnosis of one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Run name.
+    pub name: String,
+    /// Where it was read from.
+    pub source: String,
+    /// `healthy` or `action needed`.
+    pub verdict: String,
+    /// Findings, most severe first.
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// True when the run needs action.
+    pub fn needs_action(&self) -> bool {
+        self.findings.iter().any(Finding::actionable)
+    }
+}
+
+/// Replays a parsed run through a fresh [`Doctor`] and returns its report.
+pub fn diagnose(run: &Run, cfg: &DoctorConfig) -> Report {
+    let mut doctor = Doctor::new(cfg.clone());
+    doctor.set_hints(run.hints.clone());
+    let mut seen = [0usize; 6];
+    doctor.feed_new_points(run, &mut seen);
+    doctor.finish();
+    report_of(run, &doctor)
+}
+
+/// The report of a run from a doctor's current findings.
+pub fn report_of(run: &Run, doctor: &Doctor) -> Report {
+    let mut findings = doctor.findings().to_vec();
+    findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.step.cmp(&b.step)));
+    let verdict = if doctor.needs_action() {
+        "action needed"
+    } else {
+        "healthy"
+    };
+    Report {
+        name: run.name.clone(),
+        source: run.source.clone(),
+        verdict: verdict.to_string(),
+        findings,
+    }
+}

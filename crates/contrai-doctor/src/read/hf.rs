@@ -1,0 +1,55 @@
+//! Hugging Face `trainer_state.json` (`log_history`), with bare NaN/Infinity tokens.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::json_tolerant::{parse_tolerant, value_f64};
+use super::{ReadError, read_text, to_step};
+use crate::series::RawRun;
+
+/// Reads a trainer_state.json.
+pub fn read(path: &Path) -> Result<RawRun, ReadError> {
+    let text = read_text(path)?;
+    let v = parse_tolerant(&text).map_err(|e| ReadError::Parse {
+        path: path.to_path_buf(),
+        line: e.line(),
+        field: "json".to_string(),
+        reason: e.to_string(),
+    })?;
+    let Some(history) = v.get("log_history").and_then(Value::as_array) else {
+        return Err(ReadError::Parse {
+            path: path.to_path_buf(),
+            line: 1,
+            field: "log_history".to_string(),
+            reason: "missing or not an array".to_string(),
+        });
+    };
+    let name = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trainer_state".to_string());
+    let mut run = RawRun::new(name, path.display().to_string(), "hf_trainer_state");
+    run.hints.total_steps = v.get("max_steps").and_then(Value::as_u64).filter(|s| *s > 0);
+    for entry in history {
+        let Some(obj) = entry.as_object() else {
+            continue;
+        };
+        let Some(step) = obj.get("step").and_then(value_f64) else {
+            continue;
+        };
+        let step = to_step(step);
+        // The closing summary entry carries the run-average `train_loss`: not a curve point.
+        let summary = obj.contains_key("train_runtime") || obj.contains_key("total_flos");
+        for (k, val) in obj {
+            if summary && k == "train_loss" {
+                continue;
+            }
+            if let Some(x) = value_f64(val) {
+                run.push(k, step, x);
+            }
+        }
+    }
+    Ok(run)
+}

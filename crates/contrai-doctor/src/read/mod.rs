@@ -1,0 +1,325 @@
+//! Readers for every log format, with format detection from the path and content.
+
+mod burn;
+mod csv_log;
+mod hf;
+mod json_tolerant;
+mod jsonl;
+mod mlflow;
+mod proto;
+mod tensorboard;
+mod wandb;
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::series::Run;
+
+pub use json_tolerant::parse_tolerant;
+pub use tensorboard::{TbScalar, parse_events};
+
+/// Why a log could not be read. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The file could not be opened or read.
+    #[error("{path}: {error}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        error: std::io::Error,
+    },
+    /// A line or field could not be parsed.
+    #[error("{path}:{line}: field `{field}`: {reason}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line (or record) number.
+        line: usize,
+        /// The field (column, key, or record part).
+        field: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A binary record failed its checksum or framing.
+    #[error("{path}: corrupt record at byte {offset}: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the record.
+        offset: u64,
+        /// What was wrong.
+        reason: String,
+    },
+    /// Neither the path nor the content matched a known format.
+    #[error("{path}: unrecognised log format (use --format)")]
+    UnknownFormat {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The log holds no loss, accuracy, LR or gradient-norm series.
+    #[error("{path}: no training metrics found (no loss, accuracy, lr or grad_norm series)")]
+    NoMetrics {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// A log format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// TensorBoard event files.
+    Tensorboard,
+    /// Hugging Face `trainer_state.json`.
+    HfTrainerState,
+    /// Lightning CSVLogger / Keras CSVLogger / any CSV with a loss column.
+    Csv,
+    /// Weights & Biases CSV export (several runs side by side).
+    WandbCsv,
+    /// MLflow file store.
+    Mlflow,
+    /// Burn metric logs.
+    Burn,
+    /// JSON lines (Contrai, LLaMA-Factory, any flat rows).
+    Jsonl,
+}
+
+impl Format {
+    /// Parses a `--format` value.
+    pub fn parse(s: &str) -> Option<Format> {
+        Some(match s.to_ascii_lowercase().replace('-', "_").as_str() {
+            "tensorboard" | "tb" | "tfevents" => Format::Tensorboard,
+            "hf" | "hf_trainer_state" | "trainer_state" | "huggingface" => Format::HfTrainerState,
+            "csv" | "lightning_csv" | "keras_csv" | "lightning" | "keras" => Format::Csv,
+            "wandb" | "wandb_csv" => Format::WandbCsv,
+            "mlflow" | "mlflow_filestore" => Format::Mlflow,
+            "burn" | "burn_metric_logs" => Format::Burn,
+            "jsonl" | "json_lines" | "ndjson" => Format::Jsonl,
+            _ => return None,
+        })
+    }
+
+    /// The format's canonical name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Tensorboard => "tensorboard",
+            Format::HfTrainerState => "hf_trainer_state",
+            Format::Csv => "csv",
+            Format::WandbCsv => "wandb_csv",
+            Format::Mlflow => "mlflow_filestore",
+            Format::Burn => "burn_metric_logs",
+            Format::Jsonl => "jsonl",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+pub(crate) fn io_err(path: &Path, error: std::io::Error) -> ReadError {
+    ReadError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>, ReadError> {
+    fs::read(path).map_err(|e| io_err(path, e))
+}
+
+pub(crate) fn read_text(path: &Path) -> Result<String, ReadError> {
+    let bytes = read_bytes(path)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Parses a numeric cell: `None` for missing markers, `Some(NaN/inf)` kept as evidence.
+pub(crate) fn parse_num(s: &str) -> Option<f64> {
+    let t = s.trim().trim_matches('"');
+    if t.is_empty() {
+        return None;
+    }
+    match t {
+        "NA" | "N/A" | "na" | "None" | "null" | "-" => return None,
+        _ => {}
+    }
+    t.parse::<f64>().ok()
+}
+
+/// Converts a parsed x value to a step (negative and non-finite become 0).
+pub(crate) fn to_step(x: f64) -> u64 {
+    if x.is_finite() && x > 0.0 {
+        x.round() as u64
+    } else {
+        0
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Detects the format of a file (or run directory) from its path and first bytes.
+pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
+    if path.is_dir() {
+        if burn::is_burn_root(path) {
+            return Ok(Format::Burn);
+        }
+        if mlflow::is_run_dir(path) || mlflow::find_run_dirs(path).is_some_and(|v| !v.is_empty()) {
+            return Ok(Format::Mlflow);
+        }
+        return Err(ReadError::UnknownFormat {
+            path: path.to_path_buf(),
+        });
+    }
+    let name = file_name(path);
+    if name.starts_with("events.out.tfevents") {
+        return Ok(Format::Tensorboard);
+    }
+    if mlflow::metric_file_run(path).is_some() {
+        return Ok(Format::Mlflow);
+    }
+    if burn::file_root(path).is_some() {
+        return Ok(Format::Burn);
+    }
+    if name == "trainer_state.json" {
+        return Ok(Format::HfTrainerState);
+    }
+    let lower = name.to_ascii_lowercase();
+    if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") {
+        return Ok(Format::Jsonl);
+    }
+    // Sniff the content.
+    let bytes = read_bytes(path)?;
+    let head = &bytes[..bytes.len().min(4096)];
+    if tensorboard::looks_like_tfrecord(head) {
+        return Ok(Format::Tensorboard);
+    }
+    let text = String::from_utf8_lossy(head);
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') {
+        if text.contains("\"log_history\"") || lower.ends_with(".json") {
+            return Ok(Format::HfTrainerState);
+        }
+        return Ok(Format::Jsonl);
+    }
+    let first_line = trimmed.lines().next().unwrap_or("");
+    if wandb::is_wandb_header(first_line) {
+        return Ok(Format::WandbCsv);
+    }
+    if first_line.contains(',') || first_line.contains('\t') {
+        return Ok(Format::Csv);
+    }
+    Err(ReadError::UnknownFormat {
+        path: path.to_path_buf(),
+    })
+}
+
+/// Reads a file or run directory into runs. `format` overrides detection.
+pub fn read_path(path: &Path, format: Option<Format>) -> Result<Vec<Run>, ReadError> {
+    if !path.exists() {
+        return Err(io_err(
+            path,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
+        ));
+    }
+    let runs = if path.is_dir() && format.is_none() {
+        read_dir(path)?
+    } else {
+        let fmt = match format {
+            Some(f) => f,
+            None => detect_format(path)?,
+        };
+        read_as(path, fmt)?
+    };
+    let runs: Vec<Run> = runs.into_iter().filter(|r| !r.series.is_empty()).collect();
+    if runs.is_empty() {
+        return Err(ReadError::NoMetrics {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(runs)
+}
+
+fn read_as(path: &Path, fmt: Format) -> Result<Vec<Run>, ReadError> {
+    let raws = match fmt {
+        Format::Tensorboard => {
+            if path.is_dir() {
+                tensorboard::read_dir(path)?
+            } else {
+                vec![tensorboard::read_file(path)?]
+            }
+        }
+        Format::HfTrainerState => vec![hf::read(path)?],
+        Format::Csv => vec![csv_log::read(path)?],
+        Format::WandbCsv => wandb::read(path)?,
+        Format::Mlflow => mlflow::read(path)?,
+        Format::Burn => {
+            let root = if path.is_dir() {
+                path.to_path_buf()
+            } else {
+                burn::file_root(path).unwrap_or_else(|| path.to_path_buf())
+            };
+            vec![burn::read(&root)?]
+        }
+        Format::Jsonl => vec![jsonl::read(path)?],
+    };
+    Ok(raws.into_iter().map(|r| r.into_run()).collect())
+}
+
+/// Reads every log found under a directory: each TensorBoard folder, trainer_state.json,
+/// JSONL, CSV, MLflow run and Burn artifact root becomes a run.
+fn read_dir(root: &Path) -> Result<Vec<Run>, ReadError> {
+    let mut runs = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        if burn::is_burn_root(&dir) {
+            runs.extend(read_as(&dir, Format::Burn)?);
+            continue;
+        }
+        if mlflow::is_run_dir(&dir) {
+            runs.extend(read_as(&dir, Format::Mlflow)?);
+            continue;
+        }
+        let mut entries: Vec<PathBuf> = fs::read_dir(&dir)
+            .map_err(|e| io_err(&dir, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        let mut has_events = false;
+        for p in &entries {
+            if p.is_dir() {
+                // Keras-style train/ and validation/ event folders belong to this run.
+                if tensorboard::split_role(p).is_some() && tensorboard::has_event_files(p) {
+                    has_events = true;
+                } else if depth < 8 {
+                    stack.push((p.clone(), depth + 1));
+                }
+                continue;
+            }
+            let name = file_name(p);
+            let lower = name.to_ascii_lowercase();
+            if name.starts_with("events.out.tfevents") {
+                has_events = true;
+            } else if name == "trainer_state.json" {
+                runs.extend(read_as(p, Format::HfTrainerState)?);
+            } else if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") {
+                runs.extend(read_as(p, Format::Jsonl)?);
+            } else if lower.ends_with(".csv") || lower == "training.log" {
+                let fmt = detect_format(p)?;
+                if matches!(fmt, Format::Csv | Format::WandbCsv) {
+                    runs.extend(read_as(p, fmt)?);
+                }
+            }
+        }
+        if has_events {
+            runs.extend(read_as(&dir, Format::Tensorboard)?);
+        }
+    }
+    Ok(runs)
+}

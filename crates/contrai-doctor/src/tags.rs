@@ -1,0 +1,124 @@
+//! Mapping of framework tags (`eval_loss`, `train/loss`, `val_acc`, ...) to canonical series.
+
+use crate::series::Series;
+
+/// Canonical series of a tag and its priority (higher wins when several tags map to one series).
+pub fn classify(tag: &str) -> Option<(Series, i32)> {
+    let lower = tag.to_ascii_lowercase();
+    if lower.ends_with("__min") || lower.ends_with("__max") || lower.starts_with('_') {
+        return None;
+    }
+    let toks: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if toks.is_empty() {
+        return None;
+    }
+    let has = |w: &str| toks.contains(&w);
+    let valish = toks.iter().any(|t| {
+        matches!(
+            *t,
+            "val" | "valid" | "validation" | "eval" | "evaluation" | "test" | "dev" | "valloss"
+        )
+    });
+    let trainish = toks.iter().any(|t| matches!(*t, "train" | "training"));
+    let epoch_agg = has("epoch");
+    let len_penalty = toks.len() as i32;
+    // Skip meta columns that merely contain a metric word.
+    if toks
+        .iter()
+        .any(|t| matches!(*t, "runtime" | "samples" | "per" | "second" | "flos" | "count"))
+    {
+        return None;
+    }
+    if has("lr")
+        || lower.contains("learning_rate")
+        || lower.contains("learningrate")
+        || (has("learning") && has("rate"))
+    {
+        if valish {
+            return None;
+        }
+        let exact = matches!(lower.as_str(), "lr" | "learning_rate" | "learningrate");
+        return Some((Series::Lr, if exact { 100 } else { 50 - len_penalty }));
+    }
+    if (lower.contains("grad") && lower.contains("norm")) || has("gradnorm") {
+        let exact = matches!(lower.as_str(), "grad_norm" | "gradient_norm" | "train/grad_norm");
+        return Some((Series::GradNorm, if exact { 100 } else { 50 - len_penalty }));
+    }
+    let is_loss = toks.iter().any(|t| *t == "loss" || t.ends_with("loss"));
+    if is_loss {
+        let mut prio = 50 - 2 * len_penalty;
+        if epoch_agg {
+            prio -= 5;
+        }
+        if valish {
+            if matches!(
+                lower.as_str(),
+                "val_loss" | "eval_loss" | "valid/loss" | "val/loss"
+            ) {
+                prio = 100;
+            }
+            return Some((Series::ValLoss, prio));
+        }
+        if matches!(
+            lower.as_str(),
+            "loss" | "train_loss" | "train/loss" | "training loss" | "training_loss" | "train/loss_step"
+        ) {
+            prio = 100;
+        } else if trainish {
+            prio += 20;
+        } else if toks
+            .iter()
+            .any(|t| matches!(*t, "mean" | "total" | "avg" | "average" | "overall"))
+        {
+            prio += 15;
+        }
+        return Some((Series::TrainLoss, prio));
+    }
+    let is_acc = toks
+        .iter()
+        .any(|t| matches!(*t, "acc" | "accuracy" | "top1") || t.ends_with("accuracy"));
+    if is_acc {
+        let mut prio = 50 - 2 * len_penalty;
+        if epoch_agg {
+            prio -= 5;
+        }
+        if valish {
+            return Some((Series::ValAccuracy, prio));
+        }
+        if trainish || matches!(lower.as_str(), "acc" | "accuracy") {
+            prio += 20;
+        }
+        return Some((Series::TrainAccuracy, prio));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn common_tags() {
+        let s = |t: &str| classify(t).map(|x| x.0);
+        assert_eq!(s("loss"), Some(Series::TrainLoss));
+        assert_eq!(s("train/loss"), Some(Series::TrainLoss));
+        assert_eq!(s("training loss"), Some(Series::TrainLoss));
+        assert_eq!(s("eval_loss"), Some(Series::ValLoss));
+        assert_eq!(s("val_loss"), Some(Series::ValLoss));
+        assert_eq!(s("valid/Loss"), Some(Series::ValLoss));
+        assert_eq!(s("val_acc"), Some(Series::ValAccuracy));
+        assert_eq!(s("accuracy"), Some(Series::TrainAccuracy));
+        assert_eq!(s("learning_rate"), Some(Series::Lr));
+        assert_eq!(s("lr-Adam"), Some(Series::Lr));
+        assert_eq!(s("grad_norm"), Some(Series::GradNorm));
+        assert_eq!(s("train/loss__MIN"), None);
+        assert_eq!(s("epoch"), None);
+        assert_eq!(s("eval_runtime"), None);
+        let p = |t: &str| classify(t).map(|x| x.1).unwrap_or(0);
+        assert!(p("mean_loss") > p("Conductor_Copper_loss"));
+        assert!(p("train_loss_step") > p("train_loss_epoch"));
+    }
+}

@@ -1,0 +1,346 @@
+//! Synthetic curves for every label, each with a negative control, plus the live API.
+
+use std::collections::BTreeMap;
+
+use contrai_doctor::{
+    Doctor, DoctorConfig, Label, Point, Run, RunHints, Series, SeriesData, XUnit, diagnose,
+};
+
+/// Deterministic noise in [-1, 1] (xorshift).
+struct Noise(u64);
+
+impl Noise {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % 2_000_001) as f64 / 1_000_000.0 - 1.0
+    }
+}
+
+fn run(series: Vec<(Series, Vec<(u64, f64)>)>, unit: XUnit) -> Run {
+    let mut map = BTreeMap::new();
+    for (s, pts) in series {
+        map.insert(
+            s,
+            SeriesData {
+                tag: s.name().to_string(),
+                points: pts
+                    .into_iter()
+                    .map(|(step, value)| Point { step, value })
+                    .collect(),
+            },
+        );
+    }
+    Run {
+        name: "synthetic".into(),
+        source: "synthetic".into(),
+        format: "synthetic".into(),
+        series: map,
+        hints: RunHints {
+            x_unit: unit,
+            ..Default::default()
+        },
+    }
+}
+
+fn labels(r: &Run) -> Vec<Label> {
+    diagnose(r, &DoctorConfig::default())
+        .findings
+        .iter()
+        .map(|f| f.label)
+        .collect()
+}
+
+const TOTAL: u64 = 3000;
+
+fn cosine_lr(step: u64, warmup: u64, peak: f64) -> f64 {
+    if step < warmup {
+        peak * (step + 1) as f64 / warmup as f64
+    } else {
+        let t = (step - warmup) as f64 / (TOTAL - warmup) as f64;
+        0.1 * peak + 0.9 * peak * 0.5 * (1.0 + (std::f64::consts::PI * t).cos())
+    }
+}
+
+/// A healthy run: decaying train/val loss, 3 % warmup + cosine, steady grad norm.
+fn healthy_series(seed: u64) -> Vec<(Series, Vec<(u64, f64)>)> {
+    let mut n = Noise(seed);
+    let steps: Vec<u64> = (1..=TOTAL / 10).map(|i| i * 10).collect();
+    let train = steps
+        .iter()
+        .map(|&s| {
+            (
+                s,
+                (0.3 + 2.0 * (-(s as f64) / 600.0).exp()) * (1.0 + 0.02 * n.next()),
+            )
+        })
+        .collect();
+    let val = (1..=TOTAL / 50)
+        .map(|i| i * 50)
+        .map(|s| (s, 0.35 + 2.0 * (-(s as f64) / 600.0).exp()))
+        .collect();
+    let lr = steps.iter().map(|&s| (s, cosine_lr(s, 90, 3e-4))).collect();
+    let grad = steps.iter().map(|&s| (s, 1.5 * (1.0 + 0.1 * n.next()))).collect();
+    vec![
+        (Series::TrainLoss, train),
+        (Series::ValLoss, val),
+        (Series::Lr, lr),
+        (Series::GradNorm, grad),
+    ]
+}
+
+fn with(
+    mut base: Vec<(Series, Vec<(u64, f64)>)>,
+    s: Series,
+    pts: Vec<(u64, f64)>,
+) -> Vec<(Series, Vec<(u64, f64)>)> {
+    base.retain(|(t, _)| *t != s);
+    base.push((s, pts));
+    base
+}
+
+#[test]
+fn healthy_run_is_healthy_only() {
+    let l = labels(&run(healthy_series(7), XUnit::Step));
+    assert_eq!(l, vec![Label::Healthy], "{l:?}");
+}
+
+#[test]
+fn overfitting_and_control() {
+    let mut n = Noise(3);
+    let val: Vec<(u64, f64)> = (1..=TOTAL / 50)
+        .map(|i| i * 50)
+        .map(|s| {
+            let x = s as f64;
+            (
+                s,
+                0.8 + 0.5 * (-x / 300.0).exp() + 0.0002 * (x - 1000.0).max(0.0) + 0.002 * n.next(),
+            )
+        })
+        .collect();
+    let r = run(with(healthy_series(1), Series::ValLoss, val), XUnit::Step);
+    let rep = diagnose(&r, &DoctorConfig::default());
+    let f = rep
+        .findings
+        .iter()
+        .find(|f| f.label == Label::Overfitting)
+        .unwrap_or_else(|| panic!("no overfitting in {:?}", rep.findings));
+    assert!(f.evidence.contains_key("generalisation_loss_gl"));
+    assert!(f.recommendation.contains("stop at step"));
+    assert!(!labels(&run(healthy_series(1), XUnit::Step)).contains(&Label::Overfitting));
+}
+
+#[test]
+fn plateau_and_control() {
+    let mut n = Noise(5);
+    let steps: Vec<u64> = (1..=300).map(|i| i * 10).collect();
+    let flat: Vec<(u64, f64)> = steps
+        .iter()
+        .map(|&s| {
+            (
+                s,
+                (1.0 + 2.0 * (-(s as f64) / 150.0).exp()) * (1.0 + 0.003 * n.next()),
+            )
+        })
+        .collect();
+    let const_lr: Vec<(u64, f64)> = steps.iter().map(|&s| (s, 1e-3)).collect();
+    let base = with(healthy_series(5), Series::Lr, const_lr.clone());
+    let base = base.into_iter().filter(|(s, _)| *s != Series::ValLoss).collect();
+    let l = labels(&run(with(base, Series::TrainLoss, flat), XUnit::Step));
+    assert!(l.contains(&Label::Plateau), "{l:?}");
+    // Control: same constant LR, loss still falling steadily.
+    let falling: Vec<(u64, f64)> = steps.iter().map(|&s| (s, 3.0 - 0.0008 * s as f64)).collect();
+    let c = run(
+        vec![(Series::TrainLoss, falling), (Series::Lr, const_lr)],
+        XUnit::Step,
+    );
+    assert!(!labels(&c).contains(&Label::Plateau));
+}
+
+#[test]
+fn oscillation_and_control() {
+    let swing: Vec<(u64, f64)> = (0..60)
+        .map(|e| (e, if e % 2 == 0 { 1.15 } else { 0.85 }))
+        .collect();
+    let l = labels(&run(vec![(Series::TrainLoss, swing)], XUnit::Epoch));
+    assert!(l.contains(&Label::Oscillation), "{l:?}");
+    let smooth: Vec<(u64, f64)> = (0..60).map(|e| (e, 0.2 + (-(e as f64) / 10.0).exp())).collect();
+    let l = labels(&run(vec![(Series::TrainLoss, smooth)], XUnit::Epoch));
+    assert!(!l.contains(&Label::Oscillation), "{l:?}");
+}
+
+#[test]
+fn stuck_at_chance_and_control() {
+    let mut n = Noise(11);
+    let stuck: Vec<(u64, f64)> = (1..=100)
+        .map(|i| (i * 10, 10f64.ln() * (1.0 + 0.002 * n.next())))
+        .collect();
+    let l = labels(&run(vec![(Series::TrainLoss, stuck)], XUnit::Step));
+    assert!(l.contains(&Label::StuckAtChance), "{l:?}");
+    let learning: Vec<(u64, f64)> = (1..=100)
+        .map(|i| (i * 10, 0.3 + (10f64.ln() - 0.3) * (-(i as f64) / 20.0).exp()))
+        .collect();
+    let l = labels(&run(vec![(Series::TrainLoss, learning)], XUnit::Step));
+    assert!(!l.contains(&Label::StuckAtChance), "{l:?}");
+}
+
+#[test]
+fn loss_spike_and_control() {
+    let base = healthy_series(13);
+    let train: Vec<(u64, f64)> = base[0]
+        .1
+        .iter()
+        .map(|&(s, v)| (s, if s == 1500 { v * 3.0 } else { v }))
+        .collect();
+    let l = labels(&run(with(base.clone(), Series::TrainLoss, train), XUnit::Step));
+    assert!(l.contains(&Label::LossSpike), "{l:?}");
+    assert!(!labels(&run(base, XUnit::Step)).contains(&Label::LossSpike));
+}
+
+#[test]
+fn nonfinite_and_control() {
+    let base = healthy_series(17);
+    let train: Vec<(u64, f64)> = base[0]
+        .1
+        .iter()
+        .map(|&(s, v)| (s, if s >= 2000 { f64::NAN } else { v }))
+        .collect();
+    let rep = diagnose(
+        &run(with(base.clone(), Series::TrainLoss, train), XUnit::Step),
+        &DoctorConfig::default(),
+    );
+    let f = rep.findings.iter().find(|f| f.label == Label::Nonfinite);
+    assert_eq!(f.map(|f| f.step), Some(2000), "{:?}", rep.findings);
+    assert!(rep.findings.iter().all(|f| f.label != Label::Healthy));
+    assert!(!labels(&run(base, XUnit::Step)).contains(&Label::Nonfinite));
+}
+
+#[test]
+fn grad_explode_and_control() {
+    let base = healthy_series(19);
+    let scaled = |k: f64, at: u64| -> Vec<(u64, f64)> {
+        base[3]
+            .1
+            .iter()
+            .map(|&(s, v)| (s, if s == at { v * k } else { v }))
+            .collect()
+    };
+    // Two orders of magnitude in one step.
+    let l = labels(&run(
+        with(base.clone(), Series::GradNorm, scaled(150.0, 1200)),
+        XUnit::Step,
+    ));
+    assert!(l.contains(&Label::GradExplode), "{l:?}");
+    // An order of magnitude with the loss jumping at the same step.
+    let loss: Vec<(u64, f64)> = base[0]
+        .1
+        .iter()
+        .map(|&(s, v)| (s, if s == 1200 { v * 3.0 } else { v }))
+        .collect();
+    let both = with(
+        with(base.clone(), Series::GradNorm, scaled(20.0, 1200)),
+        Series::TrainLoss,
+        loss,
+    );
+    let l = labels(&run(both, XUnit::Step));
+    assert!(l.contains(&Label::GradExplode), "{l:?}");
+    // Sustained growth.
+    let grow: Vec<(u64, f64)> = base[3]
+        .1
+        .iter()
+        .map(|&(s, v)| (s, if s > 2000 { v * 30.0 } else { v }))
+        .collect();
+    let l = labels(&run(with(base.clone(), Series::GradNorm, grow), XUnit::Step));
+    assert!(l.contains(&Label::GradExplode), "{l:?}");
+    // Controls: an isolated 14x spike that clipping absorbs, and the healthy run.
+    let l = labels(&run(
+        with(base.clone(), Series::GradNorm, scaled(14.0, 1200)),
+        XUnit::Step,
+    ));
+    assert!(!l.contains(&Label::GradExplode), "{l:?}");
+    assert!(!labels(&run(base, XUnit::Step)).contains(&Label::GradExplode));
+}
+
+#[test]
+fn grad_vanish_and_control() {
+    let base = healthy_series(23);
+    let vanish: Vec<(u64, f64)> = base[3]
+        .1
+        .iter()
+        .map(|&(s, v)| (s, v * (-(s as f64) / 200.0).exp()))
+        .collect();
+    let l = labels(&run(with(base.clone(), Series::GradNorm, vanish), XUnit::Step));
+    assert!(l.contains(&Label::GradVanish), "{l:?}");
+    let mild: Vec<(u64, f64)> = base[3]
+        .1
+        .iter()
+        .map(|&(s, v)| (s, v * (1.0 - 0.7 * s as f64 / TOTAL as f64)))
+        .collect();
+    let l = labels(&run(with(base, Series::GradNorm, mild), XUnit::Step));
+    assert!(!l.contains(&Label::GradVanish), "{l:?}");
+}
+
+fn lr_run(warmup: u64, decay: bool) -> Run {
+    let pts: Vec<(u64, f64)> = (0..TOTAL / 10)
+        .map(|i| i * 10)
+        .map(|s| {
+            let v = cosine_lr(s, warmup, 1e-3);
+            let v = if !decay && s >= warmup { 1e-3 } else { v };
+            (s, v)
+        })
+        .collect();
+    run(with(healthy_series(29), Series::Lr, pts), XUnit::Step)
+}
+
+#[test]
+fn warmup_too_long_and_control() {
+    assert!(labels(&lr_run(900, true)).contains(&Label::LrWarmupTooLong));
+    assert!(!labels(&lr_run(90, true)).contains(&Label::LrWarmupTooLong));
+}
+
+#[test]
+fn warmup_too_short_and_control() {
+    assert!(labels(&lr_run(10, true)).contains(&Label::LrWarmupTooShort));
+    assert!(!labels(&lr_run(90, true)).contains(&Label::LrWarmupTooShort));
+}
+
+#[test]
+fn lr_no_decay_and_control() {
+    let l = labels(&lr_run(90, false));
+    assert!(l.contains(&Label::LrNoDecay), "{l:?}");
+    assert!(!labels(&lr_run(90, true)).contains(&Label::LrNoDecay));
+}
+
+#[test]
+fn live_feeding_matches_offline_and_emits_once() {
+    let base = healthy_series(31);
+    let train: Vec<(u64, f64)> = base[0]
+        .1
+        .iter()
+        .map(|&(s, v)| (s, if s >= 2500 { f64::INFINITY } else { v }))
+        .collect();
+    let r = run(with(base, Series::TrainLoss, train), XUnit::Step);
+    let mut all: Vec<(Series, Point)> = r
+        .series
+        .iter()
+        .flat_map(|(s, d)| d.points.iter().map(move |p| (*s, *p)))
+        .collect();
+    all.sort_by_key(|(s, p)| (p.step, *s));
+    let mut doctor = Doctor::new(DoctorConfig::default());
+    let mut emitted = Vec::new();
+    for (s, p) in all {
+        emitted.extend(doctor.push(s, p.step, p.value));
+    }
+    // The non-finite loss is reported live, at the step it happened, exactly once.
+    let nf: Vec<_> = emitted.iter().filter(|f| f.label == Label::Nonfinite).collect();
+    assert_eq!(nf.len(), 1);
+    assert_eq!(nf[0].step, 2500);
+    emitted.extend(doctor.finish());
+    let mut live: Vec<Label> = doctor.findings().iter().map(|f| f.label).collect();
+    let mut offline = labels(&r);
+    live.sort();
+    offline.sort();
+    assert_eq!(live, offline);
+    assert!(doctor.finish().is_empty());
+}
