@@ -96,6 +96,7 @@ impl Audit {
             samples: samples.len() as u64,
             bad_rows: Skips::of(&self.index.bad_rows),
             missing_text: Skips::of(&self.index.missing_text),
+            missing_label: self.missing_labels(),
             params: Params {
                 threshold: self.config.index.threshold,
                 num_perm: self.config.index.num_perm,
@@ -163,6 +164,18 @@ impl Audit {
                 .collect(),
             snippet: rep.snippet.clone(),
         }
+    }
+
+    fn missing_labels(&self) -> Vec<String> {
+        if self.index.labels.is_empty() {
+            return Vec::new();
+        }
+        self.index
+            .samples
+            .iter()
+            .filter(|s| s.label.is_none())
+            .map(|s| s.id.clone())
+            .collect()
     }
 
     fn empties(&self) -> EmptyStats {
@@ -276,6 +289,8 @@ pub struct AuditReport {
     pub bad_rows: Skips,
     /// Rows with no text value.
     pub missing_text: Skips,
+    /// Ids of samples without a label, when other samples have one.
+    pub missing_label: Vec<String>,
     /// Parameters of the near-duplicate search.
     pub params: Params,
     /// Identical normalised texts.
@@ -469,6 +484,9 @@ impl AuditReport {
         }
         if self.missing_text.count > 0 {
             p.push(format!("{} rows have no text value", self.missing_text.count));
+        }
+        if !self.missing_label.is_empty() {
+            p.push(format!("{} samples have no label", self.missing_label.len()));
         }
         if self.bad_rows.count > 0 {
             p.push(format!("{} malformed rows were skipped", self.bad_rows.count));

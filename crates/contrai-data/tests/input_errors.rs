@@ -74,6 +74,16 @@ fn rows_without_text_are_counted_not_fatal() {
     let a = audit(&file(dir.path(), "x.jsonl", body.as_bytes()), false).unwrap();
     assert_eq!(a.index.missing_text.len(), 2);
     assert_eq!(a.report().missing_text.count, 2);
+    let body = format!("{GOOD}\n{{\"id\": 2, \"text\": \"no label here at all\"}}\n");
+    let r = audit(&file(dir.path(), "y.jsonl", body.as_bytes()), false)
+        .unwrap()
+        .report();
+    assert_eq!(r.missing_label, vec!["2".to_string()]);
+    assert!(
+        r.problems.iter().any(|p| p == "1 samples have no label"),
+        "{:?}",
+        r.problems
+    );
 }
 
 #[test]
