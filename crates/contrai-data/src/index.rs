@@ -21,6 +21,8 @@ use crate::text::{Shingling, content_hash, jaccard, normalize, word_count};
 const MINHASH_SEED: u64 = 0x00c0_47a1_5eed;
 /// Rows handed to the hashing threads at a time.
 const CHUNK: usize = 1024;
+/// Shingle hashes kept from pass 1 by default (8 bytes each: 64 MiB).
+pub const SHINGLE_CACHE: usize = 8 << 20;
 /// Characters kept of each text for reports.
 const SNIPPET_CHARS: usize = 80;
 
@@ -35,6 +37,14 @@ pub struct IndexConfig {
     pub recall_at_threshold: f64,
     /// Shingling.
     pub shingling: Shingling,
+    /// Shingle hashes kept from pass 1: while all fit, pass 2 (re-reading candidates' texts) is
+    /// skipped; beyond it the cache is dropped, so memory stays proportional to the samples.
+    #[serde(skip, default = "default_cache")]
+    pub shingle_cache: usize,
+}
+
+fn default_cache() -> usize {
+    SHINGLE_CACHE
 }
 
 impl Default for IndexConfig {
@@ -44,6 +54,7 @@ impl Default for IndexConfig {
             num_perm: 256,
             recall_at_threshold: 0.85,
             shingling: Shingling::default(),
+            shingle_cache: SHINGLE_CACHE,
         }
     }
 }
@@ -120,6 +131,10 @@ pub struct Index {
     pub rows: u64,
     band_keys: Vec<u64>,
     banding: Option<Banding>,
+    /// Each sample's shingles, while they fit in the configured cache.
+    shingle_cache: Option<Vec<Vec<u64>>>,
+    cached: usize,
+    cache_limit: usize,
 }
 
 /// The verified clusters of an index.
@@ -143,6 +158,7 @@ struct Hashed {
     sample: Sample,
     label: Option<String>,
     keys: Vec<u64>,
+    shingles: Vec<u64>,
 }
 
 impl Index {
@@ -159,6 +175,8 @@ impl Index {
         let hasher = MinHasher::new(cfg.num_perm, MINHASH_SEED);
         let mut index = Index {
             banding: Some(banding),
+            shingle_cache: Some(Vec::new()),
+            cache_limit: cfg.shingle_cache,
             ..Index::default()
         };
         let mut label_ids: HashMap<String, u32> = HashMap::new();
@@ -179,11 +197,23 @@ impl Index {
                     });
                     index.samples.push(Sample { label, ..h.sample });
                     index.band_keys.extend(h.keys);
+                    index.cache(h.shingles);
                 }
             })?;
             progress.finish();
         }
         Ok(index)
+    }
+
+    /// Keeps a sample's shingles while the cache has room; drops the whole cache once it is full.
+    fn cache(&mut self, shingles: Vec<u64>) {
+        self.cached += shingles.len();
+        if self.cached > self.cache_limit {
+            self.shingle_cache = None;
+        }
+        if let Some(c) = self.shingle_cache.as_mut() {
+            c.push(shingles);
+        }
     }
 
     /// Finds exact groups, LSH candidates, verifies them (pass 2) and forms clusters.
@@ -287,6 +317,12 @@ impl Index {
         if !needed.iter().any(|&n| n) {
             return Ok(out);
         }
+        if let Some(cache) = &self.shingle_cache {
+            for (g, members) in groups.iter().enumerate().filter(|(g, _)| needed[*g]) {
+                out.insert(g as u32, cache[members[0] as usize].clone());
+            }
+            return Ok(out);
+        }
         let mut next = 0usize;
         for source in sources {
             progress.stage(&format!("verifying {}", source.name()), source.progress_total());
@@ -361,10 +397,11 @@ fn hash_record(rec: Record, source: u8, cfg: &IndexConfig, hasher: &MinHasher, b
     let text = rec.text.unwrap_or_default();
     let norm = normalize(&text);
     let words = word_count(&norm);
+    let shingles = cfg.shingling.shingles(&norm);
     let keys = if words == 0 {
         vec![0; banding.bands]
     } else {
-        banding.keys(&hasher.signature(&cfg.shingling.shingles(&norm)))
+        banding.keys(&hasher.signature(&shingles))
     };
     let snippet = snippet(&text);
     Hashed {
@@ -380,6 +417,7 @@ fn hash_record(rec: Record, source: u8, cfg: &IndexConfig, hasher: &MinHasher, b
         },
         label: rec.label,
         keys,
+        shingles,
     }
 }
 

@@ -210,6 +210,24 @@ fn empty_texts_and_outliers_are_reported() {
 }
 
 #[test]
+fn verification_rereads_the_source_when_shingles_do_not_fit_in_memory() {
+    let set = demo();
+    let cached = audit(&set, 0.8);
+    let streamed = audit_with(
+        &set,
+        IndexConfig {
+            shingle_cache: 1000,
+            ..IndexConfig::default()
+        },
+    );
+    assert_eq!(cached.clustering.clusters, streamed.clustering.clusters);
+    assert_eq!(
+        cached.clustering.verified_pairs,
+        streamed.clustering.verified_pairs
+    );
+}
+
+#[test]
 fn clusters_do_not_depend_on_input_order() {
     let set = demo();
     let mut reversed = set.clone();
