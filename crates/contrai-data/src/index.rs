@@ -1,8 +1,9 @@
 //! The sample index: content hashes, MinHash-LSH candidates, verified near-duplicate clusters.
 //!
-//! Two streaming passes keep memory proportional to the number of samples: the first keeps a
-//! few hashes a sample (content hash, LSH band keys); the second re-reads only the candidates'
-//! texts to verify each candidate pair by its exact Jaccard similarity.
+//! Memory stays proportional to the number of samples: the first streaming pass keeps a few
+//! hashes a sample (content hash, LSH band keys) and, within a fixed budget, the shingle sets;
+//! when those did not fit, a second pass re-reads only the candidates' texts to verify each
+//! candidate pair by its exact Jaccard similarity.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::sync_channel;
