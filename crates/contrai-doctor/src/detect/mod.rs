@@ -21,6 +21,20 @@ pub struct Ctx<'a> {
     pub st: &'a RunState,
 }
 
+impl Ctx<'_> {
+    /// The highest finite, positive learning rate logged so far.
+    pub fn peak_lr(&self) -> Option<f64> {
+        let peak = self
+            .st
+            .points(Series::Lr)
+            .iter()
+            .map(|p| p.value)
+            .filter(|v| v.is_finite())
+            .fold(f64::NAN, f64::max);
+        (peak.is_finite() && peak > 0.0).then_some(peak)
+    }
+}
+
 /// Why a trend review runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trigger {

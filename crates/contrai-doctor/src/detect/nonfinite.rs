@@ -22,14 +22,7 @@ pub fn check(ctx: &Ctx, series: Series) -> Option<Finding> {
         last.value,
         last.step
     );
-    let peak_lr = ctx
-        .st
-        .points(Series::Lr)
-        .iter()
-        .map(|p| p.value)
-        .filter(|v| v.is_finite())
-        .fold(f64::NAN, f64::max);
-    if peak_lr.is_finite() && peak_lr > 0.0 {
+    if let Some(peak_lr) = ctx.peak_lr() {
         rec.push_str(&format!(", lower the peak LR x 0.5 (to {})", num(peak_lr * 0.5)));
     } else {
         rec.push_str(", lower the peak LR x 0.5");

@@ -96,14 +96,7 @@ pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
         return None;
     }
     let last = ctx.st.points(loss).last()?.step;
-    let peak_lr = ctx
-        .st
-        .points(Series::Lr)
-        .iter()
-        .map(|p| p.value)
-        .filter(|v| v.is_finite())
-        .fold(f64::NAN, f64::max);
-    let lr_part = if peak_lr.is_finite() && peak_lr > 0.0 {
+    let lr_part = if let Some(peak_lr) = ctx.peak_lr() {
         format!(
             "decay the LR (cosine to {} = 0.1x peak) or cut it x 0.3 now (to {})",
             num(peak_lr * 0.1),

@@ -66,14 +66,7 @@ pub fn loss_spike(ctx: &Ctx) -> Option<Finding> {
     if med * (ratio - 1.0) < 0.02 * scale {
         return None;
     }
-    let peak_lr = ctx
-        .st
-        .points(Series::Lr)
-        .iter()
-        .map(|p| p.value)
-        .filter(|v| v.is_finite())
-        .fold(f64::NAN, f64::max);
-    let lr_part = if peak_lr.is_finite() && peak_lr > 0.0 {
+    let lr_part = if let Some(peak_lr) = ctx.peak_lr() {
         format!("peak LR x 0.5 (to {})", num(peak_lr * 0.5))
     } else {
         "peak LR x 0.5".to_string()
