@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::Context;
 use contrai_doctor::{
     Doctor, DoctorConfig, Finding, Format, Report, Run, Series, diagnose, read_path, report_of,
 };
@@ -21,8 +20,8 @@ pub struct DoctorArgs {
     #[arg(long)]
     json: bool,
     /// Force the format: tensorboard, hf_trainer_state, csv, wandb_csv, mlflow, burn, jsonl.
-    #[arg(long, value_name = "F")]
-    format: Option<String>,
+    #[arg(long, value_name = "F", value_parser = format_arg)]
+    format: Option<Format>,
     /// Follow logs that are still being written; print each new finding once.
     #[arg(long)]
     watch: bool,
@@ -31,17 +30,16 @@ pub struct DoctorArgs {
     idle_secs: u64,
 }
 
+/// Parses `--format` for clap, listing the formats on error.
+pub fn format_arg(s: &str) -> Result<Format, String> {
+    Format::parse(s).ok_or_else(|| {
+        format!("unknown format `{s}` (tensorboard, hf_trainer_state, csv, wandb_csv, mlflow, burn, jsonl)")
+    })
+}
+
 /// Runs `contrai doctor`.
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    let format = match &args.format {
-        Some(f) => Some(Format::parse(f).with_context(|| {
-            format!(
-                "unknown --format `{f}` (tensorboard, hf_trainer_state, csv, wandb_csv, mlflow, \
-                 burn, jsonl)"
-            )
-        })?),
-        None => None,
-    };
+    let format = args.format;
     if args.watch {
         return watch(&args, format);
     }

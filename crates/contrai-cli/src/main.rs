@@ -4,6 +4,7 @@ mod data_cmd;
 mod doctor_cmd;
 mod progress;
 mod recipe_cmd;
+mod report_cmd;
 
 use std::process::ExitCode;
 
@@ -27,6 +28,10 @@ enum Command {
     Recipe(recipe_cmd::RecipeCommand),
     /// Read training logs from any framework and say what is wrong, since when, and what to change.
     Doctor(doctor_cmd::DoctorArgs),
+    /// Write a self-contained HTML report (plots, phases, findings) of a run or any training log.
+    ///
+    /// Example: contrai report runs/demo    or    contrai report trainer_state.json -o run.html
+    Report(report_cmd::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +40,7 @@ fn main() -> ExitCode {
         Command::Data(cmd) => data_cmd::run(cmd),
         Command::Recipe(cmd) => recipe_cmd::run(cmd),
         Command::Doctor(args) => doctor_cmd::run(args),
+        Command::Report(args) => report_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -273,8 +273,18 @@ fn read_as(path: &Path, fmt: Format) -> Result<Vec<Run>, ReadError> {
 }
 
 /// Reads every log found under a directory: each TensorBoard folder, trainer_state.json,
-/// JSONL, CSV, MLflow run and Burn artifact root becomes a run.
+/// JSONL, CSV, MLflow run and Burn artifact root becomes a run. A Contrai run directory is read
+/// through its `metrics.jsonl` alone (its data partitions and decisions are not logs).
 fn read_dir(root: &Path) -> Result<Vec<Run>, ReadError> {
+    let metrics = root.join("metrics.jsonl");
+    if metrics.is_file() {
+        let mut runs = read_as(&metrics, Format::Jsonl)?;
+        if let Some(name) = root.file_name() {
+            runs.iter_mut()
+                .for_each(|r| r.name = name.to_string_lossy().into_owned());
+        }
+        return Ok(runs);
+    }
     let mut runs = Vec::new();
     let mut stack = vec![(root.to_path_buf(), 0usize)];
     while let Some((dir, depth)) = stack.pop() {

@@ -1,0 +1,291 @@
+//! The report of a run: charts of every canonical series, phases, decisions and findings.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use contrai_doctor::{DoctorConfig, Finding, Format, Run, Series, XUnit, diagnose, read_path};
+
+use crate::chart::{Band, Chart, Line, Marker, PALETTE, fmt_num};
+use crate::page::{Page, classed};
+
+/// Why a report could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The log could not be read.
+    #[error(transparent)]
+    Read(#[from] contrai_doctor::ReadError),
+    /// A run-directory file is malformed.
+    #[error("{path}:{line}: {message}")]
+    RunFile {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// A phase of a Contrai run: a name over a step range.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    /// `validate`, `main`, `diagnose`, `contract` or `refine`.
+    pub name: String,
+    /// First step.
+    pub from: u64,
+    /// Last step.
+    pub to: u64,
+}
+
+/// A controller decision from `decisions.jsonl`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The step.
+    pub step: u64,
+    /// What was decided.
+    pub kind: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Renders the report of a log file or run directory (any format the doctor reads).
+pub fn render(path: &Path, format: Option<Format>) -> Result<String, ReportError> {
+    let runs = read_path(path, format)?;
+    let (phases, decisions) = if path.is_dir() {
+        run_dir_extras(path)?
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let title = format!("Contrai report: {}", path.display());
+    let mut page = Page::new(
+        &title,
+        &format!("{} run(s) read from {}", runs.len(), path.display()),
+    );
+    for run in &runs {
+        run_section(&mut page, run, &phases, &decisions);
+    }
+    Ok(page.finish(&title))
+}
+
+fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decision]) {
+    let report = diagnose(run, &DoctorConfig::default());
+    page.heading(&format!("{} [{}]", run.name, run.format));
+    let ok = !report.needs_action();
+    page.verdict(&format!("{}: {}", report.verdict, summary(&report.findings)), ok);
+    let unit = match run.hints.x_unit {
+        XUnit::Step => "step",
+        XUnit::Epoch => "epoch",
+    };
+    for chart in charts(run, unit, &report.findings, phases, decisions) {
+        page.raw(&chart.svg());
+    }
+    page.heading("Findings");
+    let rows: Vec<Vec<String>> = report
+        .findings
+        .iter()
+        .map(|f| {
+            let sev = f.severity.to_string();
+            let ev: Vec<String> = f
+                .evidence
+                .iter()
+                .map(|(k, v)| format!("{k}={}", fmt_num(*v)))
+                .collect();
+            vec![
+                classed(&format!("sev-{sev}"), &sev),
+                f.label.to_string(),
+                f.step.to_string(),
+                f.recommendation.clone(),
+                classed("ev", &ev.join(" ")),
+            ]
+        })
+        .collect();
+    page.table(
+        &["severity", "finding", unit, "recommendation", "evidence"],
+        &rows,
+    );
+    if !decisions.is_empty() {
+        page.heading("Controller decisions");
+        let rows: Vec<Vec<String>> = decisions
+            .iter()
+            .map(|d| vec![d.step.to_string(), d.kind.clone(), d.reason.clone()])
+            .collect();
+        page.table(&[unit, "decision", "reason"], &rows);
+    }
+    page.heading("Series");
+    let rows: Vec<Vec<String>> = run
+        .series
+        .iter()
+        .filter_map(|(s, d)| {
+            let finite: Vec<f64> = d
+                .points
+                .iter()
+                .map(|p| p.value)
+                .filter(|v| v.is_finite())
+                .collect();
+            let last = d.points.last()?;
+            let min = finite.iter().copied().fold(f64::NAN, f64::min);
+            Some(vec![
+                s.name().into(),
+                d.tag.clone(),
+                d.points.len().to_string(),
+                fmt_num(min),
+                fmt_num(last.value),
+                last.step.to_string(),
+            ])
+        })
+        .collect();
+    page.table(
+        &[
+            "series",
+            "logged as",
+            "points",
+            "min",
+            "last",
+            &format!("last {unit}"),
+        ],
+        &rows,
+    );
+}
+
+fn summary(findings: &[Finding]) -> String {
+    let labels: Vec<String> = findings.iter().map(|f| f.label.to_string()).collect();
+    labels.join(", ")
+}
+
+/// One chart per group of series that the run has.
+fn charts(
+    run: &Run,
+    unit: &str,
+    findings: &[Finding],
+    phases: &[Phase],
+    decisions: &[Decision],
+) -> Vec<Chart> {
+    let groups: [(&str, &str, &[Series]); 4] = [
+        ("Loss", "loss", &[Series::TrainLoss, Series::ValLoss]),
+        (
+            "Accuracy",
+            "accuracy (fraction)",
+            &[Series::TrainAccuracy, Series::ValAccuracy],
+        ),
+        ("Learning rate", "learning rate", &[Series::Lr]),
+        ("Gradient norm", "global L2 norm", &[Series::GradNorm]),
+    ];
+    let bands: Vec<Band> = phases
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Band {
+            from: p.from as f64,
+            to: p.to as f64,
+            label: p.name.clone(),
+            color: ["#f3e9c6", "#dbe9f6", "#e6f0dc", "#f6dde0", "#e8e0f3"][i % 5].into(),
+        })
+        .collect();
+    let mut markers: Vec<Marker> = findings
+        .iter()
+        .filter(|f| f.actionable())
+        .map(|f| Marker {
+            x: f.step as f64,
+            label: f.label.to_string(),
+            color: "#b00020".into(),
+        })
+        .collect();
+    markers.extend(decisions.iter().map(|d| Marker {
+        x: d.step as f64,
+        label: d.kind.clone(),
+        color: "#6a3d9a".into(),
+    }));
+    groups
+        .iter()
+        .enumerate()
+        .filter_map(|(gi, (title, y, members))| {
+            let lines: Vec<Line> = members
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| {
+                    let d = run.series.get(s)?;
+                    Some(Line {
+                        name: format!("{} ({})", s.name(), d.tag),
+                        color: PALETTE[i].into(),
+                        points: d.points.iter().map(|p| (p.step as f64, p.value)).collect(),
+                        dots: d.points.len() < 60,
+                    })
+                })
+                .collect();
+            let chart = Chart {
+                title: title.to_string(),
+                x_label: unit.to_string(),
+                y_label: y.to_string(),
+                lines,
+                bands: bands.clone(),
+                markers: if gi == 0 { markers.clone() } else { Vec::new() },
+                log_y: None,
+            };
+            chart.has_data().then_some(chart)
+        })
+        .collect()
+}
+
+/// Phases from `metrics.jsonl`'s `phase` field and decisions from `decisions.jsonl`.
+fn run_dir_extras(dir: &Path) -> Result<(Vec<Phase>, Vec<Decision>), ReportError> {
+    let mut phases: Vec<Phase> = Vec::new();
+    for (_, row) in jsonl_rows(&dir.join("metrics.jsonl"))? {
+        let (Some(step), Some(name)) = (
+            row.get("step").and_then(|v| v.as_u64()),
+            row.get("phase").and_then(|v| v.as_str()),
+        ) else {
+            continue;
+        };
+        match phases.last_mut() {
+            Some(p) if p.name == name => p.to = p.to.max(step),
+            _ => phases.push(Phase {
+                name: name.into(),
+                from: step,
+                to: step,
+            }),
+        }
+    }
+    let mut decisions = Vec::new();
+    let path = dir.join("decisions.jsonl");
+    for (line, row) in jsonl_rows(&path)? {
+        let step = row.get("step").and_then(|v| v.as_u64());
+        let kind = row.get("kind").and_then(|v| v.as_str());
+        match (step, kind) {
+            (Some(step), Some(kind)) => decisions.push(Decision {
+                step,
+                kind: kind.into(),
+                reason: row.get("reason").and_then(|v| v.as_str()).unwrap_or("").into(),
+            }),
+            _ => {
+                return Err(ReportError::RunFile {
+                    path: path.display().to_string(),
+                    line,
+                    message: "expected an object with `step` (integer) and `kind` (string)".into(),
+                });
+            }
+        }
+    }
+    Ok((phases, decisions))
+}
+
+/// A JSONL object and its 1-based line.
+type Row = (usize, BTreeMap<String, serde_json::Value>);
+
+/// The JSON objects of a JSONL file with their line numbers; a missing file has none.
+fn jsonl_rows(path: &Path) -> Result<Vec<Row>, ReportError> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(Vec::new());
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .map(|row| (i + 1, row))
+                .map_err(|e| ReportError::RunFile {
+                    path: path.display().to_string(),
+                    line: i + 1,
+                    message: format!("invalid JSON: {e}"),
+                })
+        })
+        .collect()
+}
