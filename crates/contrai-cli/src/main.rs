@@ -2,6 +2,7 @@
 
 mod data_cmd;
 mod doctor_cmd;
+mod plan_cmd;
 mod progress;
 mod recipe_cmd;
 mod report_cmd;
@@ -32,6 +33,10 @@ enum Command {
     ///
     /// Example: contrai report runs/demo    or    contrai report trainer_state.json -o run.html
     Report(report_cmd::ReportArgs),
+    /// Plan the lifecycle: phase table, LR segments, calendar of a long programme, cost, advice.
+    ///
+    /// Example: contrai plan spam.toml --weeks 12 --cost-per-day 250 --unstable-infra
+    Plan(plan_cmd::PlanArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +46,7 @@ fn main() -> ExitCode {
         Command::Recipe(cmd) => recipe_cmd::run(cmd),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
+        Command::Plan(args) => plan_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,78 @@
+//! `contrai plan` and `contrai report` end to end.
+
+use std::process::Command;
+
+fn contrai(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_contrai"))
+        .args(args)
+        .output()
+        .expect("runs")
+}
+
+#[test]
+fn plan_json_has_phases_calendar_and_advice() {
+    let out = contrai(&[
+        "plan",
+        "--json",
+        "--weeks",
+        "20",
+        "--cost-per-day",
+        "10",
+        "--step-ms",
+        "100",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let phases: Vec<&str> = v["plan"]["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["validate", "main", "diagnose", "contract", "refine"]);
+    let weeks: Vec<(u64, u64)> = v["calendar"]["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["first_week"].as_u64().unwrap(),
+                p["last_week"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(weeks, [(1, 3), (4, 12), (13, 14), (15, 18), (19, 20)]);
+    assert_eq!(v["calendar"]["cost"], 1400.0);
+    assert!(v["plan"]["advice"][0].as_str().unwrap().contains("300 M"));
+    assert_eq!(v["wall_clock_s"][1][1], 60.0, "600 main steps at 100 ms");
+}
+
+#[test]
+fn plan_refuses_bad_input_with_reasons() {
+    let out = contrai(&["plan", "--weeks", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 5"));
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path().join("r.toml");
+    std::fs::write(&r, "[contract]\nbudget = 0.5\n").unwrap();
+    let out = contrai(&["plan", r.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("r.toml:2: `contract.budget` is 0.5"), "{err}");
+}
+
+#[test]
+fn report_writes_an_html_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("metrics.jsonl");
+    let rows: Vec<String> = (1..=100)
+        .map(|s| format!(r#"{{"step":{s},"train_loss":{}}}"#, 1.0 / s as f64))
+        .collect();
+    std::fs::write(&log, rows.join("\n")).unwrap();
+    let out = contrai(&["report", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("Findings"));
+    let out = contrai(&["report", dir.path().join("missing.json").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+}
