@@ -451,17 +451,25 @@ pub(crate) fn for_each_chunk(
 ) -> Result<()> {
     let records = source.records(fields)?;
     let name = source.name();
-    let (tx, rx) = sync_channel::<Result<Record>>(CHUNK * 2);
+    // Rows travel in batches: one hand-over a batch, not a wake-up a row.
+    let (tx, rx) = sync_channel::<Vec<Result<Record>>>(2);
     std::thread::scope(|scope| {
         scope.spawn(move || {
+            let mut batch = Vec::with_capacity(CHUNK);
             for rec in records {
-                if tx.send(rec).is_err() {
-                    break;
+                batch.push(rec);
+                if batch.len() == CHUNK
+                    && tx
+                        .send(std::mem::replace(&mut batch, Vec::with_capacity(CHUNK)))
+                        .is_err()
+                {
+                    return;
                 }
             }
+            let _ = tx.send(batch);
         });
         let mut chunk = Vec::with_capacity(CHUNK);
-        for rec in rx {
+        for rec in rx.into_iter().flatten() {
             index.rows += 1;
             match rec {
                 Ok(r) => {
