@@ -132,7 +132,7 @@ impl Recipe {
         ] {
             positive(k, v as u64)?;
         }
-        if m.d_model % m.heads != 0 {
+        if !m.d_model.is_multiple_of(m.heads) {
             return err(
                 "model.heads",
                 format!("is {}, which does not divide d_model = {}", m.heads, m.d_model),
