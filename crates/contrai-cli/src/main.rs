@@ -6,6 +6,7 @@ mod plan_cmd;
 mod progress;
 mod recipe_cmd;
 mod report_cmd;
+mod train_cmd;
 
 use std::process::ExitCode;
 
@@ -29,6 +30,10 @@ enum Command {
     Recipe(recipe_cmd::RecipeCommand),
     /// Read training logs from any framework and say what is wrong, since when, and what to change.
     Doctor(doctor_cmd::DoctorArgs),
+    /// Train a recipe (default: the built-in demo) with step checkpoints; --resume continues a run.
+    ///
+    /// Example: contrai train spam.toml --data mail.jsonl    or    contrai train --resume
+    Train(train_cmd::TrainArgs),
     /// Write a self-contained HTML report (plots, phases, findings) of a run or any training log.
     ///
     /// Example: contrai report runs/demo    or    contrai report trainer_state.json -o run.html
@@ -45,6 +50,7 @@ fn main() -> ExitCode {
         Command::Data(cmd) => data_cmd::run(cmd),
         Command::Recipe(cmd) => recipe_cmd::run(cmd),
         Command::Doctor(args) => doctor_cmd::run(args),
+        Command::Train(args) => train_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(args),
     };

@@ -44,7 +44,7 @@ fn plan_json_has_phases_calendar_and_advice() {
     assert_eq!(weeks, [(1, 3), (4, 12), (13, 14), (15, 18), (19, 20)]);
     assert_eq!(v["calendar"]["cost"], 1400.0);
     assert!(v["plan"]["advice"][0].as_str().unwrap().contains("300 M"));
-    assert_eq!(v["wall_clock_s"][1][1], 60.0, "600 main steps at 100 ms");
+    assert_eq!(v["wall_clock_s"][1][1], 40.0, "400 main steps at 100 ms");
 }
 
 #[test]

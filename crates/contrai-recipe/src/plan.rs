@@ -293,7 +293,7 @@ mod tests {
         );
         assert_eq!(c.batch, 16);
         assert_eq!(p.phases[1].lr[0].shape, "warmup");
-        assert_eq!(p.phases[1].lr[0].to_step, 17, "3 % of 600 steps");
+        assert_eq!(p.phases[1].lr[0].to_step, 11, "3 % of 400 steps");
     }
 
     #[test]

@@ -192,7 +192,7 @@ pub struct Main {
 impl Default for Main {
     fn default() -> Self {
         Main {
-            steps: 600,
+            steps: 400,
             batch: 32,
             accumulate: 1,
             devices: 1,

@@ -38,7 +38,7 @@ ffn = 512                # feed-forward width
 dropout = 0.1
 
 [main]
-steps = 600              # optimizer steps
+steps = 400              # optimizer steps
 batch = 32               # samples a micro-batch, per device
 accumulate = 1           # micro-batches an optimizer step (effective batch 16–64 recommended)
 devices = 1

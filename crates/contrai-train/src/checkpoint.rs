@@ -1,0 +1,233 @@
+//! Step checkpoints: model, optimizer, counters, data cursor and RNG state, with SHA-256 sums.
+//!
+//! A checkpoint is written into `checkpoints/.tmp-step-N`, every file fsynced, then renamed to
+//! `checkpoints/step-0000000N` in one step: a kill leaves either the whole checkpoint or none.
+//! `SHA256SUMS` uses `sha256sum`'s format, so `sha256sum -c SHA256SUMS` checks one by hand.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::batch::Cursor;
+use crate::error::{Result, TrainError};
+
+/// Version of the checkpoint layout.
+pub const FORMAT: u32 = 1;
+/// The model's burnpack record.
+pub const MODEL: &str = "model.bpk";
+/// The optimizer's burnpack record.
+pub const OPTIMIZER: &str = "optimizer.bpk";
+/// Counters, cursor and RNG state.
+pub const STATE: &str = "state.json";
+/// Checksums of the other files.
+pub const SUMS: &str = "SHA256SUMS";
+
+/// The RNG state: every random draw after step 0 is a pure function of these numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RngState {
+    /// The scheme (`splitmix64(seed, step, micro, site)` masks, ChaCha8 epoch permutations).
+    pub scheme: String,
+    /// The run's seed.
+    pub seed: u64,
+    /// The step whose masks are drawn next.
+    pub next_step: u64,
+}
+
+/// Everything but the tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// Layout version ([`FORMAT`]).
+    pub format: u32,
+    /// Phase the checkpoint belongs to.
+    pub phase: String,
+    /// Optimizer steps done.
+    pub step: u64,
+    /// Training samples seen.
+    pub samples: u64,
+    /// The data loader's position.
+    pub cursor: Cursor,
+    /// RNG state.
+    pub rng: RngState,
+    /// Training seconds so far.
+    pub wall_s: f64,
+    /// Bytes of `metrics.jsonl` at this step.
+    pub metrics_len: u64,
+    /// The latest validation loss, when one was measured.
+    pub val_loss: Option<f32>,
+    /// The step and validation loss of the best checkpoint so far.
+    pub best: Option<(u64, f32)>,
+    /// The learning rate of the last step.
+    pub lr: f64,
+}
+
+/// A checkpoint read back and verified.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its state.
+    pub state: State,
+    /// The model record's bytes.
+    pub model: Vec<u8>,
+    /// The optimizer record's bytes.
+    pub optimizer: Vec<u8>,
+}
+
+/// The directory name of step `step`.
+pub fn dir_name(step: u64) -> String {
+    format!("step-{step:08}")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io = |e| TrainError::io(path, e);
+    let mut f = File::create(path).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Writes checkpoint `state.step` under `root` atomically; returns its directory.
+pub fn save(root: &Path, state: &State, model: &[u8], optimizer: &[u8]) -> Result<PathBuf> {
+    std::fs::create_dir_all(root).map_err(|e| TrainError::io(root, e))?;
+    let name = dir_name(state.step);
+    let tmp = root.join(format!(".tmp-{name}"));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
+    }
+    std::fs::create_dir(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
+    let state_json = serde_json::to_vec_pretty(state).map_err(|e| TrainError::Corrupt {
+        path: tmp.join(STATE),
+        message: e.to_string(),
+    })?;
+    let mut sums = String::new();
+    for (file, bytes) in [(MODEL, model), (OPTIMIZER, optimizer), (STATE, &state_json[..])] {
+        write_synced(&tmp.join(file), bytes)?;
+        sums.push_str(&format!("{}  {file}\n", hex(bytes)));
+    }
+    write_synced(&tmp.join(SUMS), sums.as_bytes())?;
+    sync_dir(&tmp);
+    let dest = root.join(&name);
+    if dest.exists() {
+        std::fs::remove_dir_all(&dest).map_err(|e| TrainError::io(&dest, e))?;
+    }
+    std::fs::rename(&tmp, &dest).map_err(|e| TrainError::io(&dest, e))?;
+    sync_dir(root);
+    Ok(dest)
+}
+
+/// Checkpoints under `root`, oldest first.
+pub fn list(root: &Path) -> Vec<(u64, PathBuf)> {
+    let mut out: Vec<(u64, PathBuf)> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let step = name.strip_prefix("step-")?.parse::<u64>().ok()?;
+            e.path().is_dir().then_some((step, e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Reads and verifies one checkpoint directory.
+pub fn load(dir: &Path) -> Result<Loaded> {
+    let bad = |message: String| TrainError::Corrupt {
+        path: dir.to_path_buf(),
+        message,
+    };
+    let read = |f: &str| std::fs::read(dir.join(f)).map_err(|e| TrainError::io(dir.join(f), e));
+    let sums = String::from_utf8(read(SUMS)?).map_err(|_| bad("SHA256SUMS is not text".into()))?;
+    let mut files = std::collections::BTreeMap::new();
+    for line in sums.lines() {
+        let (sum, file) = line
+            .split_once("  ")
+            .ok_or_else(|| bad(format!("malformed SHA256SUMS line `{line}`")))?;
+        files.insert(file.to_string(), sum.to_string());
+    }
+    let mut get = |f: &str| -> Result<Vec<u8>> {
+        let want = files
+            .remove(f)
+            .ok_or_else(|| bad(format!("SHA256SUMS lists no {f}")))?;
+        let bytes = read(f)?;
+        if hex(&bytes) != want {
+            return Err(bad(format!("{f} fails its SHA-256 sum")));
+        }
+        Ok(bytes)
+    };
+    let model = get(MODEL)?;
+    let optimizer = get(OPTIMIZER)?;
+    let state: State = serde_json::from_slice(&get(STATE)?).map_err(|e| bad(format!("state.json: {e}")))?;
+    if state.format != FORMAT {
+        return Err(bad(format!(
+            "checkpoint format {} (expected {FORMAT})",
+            state.format
+        )));
+    }
+    Ok(Loaded {
+        dir: dir.to_path_buf(),
+        state,
+        model,
+        optimizer,
+    })
+}
+
+/// The newest checkpoint that passes its sums; each one skipped is reported through `warn` and
+/// renamed `*.corrupt` so that the step can be written again.
+pub fn load_latest(root: &Path, warn: &mut dyn FnMut(String)) -> Result<Option<Loaded>> {
+    for (_, dir) in list(root).into_iter().rev() {
+        match load(&dir) {
+            Ok(l) => return Ok(Some(l)),
+            Err(e) => {
+                let aside = dir.with_extension("corrupt");
+                let _ = std::fs::remove_dir_all(&aside);
+                let _ = std::fs::rename(&dir, &aside);
+                warn(format!(
+                    "skipping checkpoint {}: {e}; trying the previous one",
+                    dir.display()
+                ));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Removes checkpoints newer than `step` (a resume replays them) and leftover temporaries.
+pub fn discard_after(root: &Path, step: u64) -> Result<()> {
+    for (s, dir) in list(root) {
+        if s > step {
+            std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+        }
+    }
+    for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().starts_with(".tmp-") {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+    Ok(())
+}
+
+/// Keeps the newest `keep_last` checkpoints and the best one; removes the rest.
+pub fn prune(root: &Path, keep_last: usize, best: Option<u64>) -> Result<()> {
+    let all = list(root);
+    let cut = all.len().saturating_sub(keep_last);
+    for (step, dir) in &all[..cut] {
+        if Some(*step) != best {
+            std::fs::remove_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! The data stage of a run: audit and leakage-proof split (or an existing split), then the
+//! partitions read into memory. The holdout stays sealed until [`Holdout::read_once`].
+
+use std::path::{Path, PathBuf};
+
+use contrai_data::split::{Dedup, Manifest, OnConflict, SplitConfig, split};
+use contrai_data::{AuditConfig, FieldSpec, Format, IndexConfig, Progress, Source};
+use contrai_recipe::Recipe;
+
+use crate::error::{Result, TrainError};
+
+/// One partition's texts and labels (as written in the data).
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    /// Texts.
+    pub texts: Vec<String>,
+    /// Labels, one per text.
+    pub labels: Vec<String>,
+}
+
+impl Samples {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.texts.is_empty()
+    }
+}
+
+/// The holdout partition, read at most once.
+#[derive(Debug)]
+pub struct Holdout {
+    file: Option<PathBuf>,
+    format: Format,
+    fields: FieldSpec,
+    reads: usize,
+}
+
+impl Holdout {
+    /// Reads the holdout; a second call is refused.
+    pub fn read_once(&mut self) -> Result<Samples> {
+        if self.reads > 0 {
+            return Err(TrainError::HoldoutReadTwice);
+        }
+        self.reads += 1;
+        match &self.file {
+            Some(f) => read_partition(f, self.format, &self.fields),
+            None => Ok(Samples::default()),
+        }
+    }
+
+    /// How many times the holdout was read (0 or 1).
+    pub fn reads(&self) -> usize {
+        self.reads
+    }
+}
+
+/// The split partitions of a run.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The split directory (holds `manifest.json`).
+    pub dir: PathBuf,
+    /// The split's manifest.
+    pub manifest: Manifest,
+    /// Training samples.
+    pub train: Samples,
+    /// Validation samples.
+    pub val: Samples,
+    /// The sealed holdout.
+    pub holdout: Holdout,
+}
+
+/// The split configuration a recipe asks for.
+pub fn split_config(recipe: &Recipe) -> Result<SplitConfig> {
+    let d = &recipe.data;
+    Ok(SplitConfig {
+        ratios: [d.split.train, d.split.val, d.split.holdout],
+        seed: recipe.run.seed,
+        on_conflict: d
+            .on_label_conflict
+            .parse::<OnConflict>()
+            .map_err(|e| TrainError::Unsupported(format!("data.on_label_conflict: {e}")))?,
+        dedup: d
+            .dedup
+            .parse::<Dedup>()
+            .map_err(|e| TrainError::Unsupported(format!("data.dedup: {e}")))?,
+        audit: AuditConfig {
+            index: IndexConfig {
+                threshold: d.near_duplicates.threshold,
+                ..IndexConfig::default()
+            },
+            fields: fields(recipe),
+            skip_bad: false,
+        },
+        previous: None,
+    })
+}
+
+fn fields(recipe: &Recipe) -> FieldSpec {
+    FieldSpec {
+        text: recipe.data.text.clone(),
+        label: Some(recipe.data.label.clone()),
+        id: Some(recipe.data.id.clone()),
+        explicit: false,
+    }
+}
+
+/// Splits the recipe's data into `<run>/data` (or, when `reuse`, the split already there; or the
+/// split directory the recipe names), refuses leaking partitions, and reads train and val.
+pub fn prepare(recipe: &Recipe, run_dir: &Path, progress: &dyn Progress, reuse: bool) -> Result<Prepared> {
+    let own = run_dir.join("data");
+    let given = PathBuf::from(&recipe.data.path);
+    let dir = if reuse && own.join("manifest.json").is_file() {
+        own
+    } else if !recipe.data.path.is_empty() && given.join("manifest.json").is_file() {
+        given
+    } else {
+        let source = if recipe.data.path.is_empty() {
+            contrai_data::demo::generate(contrai_data::demo::DemoConfig::default()).source()
+        } else {
+            Source::file(&given, None)?
+        };
+        split(source, &own, &split_config(recipe)?, progress)?;
+        own
+    };
+    let manifest = read_manifest(&dir)?;
+    if !manifest.guard.passed {
+        return Err(TrainError::Leak {
+            dir,
+            shared: manifest.guard.shared_content_hashes,
+            near: manifest.guard.cross_partition_near_pairs,
+        });
+    }
+    let fields = FieldSpec {
+        explicit: true,
+        ..fields(recipe)
+    };
+    let file = |name: &str| -> Option<PathBuf> {
+        let p = manifest.partitions.iter().find(|p| p.name == name)?;
+        let f = dir.join(&p.file);
+        (p.count > 0 && f.is_file()).then_some(f)
+    };
+    let read = |name: &str| match file(name) {
+        Some(f) => read_partition(&f, manifest.format, &fields),
+        None => Ok(Samples::default()),
+    };
+    let train = read("train")?;
+    let val = read("val")?;
+    if train.is_empty() {
+        return Err(TrainError::BadData(format!(
+            "the train partition in {} is empty",
+            dir.display()
+        )));
+    }
+    let holdout = Holdout {
+        file: file("holdout"),
+        format: manifest.format,
+        fields,
+        reads: 0,
+    };
+    Ok(Prepared {
+        dir,
+        manifest,
+        train,
+        val,
+        holdout,
+    })
+}
+
+fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let path = dir.join("manifest.json");
+    let bytes = std::fs::read(&path).map_err(|e| TrainError::io(&path, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| TrainError::Corrupt {
+        path,
+        message: format!("not a Contrai split manifest: {e}"),
+    })
+}
+
+/// Reads one partition file; every row needs a text and a label.
+fn read_partition(path: &Path, format: Format, fields: &FieldSpec) -> Result<Samples> {
+    let source = Source::File {
+        path: path.to_path_buf(),
+        format,
+    };
+    let mut out = Samples::default();
+    for rec in source.records(fields)? {
+        let rec = rec?;
+        let label = rec.label.ok_or_else(|| {
+            TrainError::BadData(format!(
+                "{}:{}: sample `{}` has no label",
+                path.display(),
+                rec.line,
+                rec.id
+            ))
+        })?;
+        out.texts.push(rec.text.unwrap_or_default());
+        out.labels.push(label);
+    }
+    Ok(out)
+}

@@ -1,0 +1,76 @@
+//! Why training stopped.
+
+use std::path::PathBuf;
+
+/// Every way a training run can fail; none is a panic on user input.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The data stage failed (reading, auditing or splitting).
+    #[error(transparent)]
+    Data(#[from] contrai_data::DataError),
+    /// A file of the run could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The split's guard found samples shared between partitions.
+    #[error(
+        "the split in {} leaks: {shared} shared texts and {near} cross-partition near-duplicate pairs; refusing to train",
+        dir.display()
+    )]
+    Leak {
+        /// The split directory.
+        dir: PathBuf,
+        /// Content hashes found in more than one partition.
+        shared: u64,
+        /// Near-duplicate pairs across partitions.
+        near: u64,
+    },
+    /// The data cannot train a classifier (no samples, one class, unknown labels ...).
+    #[error("data: {0}")]
+    BadData(String),
+    /// The recipe asks for something this trainer cannot do.
+    #[error("recipe: {0}")]
+    Unsupported(String),
+    /// A run directory or checkpoint is not what it should be.
+    #[error("{}: {message}", path.display())]
+    Corrupt {
+        /// The offending file or directory.
+        path: PathBuf,
+        /// What was wrong.
+        message: String,
+    },
+    /// The run directory already holds a run and `--resume` was not given.
+    #[error("{} already holds a run: pass --resume to continue it, or choose another --out / run.name", path.display())]
+    Exists {
+        /// The run directory.
+        path: PathBuf,
+    },
+    /// The holdout was asked for a second time.
+    #[error("the holdout was already evaluated once; it is never read twice")]
+    HoldoutReadTwice,
+    /// A Burn record could not be written or read.
+    #[error("{}: {message}", path.display())]
+    Record {
+        /// The record's file.
+        path: PathBuf,
+        /// Burn's message.
+        message: String,
+    },
+}
+
+impl TrainError {
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        TrainError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Results of this crate.
+pub type Result<T, E = TrainError> = std::result::Result<T, E>;

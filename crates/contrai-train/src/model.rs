@@ -1,0 +1,329 @@
+//! The models: a pre-LayerNorm transformer encoder for text, and an MLP for numeric features.
+//!
+//! Parameter paths read `embed.weight`, `pos.weight`, `blocks.0.attn.query.weight`,
+//! `blocks.0.ffn.up.weight`, `norm.gamma`, `head.weight`: the recipe's prune globs
+//! (`blocks.*.attn.*`, `blocks.*.ffn.*`) select them. Initialisation is drawn from the run's seed
+//! on the host (ChaCha8), so it does not depend on the backend's global RNG or on other work in
+//! the process.
+
+use burn::module::{Module, Param};
+use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
+use burn::tensor::activation::{gelu, log_softmax, softmax};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use contrai_recipe::recipe::Model as ModelSpec;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::dropout::Dropout;
+use crate::error::{Result, TrainError};
+
+/// Seeded host-side initialisation.
+pub struct Init {
+    rng: ChaCha8Rng,
+}
+
+impl Init {
+    /// An initialiser for `seed`.
+    pub fn new(seed: u64) -> Self {
+        Init {
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x1417),
+        }
+    }
+
+    fn uniform(&mut self, n: usize, bound: f64) -> Vec<f32> {
+        (0..n)
+            .map(|_| ((self.rng.random::<f64>() * 2.0 - 1.0) * bound) as f32)
+            .collect()
+    }
+
+    fn normal(&mut self, n: usize, std: f64) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let u1: f64 = self.rng.random::<f64>().max(f64::MIN_POSITIVE);
+                let u2: f64 = self.rng.random();
+                ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos() * std) as f32
+            })
+            .collect()
+    }
+
+    /// A `[d_in, d_out]` linear layer: weights uniform in ±1/√d_in, zero bias.
+    pub fn linear(&mut self, d_in: usize, d_out: usize, device: &Device) -> Linear {
+        let w = self.uniform(d_in * d_out, 1.0 / (d_in as f64).sqrt());
+        Linear {
+            weight: Param::from_data(TensorData::new(w, [d_in, d_out]), device),
+            bias: Some(Param::from_data(
+                TensorData::new(vec![0f32; d_out], [d_out]),
+                device,
+            )),
+        }
+    }
+
+    /// An `[n, d]` embedding drawn from N(0, 0.02²).
+    pub fn embedding(&mut self, n: usize, d: usize, device: &Device) -> Embedding {
+        Embedding {
+            weight: Param::from_data(TensorData::new(self.normal(n * d, 0.02), [n, d]), device),
+        }
+    }
+}
+
+/// One tokenised batch on a device.
+#[derive(Debug, Clone)]
+pub struct TextBatch {
+    /// Token ids, `[batch, seq]`.
+    pub tokens: Tensor<2, Int>,
+    /// 1 for real tokens, 0 for padding, `[batch, seq, 1]`.
+    pub keep: Tensor<3>,
+    /// 0 for real keys, -1e4 for padding, `[batch, 1, 1, seq]` (added to attention scores).
+    pub key_bias: Tensor<4>,
+    /// Real tokens a sample (at least 1), `[batch, 1]`.
+    pub count: Tensor<2>,
+    /// Class indices, `[batch]`.
+    pub labels: Tensor<1, Int>,
+}
+
+impl TextBatch {
+    /// Builds a batch from padded ids (`PAD` = 0) and class indices.
+    pub fn new(ids: &[i32], labels: &[i32], seq: usize, device: &Device) -> TextBatch {
+        let b = labels.len();
+        let keep: Vec<f32> = ids.iter().map(|&t| if t == 0 { 0.0 } else { 1.0 }).collect();
+        let bias: Vec<f32> = keep.iter().map(|k| (k - 1.0) * 1e4).collect();
+        let count: Vec<f32> = keep.chunks(seq).map(|c| c.iter().sum::<f32>().max(1.0)).collect();
+        TextBatch {
+            tokens: Tensor::from_data(TensorData::new(ids.to_vec(), [b, seq]), device),
+            keep: Tensor::from_data(TensorData::new(keep, [b, seq, 1]), device),
+            key_bias: Tensor::from_data(TensorData::new(bias, [b, 1, 1, seq]), device),
+            count: Tensor::from_data(TensorData::new(count, [b, 1]), device),
+            labels: Tensor::from_data(TensorData::new(labels.to_vec(), [b]), device),
+        }
+    }
+
+    /// Samples in the batch.
+    pub fn len(&self) -> usize {
+        self.labels.dims()[0]
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Multi-head self-attention.
+#[derive(Module, Debug)]
+pub struct Attention {
+    /// Query projection.
+    pub query: Linear,
+    /// Key projection.
+    pub key: Linear,
+    /// Value projection.
+    pub value: Linear,
+    /// Output projection.
+    pub output: Linear,
+    /// Heads.
+    pub heads: usize,
+}
+
+impl Attention {
+    /// `x`: `[batch, seq, d]`; `key_bias`: `[batch, 1, 1, seq]`.
+    pub fn forward(&self, x: Tensor<3>, key_bias: Tensor<4>) -> Tensor<3> {
+        let [b, s, d] = x.dims();
+        let dk = d / self.heads;
+        let split = |t: Tensor<3>| t.reshape([b, s, self.heads, dk]).swap_dims(1, 2);
+        let q = split(self.query.forward(x.clone()));
+        let k = split(self.key.forward(x.clone()));
+        let v = split(self.value.forward(x));
+        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(1.0 / (dk as f64).sqrt()) + key_bias;
+        let weights = softmax(scores, 3);
+        let ctx = weights.matmul(v).swap_dims(1, 2).reshape([b, s, d]);
+        self.output.forward(ctx)
+    }
+}
+
+/// The position-wise feed-forward layer with GELU.
+#[derive(Module, Debug)]
+pub struct FeedForward {
+    /// `d → ffn`.
+    pub up: Linear,
+    /// `ffn → d`.
+    pub down: Linear,
+}
+
+/// A pre-LayerNorm transformer block.
+#[derive(Module, Debug)]
+pub struct Block {
+    /// Norm before attention.
+    pub ln1: LayerNorm,
+    /// Self-attention.
+    pub attn: Attention,
+    /// Norm before the feed-forward layer.
+    pub ln2: LayerNorm,
+    /// Feed-forward layer.
+    pub ffn: FeedForward,
+}
+
+/// The transformer encoder text classifier: token + position embeddings, pre-LN blocks, final
+/// LayerNorm, mean pooling over real tokens, linear head.
+#[derive(Module, Debug)]
+pub struct TextClassifier {
+    /// Token embeddings.
+    pub embed: Embedding,
+    /// Learned position embeddings.
+    pub pos: Embedding,
+    /// The blocks.
+    pub blocks: Vec<Block>,
+    /// Final norm.
+    pub norm: LayerNorm,
+    /// Classification head.
+    pub head: Linear,
+    /// Dropout probability.
+    pub dropout: f64,
+}
+
+impl TextClassifier {
+    /// Builds the model the recipe describes for `classes` classes.
+    pub fn new(spec: &ModelSpec, classes: usize, seed: u64, device: &Device) -> Result<Self> {
+        check_spec(spec, classes)?;
+        let mut init = Init::new(seed);
+        let d = spec.d_model;
+        let ln = || LayerNormConfig::new(d).init(device);
+        let embed = init.embedding(spec.vocab, d, device);
+        let pos = init.embedding(spec.seq_len, d, device);
+        let blocks = (0..spec.layers)
+            .map(|_| Block {
+                ln1: ln(),
+                attn: Attention {
+                    query: init.linear(d, d, device),
+                    key: init.linear(d, d, device),
+                    value: init.linear(d, d, device),
+                    output: init.linear(d, d, device),
+                    heads: spec.heads,
+                },
+                ln2: ln(),
+                ffn: FeedForward {
+                    up: init.linear(d, spec.ffn, device),
+                    down: init.linear(spec.ffn, d, device),
+                },
+            })
+            .collect();
+        Ok(TextClassifier {
+            embed,
+            pos,
+            blocks,
+            norm: ln(),
+            head: init.linear(d, classes, device),
+            dropout: spec.dropout,
+        })
+    }
+
+    /// Class logits `[batch, classes]`; `drop` is `None` in evaluation.
+    pub fn forward(&self, batch: &TextBatch, drop: Option<&Dropout>) -> Tensor<2> {
+        let device = batch.keep.device();
+        let [b, s] = batch.tokens.dims();
+        let d = self.pos.weight.dims()[1];
+        let pos = self.pos.weight.val().narrow(0, 0, s).reshape([1, s, d]);
+        let mut x = self.embed.forward(batch.tokens.clone()) + pos;
+        let drop = |x: Tensor<3>, site: u64| match drop {
+            Some(dr) => dr.apply(x, site, &device),
+            None => x,
+        };
+        x = drop(x, 0);
+        for (i, block) in self.blocks.iter().enumerate() {
+            let site = 1 + 2 * i as u64;
+            let a = block
+                .attn
+                .forward(block.ln1.forward(x.clone()), batch.key_bias.clone());
+            x = x + drop(a, site);
+            let h = block.ffn.up.forward(block.ln2.forward(x.clone()));
+            let f = block.ffn.down.forward(gelu(h));
+            x = x + drop(f, site + 1);
+        }
+        let x = self.norm.forward(x);
+        let pooled = (x * batch.keep.clone()).sum_dim(1).reshape([b, d]) / batch.count.clone();
+        self.head.forward(pooled)
+    }
+}
+
+fn check_spec(spec: &ModelSpec, classes: usize) -> Result<()> {
+    let bad = |m: String| Err(TrainError::Unsupported(m));
+    if classes < 2 {
+        return bad(format!(
+            "a classifier needs at least 2 classes, the train partition has {classes}"
+        ));
+    }
+    if spec.d_model == 0 || spec.heads == 0 || !spec.d_model.is_multiple_of(spec.heads) {
+        return bad(format!(
+            "model.d_model = {} must be a positive multiple of model.heads = {}",
+            spec.d_model, spec.heads
+        ));
+    }
+    if spec.seq_len == 0 || spec.vocab < 2 || spec.ffn == 0 {
+        return bad("model.seq_len, model.ffn must be positive and model.vocab at least 2".into());
+    }
+    if !(0.0..1.0).contains(&spec.dropout) {
+        return bad(format!("model.dropout = {} must lie in [0, 1)", spec.dropout));
+    }
+    Ok(())
+}
+
+/// Mean cross-entropy of `logits` `[batch, classes]` against class indices `[batch]`.
+pub fn cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
+    let [b, _] = logits.dims();
+    let logp = log_softmax(logits, 1);
+    logp.gather(1, labels.reshape([b, 1])).mean().neg()
+}
+
+/// A multi-layer perceptron for numeric features: `layers` hidden GELU layers of width `ffn`.
+#[derive(Module, Debug)]
+pub struct Mlp {
+    /// Hidden layers.
+    pub layers: Vec<Linear>,
+    /// Classification head.
+    pub head: Linear,
+    /// Dropout probability.
+    pub dropout: f64,
+}
+
+impl Mlp {
+    /// An MLP over `features` inputs for `classes` classes, sized by the recipe.
+    pub fn new(
+        spec: &ModelSpec,
+        features: usize,
+        classes: usize,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self> {
+        if features == 0 || classes < 2 || spec.ffn == 0 {
+            return Err(TrainError::Unsupported(format!(
+                "an MLP needs features > 0, ffn > 0 and 2+ classes (got {features}, {}, {classes})",
+                spec.ffn
+            )));
+        }
+        let mut init = Init::new(seed);
+        let mut width = features;
+        let layers = (0..spec.layers)
+            .map(|_| {
+                let l = init.linear(width, spec.ffn, device);
+                width = spec.ffn;
+                l
+            })
+            .collect();
+        Ok(Mlp {
+            layers,
+            head: init.linear(width, classes, device),
+            dropout: spec.dropout,
+        })
+    }
+
+    /// Class logits `[batch, classes]` of features `[batch, features]`.
+    pub fn forward(&self, x: Tensor<2>, drop: Option<&Dropout>) -> Tensor<2> {
+        let device = x.device();
+        let mut x = x;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = gelu(layer.forward(x));
+            if let Some(dr) = drop {
+                x = dr.apply(x, i as u64, &device);
+            }
+        }
+        self.head.forward(x)
+    }
+}

@@ -1,0 +1,72 @@
+//! Helpers shared by the integration tests: a small demo file, a tiny recipe, a quiet log.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use contrai_data::demo::{DemoConfig, generate};
+use contrai_recipe::Recipe;
+use contrai_recipe::recipe::Model;
+use contrai_train::Log;
+
+/// Writes a demo set of `base` reviews as JSONL into `dir`.
+pub fn demo_file(dir: &Path, base: usize) -> PathBuf {
+    let set = generate(DemoConfig { base, seed: 7 });
+    let path = dir.join("demo.jsonl");
+    std::fs::write(&path, set.lines.join("\n") + "\n").unwrap();
+    path
+}
+
+/// A recipe small enough to train in seconds.
+pub fn tiny_recipe(data: &Path, steps: u64) -> Recipe {
+    let mut r = Recipe::default();
+    r.data.path = data.display().to_string();
+    r.model = Model {
+        kind: "transformer".into(),
+        vocab: 1024,
+        seq_len: 32,
+        d_model: 32,
+        layers: 1,
+        heads: 2,
+        ffn: 64,
+        dropout: 0.1,
+    };
+    r.main.steps = steps;
+    r.main.batch = 8;
+    r.main.lr = 2e-3;
+    r.main.warmup = 0.1;
+    r.run.eval_every = 5;
+    r.run.checkpoint_every = 5;
+    r.run.keep_last = 2;
+    r
+}
+
+/// Collects messages instead of printing them.
+#[derive(Default)]
+pub struct Collect {
+    /// Warnings, in order.
+    pub warnings: Mutex<Vec<String>>,
+}
+
+impl Log for Collect {
+    fn info(&self, _msg: &str) {}
+    fn warn(&self, msg: &str) {
+        self.warnings.lock().unwrap().push(msg.to_string());
+    }
+}
+
+/// metrics.jsonl with each row's wall-clock field cut out.
+pub fn without_wall(metrics: &str) -> Vec<String> {
+    metrics
+        .lines()
+        .map(|l| match l.find(",\"wall_s\":") {
+            Some(i) => format!("{}}}", &l[..i]),
+            None => l.to_string(),
+        })
+        .collect()
+}
+
+/// Reads a run's metrics without wall-clock fields.
+pub fn metrics_of(run: &Path) -> Vec<String> {
+    without_wall(&std::fs::read_to_string(run.join("metrics.jsonl")).unwrap())
+}

@@ -1,0 +1,181 @@
+//! Exact resume: a run SIGKILLed at random moments and resumed writes the same metrics.jsonl as
+//! one never interrupted; a corrupt newest checkpoint falls back to the previous one.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use common::{Collect, demo_file, metrics_of, tiny_recipe};
+use contrai_data::Silent;
+use contrai_train::{Options, train};
+
+const STEPS: u64 = 40;
+const WORKER_DIR: &str = "CONTRAI_TEST_WORKER_RUN";
+const WORKER_DATA: &str = "CONTRAI_TEST_WORKER_DATA";
+
+/// The tiny recipe, made slow enough (tens of ms a step) for kills to land mid-run.
+fn recipe(data: &Path) -> contrai_recipe::Recipe {
+    let mut r = tiny_recipe(data, STEPS);
+    r.model.d_model = 64;
+    r.model.seq_len = 64;
+    r.model.layers = 2;
+    r.model.ffn = 128;
+    r.main.batch = 16;
+    r
+}
+
+fn run_to_end(data: &Path, run: &Path, resume: bool) -> contrai_train::Outcome {
+    let opts = Options {
+        resume,
+        ..Options::new(recipe(data), run)
+    };
+    train(&opts, &Silent, &Collect::default()).unwrap()
+}
+
+/// Not a test on its own: the child process the kill test starts (and SIGKILLs).
+#[test]
+fn worker_entry() {
+    let (Some(run), Some(data)) = (std::env::var_os(WORKER_DIR), std::env::var_os(WORKER_DATA)) else {
+        return;
+    };
+    run_to_end(Path::new(&data), Path::new(&run), true);
+}
+
+fn train_rows(run: &Path) -> u64 {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .map(|s| {
+            s.lines()
+                .filter(|l| l.contains("train_loss") && l.ends_with('}'))
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+fn spawn_worker(run: &Path, data: &Path) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["worker_entry", "--exact", "--nocapture", "--test-threads=1"])
+        .env(WORKER_DIR, run)
+        .env(WORKER_DATA, data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn sigkill_at_random_steps_then_resume_matches_an_uninterrupted_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 300);
+    let reference: PathBuf = tmp.path().join("reference");
+    let out = run_to_end(&data, &reference, false);
+    assert!(out.finished);
+    let expected = metrics_of(&reference);
+
+    let run = tmp.path().join("killed");
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let mut x = u64::from(nanos) | 1;
+    let mut kills = Vec::new();
+    for _ in 0..3 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let target = (train_rows(&run) + 2 + x % 9).min(STEPS - 2);
+        let mut child = spawn_worker(&run, &data);
+        let t0 = Instant::now();
+        while train_rows(&run) < target && t0.elapsed() < Duration::from_secs(120) {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().ok(); // SIGKILL
+        child.wait().unwrap();
+        kills.push(train_rows(&run));
+    }
+    let status = spawn_worker(&run, &data).wait().unwrap();
+    assert!(
+        status.success(),
+        "the resumed worker failed (kills after steps {kills:?})"
+    );
+    let got = metrics_of(&run);
+    assert_eq!(got.len(), expected.len(), "kills after steps {kills:?}");
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert_eq!(g, e, "row {i} differs (kills after steps {kills:?})");
+    }
+    assert!(
+        kills.windows(2).all(|w| w[0] <= w[1]) && kills[0] < STEPS,
+        "kills after steps {kills:?}"
+    );
+    let a = tensors(&reference.join("final/model.safetensors"));
+    assert!(
+        a == tensors(&run.join("final/model.safetensors")),
+        "final weights differ"
+    );
+    eprintln!("killed after steps {kills:?}; resumed run identical");
+}
+
+/// A safetensors file's tensor table and data, without its free-form metadata.
+fn tensors(path: &Path) -> (serde_json::Value, Vec<u8>) {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    header.as_object_mut().unwrap().remove("__metadata__");
+    (header, bytes[8 + n..].to_vec())
+}
+
+#[test]
+fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 300);
+    let run = tmp.path().join("run");
+    let mut opts = Options::new(recipe(&data), &run);
+    opts.stop_after = Some(12);
+    let out = train(&opts, &Silent, &Collect::default()).unwrap();
+    assert_eq!(out.step, 12);
+    assert!(!out.finished);
+    let newest = run.join("checkpoints/step-00000010/model.bpk");
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xFF;
+    std::fs::write(&newest, bytes).unwrap();
+
+    let log = Collect::default();
+    opts.stop_after = None;
+    opts.resume = true;
+    let out = train(&opts, &Silent, &log).unwrap();
+    assert_eq!(out.resumed_from, Some(5));
+    let warnings = log.warnings.lock().unwrap().clone();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("step-00000010") && w.contains("SHA-256")),
+        "{warnings:?}"
+    );
+    assert!(out.finished);
+
+    let reference = tmp.path().join("reference");
+    run_to_end(&data, &reference, false);
+    assert_eq!(metrics_of(&run), metrics_of(&reference));
+}
+
+#[test]
+fn checkpoints_keep_the_last_k_and_the_best() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 300);
+    let run = tmp.path().join("run");
+    run_to_end(&data, &run, false);
+    let kept: Vec<u64> = contrai_train::checkpoint::list(&run.join("checkpoints"))
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert!(kept.len() <= 3, "{kept:?}");
+    assert!(kept.ends_with(&[35, 40]), "{kept:?}");
+    for (_, dir) in contrai_train::checkpoint::list(&run.join("checkpoints")) {
+        contrai_train::checkpoint::load(&dir).unwrap();
+    }
+}
