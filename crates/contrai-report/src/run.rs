@@ -71,7 +71,13 @@ fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decisi
     let report = diagnose(run, &DoctorConfig::default());
     page.heading(&format!("{} [{}]", run.name, run.format));
     let ok = !report.needs_action();
-    page.verdict(&format!("{}: {}", report.verdict, summary(&report.findings)), ok);
+    let labels = summary(&report.findings);
+    let verdict = if labels.is_empty() {
+        report.verdict.clone()
+    } else {
+        format!("{}: {labels}", report.verdict)
+    };
+    page.verdict(&verdict, ok);
     let unit = match run.hints.x_unit {
         XUnit::Step => "step",
         XUnit::Epoch => "epoch",
@@ -147,8 +153,13 @@ fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decisi
     );
 }
 
+/// The labels of the findings, `healthy` left out (the verdict says it).
 fn summary(findings: &[Finding]) -> String {
-    let labels: Vec<String> = findings.iter().map(|f| f.label.to_string()).collect();
+    let labels: Vec<String> = findings
+        .iter()
+        .map(|f| f.label.to_string())
+        .filter(|l| l != "healthy")
+        .collect();
     labels.join(", ")
 }
 

@@ -1,6 +1,7 @@
 //! The built-in default (`contrai train` with no recipe and no data) reaches the holdout accuracy
-//! the README states. It trains the full default (600 steps, ~3 minutes on 2 cores), so it is
-//! ignored by default: `cargo test -p contrai-train --test default_run -- --ignored`.
+//! the README states, and SpamAssassin reaches 97 %. Each trains a full default recipe (400
+//! steps, 2–4 minutes on 2 cores): the slowest tests of the workspace, and the ones that prove
+//! the README's numbers.
 
 mod common;
 
@@ -9,11 +10,11 @@ use contrai_data::Silent;
 use contrai_recipe::Recipe;
 use contrai_train::{Options, train};
 
-/// The holdout accuracy the built-in default reaches (measured: 95.4 % with seed 42).
-const STATED_HOLDOUT_ACCURACY: f32 = 0.93;
+/// The holdout accuracy the README states for the built-in default ("about 96 %"; measured
+/// 96.4 % with seed 42 on 195 holdout samples).
+const STATED_HOLDOUT_ACCURACY: f32 = 0.95;
 
 #[test]
-#[ignore = "trains the full default recipe (~3 minutes on 2 cores)"]
 fn the_default_reaches_the_stated_holdout_accuracy() {
     let tmp = tempfile::tempdir().unwrap();
     let out = train(
@@ -41,7 +42,6 @@ fn spamassassin() -> Option<std::path::PathBuf> {
 }
 
 #[test]
-#[ignore = "trains the default recipe on SpamAssassin (~4 minutes on 2 cores)"]
 fn spamassassin_reaches_97_percent_holdout_accuracy() {
     let Some(data) = spamassassin() else {
         eprintln!("skipped: ../shared/data/spamassassin.jsonl is absent");
