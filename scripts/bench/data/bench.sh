@@ -18,17 +18,12 @@
 # against the exact ground truth of recall.py (all pairs of distinct texts with Jaccard >= 0.8),
 # from one further, untimed run of each tool that writes its clusters.
 set -euo pipefail
+# shellcheck source=env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
-HERE="$ROOT/scripts/bench/data"
-PY="${PY:-$HOME/.cache/contrai-anchors-lite/bin/python}"
-WORK="${WORK:-${TMPDIR:-/tmp}/contrai-bench-data}"
-SA="${SA:-$ROOT/../shared/data/spamassassin.jsonl}"
-BASE="${BASE:-86500}"
 RUNS_SA="${RUNS_SA:-7}"
 RUNS_BIG="${RUNS_BIG:-5}"
 CONTRAI="$ROOT/target/release/contrai"
-CLEAN=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
 TIME=(/usr/bin/time -f '%e %U %S %M')
 
 [ -x /usr/bin/time ] || { echo "needs GNU time: apt-get install -y time" >&2; exit 1; }

@@ -11,16 +11,11 @@
 # 3. Recall of rensa and datasketch with other MinHash seeds (same banding), to show the spread
 #    that comes from the choice of hash family alone.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
-HERE="$ROOT/scripts/bench/data"
-PY="${PY:-$HOME/.cache/contrai-anchors-lite/bin/python}"
-WORK="${WORK:-${TMPDIR:-/tmp}/contrai-bench-data}"
-SA="${SA:-$ROOT/../shared/data/spamassassin.jsonl}"
-BASE="${BASE:-86500}"
+# shellcheck source=env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 RUNS="${RUNS:-5}"
 BIG="$WORK/demo-$BASE.jsonl"
 CONTRAI="$WORK/contrai"
-CLEAN=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
 [ -x "$CONTRAI" ] && [ -s "$BIG" ] || { echo "run bench.sh first" >&2; exit 1; }
 
 med() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
