@@ -64,6 +64,10 @@ pub fn render(path: &Path, format: Option<Format>) -> Result<String, ReportError
     for run in &runs {
         run_section(&mut page, run, &phases, &decisions);
     }
+    if path.is_dir() {
+        data_section(&mut page, path)?;
+        holdout_section(&mut page, path)?;
+    }
     Ok(page.finish(&title))
 }
 
@@ -234,6 +238,77 @@ fn charts(
             chart.has_data().then_some(chart)
         })
         .collect()
+}
+
+/// The split's partitions, what was dropped and the leak guard, from `data/manifest.json`.
+fn data_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
+    let Some(m) = json_file(&dir.join("data/manifest.json"))? else {
+        return Ok(());
+    };
+    page.heading("Data");
+    let parts = m["partitions"].as_array().cloned().unwrap_or_default();
+    let rows: Vec<Vec<String>> = parts
+        .iter()
+        .map(|p| vec![p["name"].as_str().unwrap_or("?").into(), p["count"].to_string()])
+        .collect();
+    page.table(&["partition", "samples"], &rows);
+    if let Some(dropped) = m["dropped"].as_object() {
+        let parts: Vec<String> = dropped
+            .iter()
+            .filter(|(_, n)| n.as_u64() != Some(0))
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        let guard = &m["guard"];
+        page.para(&format!(
+            "Dropped before training: {}. Leak guard: {} shared texts, {} cross-partition near-duplicate pairs ({}).",
+            if parts.is_empty() { "nothing".to_string() } else { parts.join(", ") },
+            guard["shared_content_hashes"],
+            guard["cross_partition_near_pairs"],
+            if guard["passed"] == true { "passed" } else { "FAILED" }
+        ));
+    }
+    Ok(())
+}
+
+/// The single holdout evaluation, from `final/eval.json`.
+fn holdout_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
+    let Some(e) = json_file(&dir.join("final/eval.json"))? else {
+        return Ok(());
+    };
+    page.heading("Holdout (evaluated once, at the end)");
+    let pct = |v: &serde_json::Value| v.as_f64().map_or("?".into(), |x| format!("{:.2} %", 100.0 * x));
+    let num = |v: &serde_json::Value| v.as_f64().map_or("?".into(), fmt_num);
+    page.table(
+        &[
+            "holdout accuracy",
+            "holdout loss",
+            "holdout samples",
+            "val accuracy",
+            "step",
+        ],
+        &[vec![
+            pct(&e["holdout_accuracy"]),
+            num(&e["holdout_loss"]),
+            e["holdout_samples"].to_string(),
+            pct(&e["val_accuracy"]),
+            e["step"].to_string(),
+        ]],
+    );
+    Ok(())
+}
+
+/// A JSON file's value; `None` when the file does not exist.
+fn json_file(path: &Path) -> Result<Option<serde_json::Value>, ReportError> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| ReportError::RunFile {
+            path: path.display().to_string(),
+            line: e.line(),
+            message: format!("invalid JSON: {e}"),
+        })
 }
 
 /// Phases from `metrics.jsonl`'s `phase` field and decisions from `decisions.jsonl`.
