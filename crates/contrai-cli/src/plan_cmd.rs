@@ -23,8 +23,11 @@ pub struct PlanArgs {
     #[arg(long)]
     unstable_infra: bool,
     /// Measured milliseconds an optimizer step, for wall-clock estimates of each phase.
-    #[arg(long, value_name = "MS")]
+    #[arg(long, value_name = "MS", conflicts_with = "calibrate")]
     step_ms: Option<f64>,
+    /// Measure the step time instead: train the recipe's model for 20 steps on random tokens here.
+    #[arg(long)]
+    calibrate: bool,
     /// Training samples, for epochs and data-size advice.
     #[arg(long, value_name = "N")]
     train_samples: Option<u64>,
@@ -33,9 +36,13 @@ pub struct PlanArgs {
     json: bool,
 }
 
+/// Steps timed by `--calibrate` (after a short warm-up).
+const CALIBRATION_STEPS: usize = 20;
+
 /// Everything `contrai plan` says.
 #[derive(Serialize)]
 struct Output {
+    calibration: Option<contrai_train::calibrate::Calibration>,
     plan: Plan,
     calendar: Calendar,
     wall_clock_s: Option<Vec<(String, f64)>>,
@@ -52,13 +59,24 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     }
     let plan = Plan::new(&recipe, args.train_samples);
     let calendar = Calendar::new(args.weeks, args.unstable_infra, args.cost_per_day)?;
-    let wall_clock_s = args.step_ms.map(|ms| {
+    let calibration = if args.calibrate {
+        eprintln!("calibrating: {CALIBRATION_STEPS} training steps of the recipe's model …");
+        Some(contrai_train::calibrate::calibrate(&recipe, CALIBRATION_STEPS)?)
+    } else {
+        None
+    };
+    // An optimizer step is `accumulate` micro-batches.
+    let step_ms = args.step_ms.or(calibration
+        .as_ref()
+        .map(|c| c.ms_per_step * recipe.main.accumulate as f64));
+    let wall_clock_s = step_ms.map(|ms| {
         plan.phases
             .iter()
             .map(|p| (p.name.to_string(), p.steps as f64 * ms / 1000.0))
             .collect()
     });
     let out = Output {
+        calibration,
         plan,
         calendar,
         wall_clock_s,
@@ -104,6 +122,12 @@ fn print_human(o: &Output) {
             ph.batch,
             ph.samples,
             lr.join(", ")
+        );
+    }
+    if let Some(c) = &o.calibration {
+        println!(
+            "\ncalibrated: {:.1} ms a micro-batch step (median of {} steps on this machine)",
+            c.ms_per_step, c.steps
         );
     }
     if let Some(w) = &o.wall_clock_s {

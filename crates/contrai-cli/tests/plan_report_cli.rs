@@ -48,6 +48,30 @@ fn plan_json_has_phases_calendar_and_advice() {
 }
 
 #[test]
+fn plan_calibrates_the_step_time_with_a_short_measured_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path().join("tiny.toml");
+    std::fs::write(&r, "[model]\nvocab = 64\nseq_len = 8\nd_model = 16\nheads = 2\nffn = 32\n\n[main]\nbatch = 4\naccumulate = 2\n\n[contract]\nbatch = 2\n").unwrap();
+    let out = contrai(&["plan", r.to_str().unwrap(), "--calibrate", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ms = v["calibration"]["ms_per_step"].as_f64().unwrap();
+    assert!(ms > 0.0 && ms.is_finite());
+    assert_eq!(v["calibration"]["steps"], 20);
+    let main_s = v["wall_clock_s"][1][1].as_f64().unwrap();
+    assert!(
+        (main_s - 400.0 * 2.0 * ms / 1000.0).abs() < 1e-6,
+        "400 steps of 2 micro-batches"
+    );
+    let both = contrai(&["plan", "--calibrate", "--step-ms", "5"]);
+    assert_eq!(
+        both.status.code(),
+        Some(2),
+        "--calibrate and --step-ms exclude each other"
+    );
+}
+
+#[test]
 fn plan_refuses_bad_input_with_reasons() {
     let out = contrai(&["plan", "--weeks", "3"]);
     assert_eq!(out.status.code(), Some(2));

@@ -10,6 +10,7 @@
 
 pub mod alloc;
 pub mod batch;
+pub mod calibrate;
 pub mod checkpoint;
 pub mod data;
 pub mod dropout;
