@@ -68,5 +68,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         );
         println!("weights: {}", run_dir.join("final/model.safetensors").display());
     }
+    let report = run_dir.join("report.html");
+    contrai_data::write::write_atomic(&report, contrai_report::render(&run_dir, None)?.as_bytes())?;
+    println!("report: {}", report.display());
     Ok(ExitCode::SUCCESS)
 }
