@@ -116,6 +116,15 @@ impl Finding {
         self
     }
 
+    /// The evidence as `key value` pairs in one line (`val_loss_best 0.31, evals_since_best 4`).
+    pub fn evidence_line(&self) -> String {
+        self.evidence
+            .iter()
+            .map(|(k, v)| format!("{k} {}", crate::detect::num(*v)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// True when the finding warrants action (severity warning or critical).
     pub fn actionable(&self) -> bool {
         self.label != Label::Healthy && self.severity >= Severity::Warning

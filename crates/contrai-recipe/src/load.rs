@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::recipe::Recipe;
+use crate::recipe::{PHASES, Recipe};
 
 /// Why a recipe was refused.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +71,59 @@ impl Recipe {
     /// The recipe as TOML, every default filled in.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Checks the phases, the validate check and the guards.
+    fn validate_lifecycle(&self) -> Result<(), (String, String)> {
+        let err = |k: &str, m: String| Err((k.to_string(), m));
+        let mut order = Vec::new();
+        for p in &self.run.phases {
+            match PHASES.iter().position(|q| q == p) {
+                Some(i) => order.push(i),
+                None => {
+                    return err(
+                        "run.phases",
+                        format!("names `{p}`, expected phases among {}", PHASES.join(", ")),
+                    );
+                }
+            }
+        }
+        if !order.windows(2).all(|w| w[0] < w[1]) || !self.run.has_phase("main") {
+            return err(
+                "run.phases",
+                format!(
+                    "is {:?}, expected `main` and phases in the order {}, each once",
+                    self.run.phases,
+                    PHASES.join(", ")
+                ),
+            );
+        }
+        let v = &self.validate;
+        if v.steps == 0 || v.batch == 0 || !(v.lr > 0.0 && v.lr < 1.0) {
+            return err(
+                "validate.steps",
+                "steps and batch must be at least 1 and lr in (0, 1)".into(),
+            );
+        }
+        if !(0.0..1.0).contains(&v.min_fall) {
+            return err(
+                "validate.min_fall",
+                format!("is {}, expected a share in [0, 1)", v.min_fall),
+            );
+        }
+        let g = &self.guards;
+        for (k, f) in [
+            ("guards.nan_lr_factor", g.nan_lr_factor),
+            ("guards.plateau_lr_factor", g.plateau_lr_factor),
+        ] {
+            if !(f > 0.0 && f < 1.0) {
+                return err(k, format!("is {f}, expected a factor in (0, 1)"));
+            }
+        }
+        if g.overfit_patience == 0 {
+            return err("guards.overfit_patience", "must be at least 1".into());
+        }
+        Ok(())
     }
 
     /// Checks every range; the error is (dotted key, what is expected).
@@ -217,6 +270,8 @@ impl Recipe {
             }
         }
         unit("refine.budget", self.refine.budget)?;
+        positive("contract.eval_every", c.eval_every)?;
+        self.validate_lifecycle()?;
         one_of("refine.quantize", &self.refine.quantize, &["int8", "none"])?;
         if c.budget + self.refine.budget >= 0.9 {
             return err(

@@ -74,37 +74,41 @@ impl Plan {
     /// Plans a recipe; `train_samples` (when known) adds epochs and data-size advice.
     pub fn new(recipe: &Recipe, train_samples: Option<u64>) -> Plan {
         let main = &recipe.main;
-        let rest = 1.0 - recipe.contract.budget - recipe.refine.budget;
-        let total = (main.steps as f64 / rest).round() as u64;
-        let contract_steps = (total as f64 * recipe.contract.budget).round() as u64;
-        let refine_steps = total.saturating_sub(main.steps + contract_steps);
+        let steps = PhaseSteps::new(recipe);
+        let total = steps.main + steps.contract + steps.refine;
         let schedule = main_schedule(recipe);
         let end_lr = schedule.lr(main.steps.saturating_sub(1));
         let main_batch = main.effective_batch() as u64;
         let contract_batch = (recipe.contract.batch * main.devices * main.accumulate) as u64;
+        let v = &recipe.validate;
+        let (m0, c0, r0) = (
+            steps.validate,
+            steps.validate + steps.main,
+            steps.validate + steps.main + steps.contract,
+        );
         let mut phases = vec![
             phase(
                 "validate",
                 "prove the pipeline: overfit one batch (loss −90 %), one eval, one checkpoint round trip",
                 0,
-                VALIDATE_STEPS,
-                main_batch,
-                vec![seg(0, VALIDATE_STEPS, "constant", main.lr, main.lr)],
-                1.0,
+                steps.validate,
+                v.batch as u64,
+                vec![seg(0, steps.validate, "constant", v.lr, v.lr)],
+                0.0,
             ),
             phase(
                 "main",
                 "the main training, watched by the live doctor",
-                0,
-                main.steps,
+                m0,
+                steps.main,
                 main_batch,
-                main_segments(&schedule),
+                main_segments(&schedule, m0),
                 1.0,
             ),
             phase(
                 "diagnose",
                 "doctor's findings; per-module pruning sensitivity; sparsity caps",
-                main.steps,
+                c0,
                 0,
                 0,
                 Vec::new(),
@@ -112,35 +116,36 @@ impl Plan {
             ),
             phase(
                 "contract",
-                "anneal LR (no warmup), smaller batch, dropout × 0.5, drop the noisiest samples, gradual pruning; roll back when validation worsens",
-                main.steps,
-                contract_steps,
+                "anneal LR (no warmup), smaller batch, dropout × 0.5, drop the noisiest samples; roll back when validation worsens",
+                c0,
+                steps.contract,
                 contract_batch,
                 vec![seg(
-                    main.steps,
-                    main.steps + contract_steps,
+                    c0,
+                    c0 + steps.contract,
                     "linear",
                     end_lr,
-                    main.min_lr,
+                    main.min_lr * CONTRACT_FLOOR,
                 )],
                 recipe.contract.dropout_scale,
             ),
             phase(
                 "refine",
-                "short anneal on filtered data, optional int8 and distillation, the single holdout evaluation",
-                main.steps + contract_steps,
-                refine_steps,
+                "short anneal on filtered data, the single holdout evaluation",
+                r0,
+                steps.refine,
                 contract_batch,
                 vec![seg(
-                    main.steps + contract_steps,
-                    total,
+                    r0,
+                    r0 + steps.refine,
                     "linear",
-                    main.min_lr,
+                    main.min_lr * CONTRACT_FLOOR,
                     0.0,
                 )],
                 recipe.contract.dropout_scale,
             ),
         ];
+        phases.retain(|p| recipe.run.has_phase(p.name));
         phases.iter_mut().for_each(|p| p.samples = p.steps * p.batch);
         let parameters = parameter_count(recipe, 2);
         let advice = advice(recipe, parameters, train_samples, total);
@@ -148,7 +153,7 @@ impl Plan {
             phases,
             total_steps: total,
             contract_share: if total > 0 {
-                contract_steps as f64 / total as f64
+                steps.contract as f64 / total as f64
             } else {
                 0.0
             },
@@ -156,6 +161,46 @@ impl Plan {
             checkpoint_every: recipe.run.checkpoint_every,
             parameters,
             advice,
+        }
+    }
+}
+
+/// Optimizer steps each phase plans (0 for a phase the recipe does not run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PhaseSteps {
+    /// Steps of overfitting one batch.
+    pub validate: u64,
+    /// Main steps (an upper bound: the controller may end main early).
+    pub main: u64,
+    /// Contraction steps.
+    pub contract: u64,
+    /// Final anneal steps.
+    pub refine: u64,
+}
+
+impl PhaseSteps {
+    /// The steps of `recipe`'s phases: main is `main.steps`; contract and refine take their budgets'
+    /// shares of main + contract + refine.
+    pub fn new(recipe: &Recipe) -> PhaseSteps {
+        let has = |p: &str| recipe.run.has_phase(p);
+        let c = if has("contract") {
+            recipe.contract.budget
+        } else {
+            0.0
+        };
+        let r = if has("refine") { recipe.refine.budget } else { 0.0 };
+        let main = recipe.main.steps;
+        let total = (main as f64 / (1.0 - c - r)).round() as u64;
+        let contract = (total as f64 * c).round() as u64;
+        PhaseSteps {
+            validate: if has("validate") { recipe.validate.steps } else { 0 },
+            main,
+            contract,
+            refine: if has("refine") {
+                total.saturating_sub(main + contract)
+            } else {
+                0
+            },
         }
     }
 }
@@ -172,10 +217,10 @@ pub fn main_schedule(recipe: &Recipe) -> Schedule {
     }
 }
 
-fn main_segments(s: &Schedule) -> Vec<LrSegment> {
+fn main_segments(s: &Schedule, at: u64) -> Vec<LrSegment> {
     let mut out = Vec::new();
     if s.warmup > 0 {
-        out.push(seg(0, s.warmup, "warmup", s.lr(0), s.lr(s.warmup - 1)));
+        out.push(seg(at, at + s.warmup, "warmup", s.lr(0), s.lr(s.warmup - 1)));
     }
     let shape = match s.decay {
         Decay::Cosine => "cosine",
@@ -183,8 +228,8 @@ fn main_segments(s: &Schedule) -> Vec<LrSegment> {
         Decay::Constant => "constant",
     };
     out.push(seg(
-        s.warmup,
-        s.steps,
+        at + s.warmup,
+        at + s.steps,
         shape,
         s.lr(s.warmup),
         s.lr(s.steps.saturating_sub(1)),
@@ -293,7 +338,22 @@ mod tests {
         );
         assert_eq!(c.batch, 16);
         assert_eq!(p.phases[1].lr[0].shape, "warmup");
-        assert_eq!(p.phases[1].lr[0].to_step, 11, "3 % of 400 steps");
+        assert_eq!(
+            p.phases[1].lr[0].from_step, 30,
+            "main starts after validate's 30 steps"
+        );
+        assert_eq!(p.phases[1].lr[0].to_step, 41, "3 % of 400 steps");
+        assert_eq!(p.phases[4].lr[0].lr_end, 0.0, "refine anneals to 0");
+    }
+
+    #[test]
+    fn a_plain_run_plans_main_alone() {
+        let mut r = Recipe::default();
+        r.run.phases = vec!["main".into()];
+        let p = Plan::new(&r, None);
+        assert_eq!(p.phases.len(), 1);
+        assert_eq!(p.total_steps, r.main.steps);
+        assert_eq!(p.phases[0].start_step, 0);
     }
 
     #[test]

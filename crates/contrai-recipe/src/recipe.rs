@@ -14,13 +14,20 @@ pub struct Recipe {
     pub data: Data,
     /// The model.
     pub model: Model,
+    /// The pipeline check before the main compute.
+    pub validate: Validate,
     /// The main training phase.
     pub main: Main,
     /// The contraction phase.
     pub contract: Contract,
     /// The final polish.
     pub refine: Refine,
+    /// The live guards and the controller's rules.
+    pub guards: Guards,
 }
+
+/// The lifecycle's phases, in the only order they run.
+pub const PHASES: [&str; 5] = ["validate", "main", "diagnose", "contract", "refine"];
 
 /// `[run]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +45,15 @@ pub struct Run {
     pub checkpoint_every: u64,
     /// Checkpoints kept besides the best one.
     pub keep_last: u32,
+    /// Phases to run, a subsequence of `validate, main, diagnose, contract, refine` holding `main`.
+    pub phases: Vec<String>,
+}
+
+impl Run {
+    /// Whether the phase `name` runs.
+    pub fn has_phase(&self, name: &str) -> bool {
+        self.phases.iter().any(|p| p == name)
+    }
 }
 
 impl Default for Run {
@@ -49,6 +65,7 @@ impl Default for Run {
             eval_every: 50,
             checkpoint_every: 50,
             keep_last: 3,
+            phases: PHASES.iter().map(|p| p.to_string()).collect(),
         }
     }
 }
@@ -163,6 +180,31 @@ impl Default for Model {
     }
 }
 
+/// `[validate]`: overfit one small batch before the main compute is spent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Validate {
+    /// Optimizer steps on the one batch.
+    pub steps: u64,
+    /// Samples in the batch.
+    pub batch: usize,
+    /// Constant learning rate of the check.
+    pub lr: f64,
+    /// Share by which the batch's loss must fall (0.9 = by more than 90 %).
+    pub min_fall: f64,
+}
+
+impl Default for Validate {
+    fn default() -> Self {
+        Validate {
+            steps: 30,
+            batch: 8,
+            lr: 1e-3,
+            min_fall: 0.9,
+        }
+    }
+}
+
 /// `[main]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -233,6 +275,8 @@ pub struct Contract {
     pub tolerance: f64,
     /// Evaluations in a row beyond tolerance before rolling back.
     pub patience: u32,
+    /// Evaluate (and checkpoint) every this many steps while contracting.
+    pub eval_every: u64,
     /// Pruning targets by parameter glob.
     pub prune: Vec<Prune>,
 }
@@ -248,6 +292,7 @@ impl Default for Contract {
             stable_checkpoints: 2,
             tolerance: 0.02,
             patience: 3,
+            eval_every: 20,
             prune: vec![
                 Prune {
                     params: "blocks.*.attn.*".into(),
@@ -300,6 +345,37 @@ impl Default for Refine {
             budget: 0.05,
             quantize: "int8".into(),
             max_drop: 1.0,
+        }
+    }
+}
+
+/// `[guards]`: what the live controller watches and how it acts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Guards {
+    /// Act on the live doctor's findings (false: a plain run that only records).
+    pub enabled: bool,
+    /// Rollbacks after a non-finite loss or gradient before the run gives up.
+    pub nan_retries: u32,
+    /// LR multiplier after each non-finite rollback.
+    pub nan_lr_factor: f64,
+    /// LR multiplier when the main phase plateaus.
+    pub plateau_lr_factor: f64,
+    /// Steps after an LR cut before the plateau rule may cut again.
+    pub plateau_cooldown: u64,
+    /// Steps of validation without improvement, while training loss falls, that end main early.
+    pub overfit_patience: u64,
+}
+
+impl Default for Guards {
+    fn default() -> Self {
+        Guards {
+            enabled: true,
+            nan_retries: 3,
+            nan_lr_factor: 0.5,
+            plateau_lr_factor: 0.5,
+            plateau_cooldown: 100,
+            overfit_patience: 300,
         }
     }
 }

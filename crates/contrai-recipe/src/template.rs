@@ -10,6 +10,7 @@ out = "runs"             # parent directory of runs
 eval_every = 50          # evaluate on validation every N optimizer steps
 checkpoint_every = 50    # checkpoint every N steps: a preempted run loses minutes, not days
 keep_last = 3            # checkpoints kept besides the best
+phases = ["validate", "main", "diagnose", "contract", "refine"]   # drop any but main
 
 [data]
 path = ""                # JSONL / CSV / Parquet file, or a split directory; "" = built-in demo
@@ -37,6 +38,12 @@ heads = 4                # attention heads
 ffn = 512                # feed-forward width
 dropout = 0.1
 
+[validate]               # prove the pipeline before the main compute is spent
+steps = 30               # steps of overfitting one batch ...
+batch = 8                # ... of this many samples, dropout off
+lr = 1e-3                # constant LR of the check
+min_fall = 0.9           # the batch's loss must fall by more than this share
+
 [main]
 steps = 400              # optimizer steps
 batch = 32               # samples a micro-batch, per device
@@ -58,6 +65,7 @@ stable_delta = 0.02      # enter when validation loss changes less than this bet
 stable_checkpoints = 2   # ... this many times in a row
 tolerance = 0.02         # roll back when validation loss worsens by more than this ...
 patience = 3             # ... for this many evaluations
+eval_every = 20          # evaluate and checkpoint this often while contracting
 prune = [
     { params = "blocks.*.attn.*", init = 0.1, final = 0.2 },
     { params = "blocks.*.ffn.*", init = 0.1, final = 0.5 },
@@ -67,4 +75,12 @@ prune = [
 budget = 0.05            # share of all steps for the final anneal
 quantize = "int8"        # int8 | none
 max_drop = 1.0           # accuracy points a quantized model may lose before it is refused
+
+[guards]                 # the live controller
+enabled = true           # act on the live doctor (false: record only, a plain run)
+nan_retries = 3          # non-finite loss or gradient: roll back to the last checkpoint, retry ...
+nan_lr_factor = 0.5      # ... with the LR times this
+plateau_lr_factor = 0.5  # a plateau in main cuts the LR by this factor ...
+plateau_cooldown = 100   # ... at most once every this many steps
+overfit_patience = 300   # validation flat this many steps while train loss falls ends main early
 "#;

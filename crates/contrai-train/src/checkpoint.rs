@@ -14,8 +14,8 @@ use sha2::{Digest, Sha256};
 use crate::batch::Cursor;
 use crate::error::{Result, TrainError};
 
-/// Version of the checkpoint layout.
-pub const FORMAT: u32 = 1;
+/// Version of the checkpoint layout (2: the controller's state and `decisions.jsonl`'s length).
+pub const FORMAT: u32 = 2;
 /// The model's burnpack record.
 pub const MODEL: &str = "model.bpk";
 /// The optimizer's burnpack record.
@@ -61,6 +61,12 @@ pub struct State {
     pub best: Option<(u64, f32)>,
     /// The learning rate of the last step.
     pub lr: f64,
+    /// Bytes of `decisions.jsonl` at this step.
+    #[serde(default)]
+    pub decisions_len: u64,
+    /// The lifecycle controller's state.
+    #[serde(default)]
+    pub control: crate::controller::Control,
 }
 
 /// A checkpoint read back and verified.
@@ -119,11 +125,17 @@ pub fn save(root: &Path, state: &State, model: &[u8], optimizer: &[u8]) -> Resul
     write_synced(&tmp.join(SUMS), sums.as_bytes())?;
     sync_dir(&tmp);
     let dest = root.join(&name);
+    // A phase boundary rewrites the step's checkpoint: the old one is set aside as a temporary
+    // (cleaned up on resume) so that a kill in between leaves the previous checkpoints intact.
+    let old = root.join(format!(".tmp-old-{name}"));
     if dest.exists() {
-        std::fs::remove_dir_all(&dest).map_err(|e| TrainError::io(&dest, e))?;
+        std::fs::rename(&dest, &old).map_err(|e| TrainError::io(&dest, e))?;
     }
     std::fs::rename(&tmp, &dest).map_err(|e| TrainError::io(&dest, e))?;
     sync_dir(root);
+    if old.exists() {
+        std::fs::remove_dir_all(&old).map_err(|e| TrainError::io(&old, e))?;
+    }
     Ok(dest)
 }
 

@@ -9,9 +9,11 @@ use contrai_recipe::Recipe;
 
 use crate::error::{Result, TrainError};
 
-/// One partition's texts and labels (as written in the data).
+/// One partition's ids, texts and labels (as written in the data).
 #[derive(Debug, Clone, Default)]
 pub struct Samples {
+    /// Sample ids (the id field, or line numbers).
+    pub ids: Vec<String>,
     /// Texts.
     pub texts: Vec<String>,
     /// Labels, one per text.
@@ -196,6 +198,7 @@ fn read_partition(path: &Path, format: Format, fields: &FieldSpec) -> Result<Sam
                 rec.id
             ))
         })?;
+        out.ids.push(rec.id);
         out.texts.push(rec.text.unwrap_or_default());
         out.labels.push(label);
     }

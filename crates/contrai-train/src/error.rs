@@ -49,6 +49,12 @@ pub enum TrainError {
         /// The run directory.
         path: PathBuf,
     },
+    /// The `validate` phase failed: the pipeline cannot learn; nothing more was spent.
+    #[error("validate: {0}")]
+    ValidateFailed(String),
+    /// A non-finite loss or gradient persisted after every allowed rollback.
+    #[error("training diverged: {0}")]
+    Diverged(String),
     /// The holdout was asked for a second time.
     #[error("the holdout was already evaluated once; it is never read twice")]
     HoldoutReadTwice,

@@ -1,10 +1,10 @@
 //! Contrai's trainer on Burn: models, the training loop, checkpoints with exact resume, and the
 //! contraction controller (`../shared/DESIGN.md` §1–3).
 //!
-//! [`train`] runs a recipe's main phase in a run directory: the data audit and leakage-proof
-//! split, a tokenizer fitted on train only, the transformer classifier on Burn's flex CPU backend,
-//! AdamW with the recipe's schedule, accumulation, clipping, evaluation, step checkpoints, and the
-//! holdout evaluated once at the end.
+//! [`train`] runs a recipe's lifecycle in a run directory: the data audit and leakage-proof split,
+//! a tokenizer fitted on train only, the transformer classifier on Burn's flex CPU backend, then
+//! `validate`, `main`, `diagnose`, `contract` and `refine` under the live doctor and the
+//! controller's guards, step checkpoints with exact resume, and the holdout evaluated once at the end.
 
 #![warn(missing_docs)]
 
@@ -12,14 +12,20 @@ pub mod alloc;
 pub mod batch;
 pub mod calibrate;
 pub mod checkpoint;
+pub mod controller;
 pub mod data;
+pub mod diagnose;
 pub mod dropout;
 pub mod error;
+pub mod lifecycle;
 pub mod metrics;
 pub mod model;
 pub mod plan;
+pub mod prune;
+pub mod setup;
 pub mod tokenizer;
 pub mod trainer;
 
 pub use error::{Result, TrainError};
-pub use trainer::{FinalEval, Log, Options, Outcome, Stderr, train};
+pub use lifecycle::train;
+pub use trainer::{FinalEval, Log, Options, Outcome, Stderr};

@@ -1,5 +1,5 @@
-//! `metrics.jsonl`: one flat JSON object a line (`../shared/DESIGN.md` §3), written through as
-//! each row is produced, truncated back to a checkpoint's length on resume.
+//! `metrics.jsonl` and `decisions.jsonl`: one flat JSON object a line (`../shared/DESIGN.md` §3),
+//! written through as each row is produced, truncated back to a checkpoint's length on resume.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -43,17 +43,28 @@ pub struct EvalRow<'a> {
     pub val_accuracy: f32,
 }
 
-/// The open metrics file.
+/// A validate-phase row: the loss of the one batch being overfitted.
+#[derive(Debug, Clone, Serialize)]
+pub struct ValidateRow {
+    /// Global step (validate takes the first steps).
+    pub step: u64,
+    /// Always `validate`.
+    pub phase: &'static str,
+    /// Loss on the one batch.
+    pub validate_loss: f32,
+}
+
+/// An open JSON-lines file (`metrics.jsonl`, `decisions.jsonl`).
 #[derive(Debug)]
-pub struct Metrics {
+pub struct JsonLines {
     file: File,
     path: PathBuf,
     len: u64,
 }
 
-impl Metrics {
+impl JsonLines {
     /// Opens `path` for appending after cutting it to `keep` bytes (0 starts afresh).
-    pub fn open(path: &Path, keep: u64) -> Result<Metrics> {
+    pub fn open(path: &Path, keep: u64) -> Result<JsonLines> {
         let io = |e| TrainError::io(path, e);
         let file = OpenOptions::new()
             .create(true)
@@ -70,7 +81,7 @@ impl Metrics {
             });
         }
         file.set_len(keep).map_err(io)?;
-        let mut m = Metrics {
+        let mut m = JsonLines {
             file,
             path: path.to_path_buf(),
             len: keep,
@@ -80,8 +91,9 @@ impl Metrics {
         Ok(m)
     }
 
-    /// Appends one row and hands it to the OS.
-    pub fn write<T: Serialize>(&mut self, row: &T) -> Result<()> {
+    /// Appends one row and hands it to the OS; returns the line written (the live doctor reads
+    /// exactly what a reader of the file will).
+    pub fn write<T: Serialize>(&mut self, row: &T) -> Result<Vec<u8>> {
         let mut line = serde_json::to_vec(row).map_err(|e| TrainError::Corrupt {
             path: self.path.clone(),
             message: e.to_string(),
@@ -92,7 +104,7 @@ impl Metrics {
             .and_then(|_| self.file.flush())
             .map_err(|e| TrainError::io(&self.path, e))?;
         self.len += line.len() as u64;
-        Ok(())
+        Ok(line)
     }
 
     /// Bytes written so far (what a checkpoint records).

@@ -267,9 +267,14 @@ fn check_spec(spec: &ModelSpec, classes: usize) -> Result<()> {
 
 /// Mean cross-entropy of `logits` `[batch, classes]` against class indices `[batch]`.
 pub fn cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
+    per_sample_cross_entropy(logits, labels).mean()
+}
+
+/// Cross-entropy of each sample (`[batch]`): what "the noisiest samples" are ranked by.
+pub fn per_sample_cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
     let [b, _] = logits.dims();
     let logp = log_softmax(logits, 1);
-    logp.gather(1, labels.reshape([b, 1])).mean().neg()
+    logp.gather(1, labels.reshape([b, 1])).reshape([b]).neg()
 }
 
 /// A multi-layer perceptron for numeric features: `layers` hidden GELU layers of width `ffn`.

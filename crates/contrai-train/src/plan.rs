@@ -10,9 +10,10 @@ pub struct RunPlan {
     /// The recipe's lifecycle plan.
     #[serde(flatten)]
     pub plan: contrai_recipe::Plan,
-    /// Phases this trainer runs (the others come with the contraction work).
-    pub trained_phases: Vec<&'static str>,
-    /// Steps at which checkpoints are written (the last step included).
+    /// Phases this run goes through.
+    pub trained_phases: Vec<String>,
+    /// Steps at which checkpoints are planned (main's start and end included; main may end early,
+    /// which moves contract and refine forward).
     pub checkpoint_steps: Vec<u64>,
     /// Checkpoints kept besides the best.
     pub keep_last: u32,
@@ -23,11 +24,29 @@ impl RunPlan {
     pub fn new(recipe: &Recipe, train_samples: u64) -> RunPlan {
         RunPlan {
             plan: contrai_recipe::Plan::new(recipe, Some(train_samples)),
-            trained_phases: vec!["main"],
-            checkpoint_steps: cadence(recipe.main.steps, recipe.run.checkpoint_every),
+            trained_phases: recipe.run.phases.clone(),
+            checkpoint_steps: planned_checkpoints(recipe),
             keep_last: recipe.run.keep_last,
         }
     }
+}
+
+/// Global steps of the planned checkpoints: main's start, then every `checkpoint_every` steps of
+/// main and every `contract.eval_every` steps of contract and refine, each phase's end included.
+fn planned_checkpoints(recipe: &Recipe) -> Vec<u64> {
+    let s = contrai_recipe::plan::PhaseSteps::new(recipe);
+    let mut out = vec![s.validate];
+    let mut at = s.validate;
+    for (steps, every) in [
+        (s.main, recipe.run.checkpoint_every),
+        (s.contract, recipe.contract.eval_every),
+        (s.refine, recipe.contract.eval_every),
+    ] {
+        out.extend(cadence(steps, every).into_iter().map(|k| at + k));
+        at += steps;
+    }
+    out.dedup();
+    out
 }
 
 /// Steps (1-based counts) at which an action every `every` steps happens in `steps`, the last included.
@@ -64,11 +83,15 @@ mod tests {
                 .iter()
                 .any(|ph| ph["name"] == "main")
         );
-        assert_eq!(v["trained_phases"][0], "main");
+        assert_eq!(v["trained_phases"][1], "main");
         assert_eq!(v["checkpoint_every"], 50);
+        let ck = v["checkpoint_steps"].as_array().unwrap();
+        assert_eq!(ck[0], 30, "main starts after validate with a checkpoint");
+        assert_eq!(ck[1], 80);
         assert_eq!(
-            v["checkpoint_steps"].as_array().unwrap().last().unwrap(),
-            Recipe::default().main.steps
+            ck.last().unwrap(),
+            &serde_json::json!(30 + 533),
+            "the end of refine"
         );
     }
 }

@@ -1,5 +1,6 @@
-//! Exact resume: a run SIGKILLed at random moments and resumed writes the same metrics.jsonl as
-//! one never interrupted; a corrupt newest checkpoint falls back to the previous one.
+//! Exact resume: a lifecycle run SIGKILLed at random moments (in any phase, across phase
+//! boundaries) and resumed writes the same metrics.jsonl and decisions.jsonl as one never
+//! interrupted; a corrupt newest checkpoint falls back to the previous one.
 
 mod common;
 
@@ -26,10 +27,25 @@ fn recipe(data: &Path) -> contrai_recipe::Recipe {
     r
 }
 
+/// [`recipe`] with all five phases.
+fn lifecycle(data: &Path) -> contrai_recipe::Recipe {
+    let mut r = recipe(data);
+    r.run.phases = contrai_recipe::recipe::PHASES
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    r.validate.lr = 5e-3;
+    r.contract.batch = 8;
+    r.contract.eval_every = 4;
+    // Main runs its 40 steps and contraction is forced at its end (never skipped).
+    r.contract.stable_checkpoints = 1000;
+    r
+}
+
 fn run_to_end(data: &Path, run: &Path, resume: bool) -> contrai_train::Outcome {
     let opts = Options {
         resume,
-        ..Options::new(recipe(data), run)
+        ..Options::new(lifecycle(data), run)
     };
     train(&opts, &Silent, &Collect::default()).unwrap()
 }
@@ -72,6 +88,16 @@ fn sigkill_at_random_steps_then_resume_matches_an_uninterrupted_run() {
     let out = run_to_end(&data, &reference, false);
     assert!(out.finished);
     let expected = metrics_of(&reference);
+    let total = train_rows(&reference);
+    let phases: Vec<&str> = ["main", "contract", "refine"]
+        .into_iter()
+        .filter(|p| expected.iter().any(|r| r.contains(&format!("\"phase\":\"{p}\""))))
+        .collect();
+    assert_eq!(
+        phases,
+        ["main", "contract", "refine"],
+        "the reference runs every phase"
+    );
 
     let run = tmp.path().join("killed");
     let nanos = SystemTime::now()
@@ -84,7 +110,7 @@ fn sigkill_at_random_steps_then_resume_matches_an_uninterrupted_run() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let target = (train_rows(&run) + 2 + x % 9).min(STEPS - 2);
+        let target = (train_rows(&run) + 2 + x % 20).min(total - 2);
         let mut child = spawn_worker(&run, &data);
         let t0 = Instant::now();
         while train_rows(&run) < target && t0.elapsed() < Duration::from_secs(120) {
@@ -107,8 +133,14 @@ fn sigkill_at_random_steps_then_resume_matches_an_uninterrupted_run() {
     for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
         assert_eq!(g, e, "row {i} differs (kills after steps {kills:?})");
     }
+    let decisions = |r: &Path| std::fs::read_to_string(r.join("decisions.jsonl")).unwrap();
+    assert_eq!(
+        decisions(&run),
+        decisions(&reference),
+        "kills after steps {kills:?}"
+    );
     assert!(
-        kills.windows(2).all(|w| w[0] <= w[1]) && kills[0] < STEPS,
+        kills.windows(2).all(|w| w[0] <= w[1]) && kills[0] < total,
         "kills after steps {kills:?}"
     );
     let a = tensors(&reference.join("final/model.safetensors"));
@@ -159,7 +191,12 @@ fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
     assert!(out.finished);
 
     let reference = tmp.path().join("reference");
-    run_to_end(&data, &reference, false);
+    train(
+        &Options::new(recipe(&data), &reference),
+        &Silent,
+        &Collect::default(),
+    )
+    .unwrap();
     assert_eq!(metrics_of(&run), metrics_of(&reference));
 }
 
@@ -168,7 +205,7 @@ fn checkpoints_keep_the_last_k_and_the_best() {
     let tmp = tempfile::tempdir().unwrap();
     let data = demo_file(tmp.path(), 300);
     let run = tmp.path().join("run");
-    run_to_end(&data, &run, false);
+    train(&Options::new(recipe(&data), &run), &Silent, &Collect::default()).unwrap();
     let kept: Vec<u64> = contrai_train::checkpoint::list(&run.join("checkpoints"))
         .into_iter()
         .map(|(s, _)| s)

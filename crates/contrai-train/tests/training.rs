@@ -75,8 +75,8 @@ fn eight_times_four_accumulated_equals_one_batch_of_32() {
             )
         })
         .collect();
-    let (g1, l1) = step_grads(&model, &whole, &[None]);
-    let (g4, l4) = step_grads(&model, &parts, &[None; 4]);
+    let (g1, l1) = step_grads(&model, &whole, &[None], false);
+    let (g4, l4) = step_grads(&model, &parts, &[None; 4], false);
     assert!((l1 - l4).abs() < 1e-5, "loss {l1} vs {l4}");
     let (n1, n4) = (grad_norm(&model, &g1), grad_norm(&model, &g4));
     assert!((n1 - n4).abs() < 1e-5 * n1.max(1.0), "grad norm {n1} vs {n4}");

@@ -17,7 +17,7 @@ pub fn demo_file(dir: &Path, base: usize) -> PathBuf {
     path
 }
 
-/// A recipe small enough to train in seconds.
+/// A recipe small enough to train in seconds: the main phase alone.
 pub fn tiny_recipe(data: &Path, steps: u64) -> Recipe {
     let mut r = Recipe::default();
     r.data.path = data.display().to_string();
@@ -38,6 +38,7 @@ pub fn tiny_recipe(data: &Path, steps: u64) -> Recipe {
     r.run.eval_every = 5;
     r.run.checkpoint_every = 5;
     r.run.keep_last = 2;
+    r.run.phases = vec!["main".into()];
     r
 }
 

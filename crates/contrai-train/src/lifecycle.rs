@@ -1,0 +1,1027 @@
+//! The lifecycle (`../shared/DESIGN.md` §1): `validate`, `main`, `diagnose`, `contract`, `refine`
+//! in order, watched by the live doctor and the controller's guards, resumable at any step.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
+use burn::tensor::Device;
+use contrai_data::Progress;
+use contrai_doctor::{Doctor, DoctorConfig, Label, RunHints, Series, XUnit};
+use contrai_recipe::Recipe;
+use contrai_recipe::plan::{CONTRACT_FLOOR, PhaseSteps, main_schedule};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+
+use crate::batch::{Batcher, Cursor, Encoded};
+use crate::checkpoint::{self, Loaded, RngState, State};
+use crate::controller::{Action, Control, Decision, linear};
+use crate::data::Holdout;
+use crate::dropout::Dropout;
+use crate::error::{Result, TrainError};
+use crate::metrics::{EvalRow, JsonLines, TrainRow, ValidateRow};
+use crate::model::{TextBatch, TextClassifier};
+use crate::setup::Setup;
+use crate::trainer::{self, FinalEval, Log, Options, Outcome, evaluate, grad_norm, scale_grads, step_grads};
+
+/// Sparsity levels the `diagnose` phase prunes each module to, one at a time, on a copy.
+pub const SENSITIVITY_LEVELS: [f64; 4] = [0.1, 0.2, 0.3, 0.5];
+/// The default cap of attention weights: zeroing single weights inside attention breaks heads.
+pub const ATTENTION_CAP: f64 = 0.2;
+
+/// Runs (or resumes) the recipe's phases in `opts.run_dir`.
+pub fn train(opts: &Options, data_progress: &dyn Progress, log: &dyn Log) -> Result<Outcome> {
+    let setup = Setup::open(opts, data_progress, log)?;
+    let mut runner = Runner::new(opts, setup, log)?;
+    runner.run()
+}
+
+/// Session timers (what a caller reports about this process's share of the run).
+#[derive(Default)]
+struct Timing {
+    step_s: f64,
+    steps: u64,
+    checkpoint_s: f64,
+    checkpoints: u32,
+}
+
+/// How a phase's loop ended.
+enum Ended {
+    /// Its steps are done, or the controller ended it.
+    Phase,
+    /// `stop_after` was reached.
+    Stopped,
+}
+
+struct Runner<'a> {
+    opts: &'a Options,
+    log: &'a dyn Log,
+    recipe: Recipe,
+    run: PathBuf,
+    device: Device,
+    plain: Device,
+    train_set: Encoded,
+    train_ids: Vec<String>,
+    val_set: Encoded,
+    holdout: Holdout,
+    setup_extras: crate::setup::Extras,
+    model: TextClassifier,
+    optim: ModuleOptimizer,
+    state: State,
+    metrics: JsonLines,
+    decisions: JsonLines,
+    batcher: Batcher,
+    rows: Vec<usize>,
+    doctor: Doctor,
+    plateau: Doctor,
+    steps: PhaseSteps,
+    bar: ProgressBar,
+    session: Instant,
+    base_wall: f64,
+    timing: Timing,
+    resumed_from: Option<u64>,
+    injected: bool,
+}
+
+impl<'a> Runner<'a> {
+    fn new(opts: &'a Options, setup: Setup, log: &'a dyn Log) -> Result<Self> {
+        crate::alloc::keep_freed_memory();
+        let recipe = setup.recipe;
+        let device = Device::flex().autodiff();
+        let seed = recipe.run.seed;
+        let model = TextClassifier::new(&recipe.model, setup.extras.classes.names.len(), seed, &device)?;
+        let first = recipe.run.phases[0].clone();
+        let state = State {
+            format: checkpoint::FORMAT,
+            phase: first,
+            step: 0,
+            samples: 0,
+            cursor: Cursor::default(),
+            rng: RngState {
+                scheme: "splitmix64-masks+chacha8-epochs".into(),
+                seed,
+                next_step: 0,
+            },
+            wall_s: 0.0,
+            metrics_len: 0,
+            val_loss: None,
+            best: None,
+            lr: 0.0,
+            decisions_len: 0,
+            control: Control::default(),
+        };
+        let steps = PhaseSteps::new(&recipe);
+        let train_rows: Vec<usize> = (0..setup.train.len()).collect();
+        let batcher = Batcher::new(setup.train.len(), recipe.main.batch, seed, Cursor::default())?;
+        let run = opts.run_dir.clone();
+        let root = run.join("checkpoints");
+        let loaded = match opts.resume {
+            true => checkpoint::load_latest(&root, &mut |w| log.warn(&w))?,
+            false => None,
+        };
+        let (mlen, dlen) = loaded
+            .as_ref()
+            .map_or((0, 0), |l| (l.state.metrics_len, l.state.decisions_len));
+        if opts.resume && loaded.is_none() && run.join("metrics.jsonl").metadata().is_ok_and(|m| m.len() > 0)
+        {
+            log.warn("no valid checkpoint to resume from; starting over");
+        }
+        let mut r = Runner {
+            opts,
+            log,
+            metrics: JsonLines::open(&run.join("metrics.jsonl"), mlen)?,
+            decisions: JsonLines::open(&run.join("decisions.jsonl"), dlen)?,
+            optim: trainer::optimizer(&recipe),
+            doctor: Doctor::default(),
+            plateau: Doctor::default(),
+            recipe,
+            run,
+            device,
+            plain: Device::flex(),
+            train_set: setup.train,
+            train_ids: setup.train_ids,
+            val_set: setup.val,
+            holdout: setup.holdout,
+            setup_extras: setup.extras,
+            model,
+            state,
+            batcher,
+            rows: train_rows,
+            steps,
+            bar: ProgressBar::hidden(),
+            session: Instant::now(),
+            base_wall: 0.0,
+            timing: Timing::default(),
+            resumed_from: None,
+            injected: false,
+        };
+        match loaded {
+            Some(l) => {
+                log.info(&format!(
+                    "resuming from {} (step {})",
+                    l.dir.display(),
+                    l.state.step
+                ));
+                r.resumed_from = Some(l.state.step);
+                r.restore(l, true, false)?;
+            }
+            None => r.rebuild_watch()?,
+        }
+        if opts.resume {
+            checkpoint::discard_after(&root, r.state.step)?;
+        }
+        Ok(r)
+    }
+
+    /// Loads a checkpoint's weights, optimizer and (when `all`) its counters, cursor and metrics;
+    /// `decisions.jsonl` is cut back too unless `keep_decisions` (a rollback keeps its reason).
+    fn restore(&mut self, l: Loaded, all: bool, keep_decisions: bool) -> Result<()> {
+        use burn::store::ModuleRecord;
+        use burn::tensor::Bytes;
+        let bad = |e: &dyn std::fmt::Display| TrainError::Record {
+            path: l.dir.clone(),
+            message: e.to_string(),
+        };
+        let rec = ModuleRecord::from_bytes(Bytes::from_bytes_vec(l.model)).map_err(|e| bad(&e))?;
+        self.model = self.model.clone().try_load_record(rec).map_err(|e| bad(&e))?;
+        self.optim = trainer::optimizer(&self.recipe)
+            .from_bytes(Bytes::from_bytes_vec(l.optimizer))
+            .map_err(|e| bad(&e))?;
+        if all {
+            self.state = l.state;
+            self.metrics = JsonLines::open(&self.run.join("metrics.jsonl"), self.state.metrics_len)?;
+            if keep_decisions {
+                self.state.decisions_len = self.decisions.len();
+            } else {
+                self.decisions =
+                    JsonLines::open(&self.run.join("decisions.jsonl"), self.state.decisions_len)?;
+            }
+            self.base_wall = self.state.wall_s;
+            self.session = Instant::now();
+            self.rebuild_batcher()?;
+            self.rebuild_watch()?;
+        }
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<Outcome> {
+        self.start_bar();
+        if self.state.phase == "validate" {
+            self.validate()?;
+        }
+        if self.state.step == self.steps.validate
+            && self.state.phase == "main"
+            && self.state.control.phase_steps == 0
+        {
+            self.enter_main()?;
+        }
+        while matches!(self.state.phase.as_str(), "main" | "contract" | "refine") {
+            if let Ended::Stopped = self.train_phase()? {
+                return Ok(self.outcome(false));
+            }
+            self.next_phase()?;
+        }
+        self.bar.finish_and_clear();
+        let mut out = self.outcome(true);
+        out.eval = Some(self.finish()?);
+        Ok(out)
+    }
+
+    // ---- phases -------------------------------------------------------------------------------
+
+    /// Overfits one small batch (dropout off) on a copy of the fresh model: the loss must fall by
+    /// more than `validate.min_fall`. Then the main phase's first checkpoint makes the round trip.
+    fn validate(&mut self) -> Result<()> {
+        let v = self.recipe.validate.clone();
+        let mut pick = Batcher::new(
+            self.train_set.len(),
+            v.batch.min(self.train_set.len()),
+            self.recipe.run.seed ^ 0x5A1D,
+            Cursor::default(),
+        )?;
+        let (ids, labels) = self.train_set.gather(&pick.next_batch());
+        let batch = TextBatch::new(&ids, &labels, self.train_set.seq, &self.device);
+        let mut model = self.model.clone();
+        let mut optim = trainer::optimizer(&self.recipe);
+        let mut losses = Vec::with_capacity(v.steps as usize);
+        for _ in 0..v.steps {
+            let (grads, loss) = step_grads(&model, std::slice::from_ref(&batch), &[None], false);
+            model = optim.step(v.lr, model, grads);
+            losses.push(loss);
+            self.state.step += 1;
+            self.metrics.write(&ValidateRow {
+                step: self.state.step,
+                phase: "validate",
+                validate_loss: loss,
+            })?;
+            self.bar.set_position(self.state.step);
+        }
+        let (first, last) = (losses[0], *losses.last().unwrap_or(&f32::NAN));
+        let fall = 1.0 - f64::from(last) / f64::from(first);
+        let (val_loss, _) = evaluate(&self.model.valid(), &self.val_set, self.eval_batch(), &self.plain);
+        let evidence = json!({"first_loss": first, "last_loss": last, "fall": fall, "min_fall": v.min_fall,
+                              "batch": v.batch, "steps": v.steps, "val_loss": val_loss});
+        let learned = fall.is_finite() && fall > v.min_fall;
+        if !learned || !val_loss.is_finite() {
+            let reason = format!(
+                "the model could not overfit one batch of {}: its loss went {first:.4} → {last:.4} (−{:.1} %, needs −{:.0} %) in {} steps, or the evaluation was not finite ({val_loss}); check the labels, the learning rate and the model before spending the main compute",
+                v.batch,
+                100.0 * fall,
+                100.0 * v.min_fall,
+                v.steps
+            );
+            self.decide(Decision::new(
+                self.state.step,
+                "validate",
+                "validate_failed",
+                reason.clone(),
+                evidence,
+            ))?;
+            return Err(TrainError::ValidateFailed(reason));
+        }
+        self.decide(Decision::new(
+            self.state.step,
+            "validate",
+            "validate_passed",
+            format!("overfitting one batch of {} took its loss {first:.4} → {last:.4} (−{:.1} %) in {} steps; one evaluation ran (val loss {val_loss:.4}); main starts from the fresh model", v.batch, 100.0 * fall, v.steps),
+            evidence,
+        ))?;
+        self.state.phase = "main".into();
+        Ok(())
+    }
+
+    /// Starts main: its schedule and batch; a checkpoint written to a scratch directory and read
+    /// back into an identical model proves the round trip; then main's first checkpoint.
+    fn enter_main(&mut self) -> Result<()> {
+        let c = &mut self.state.control;
+        c.phase_start = self.state.step;
+        c.phase_steps = self.steps.main;
+        c.phase_lr0 = self.recipe.main.lr;
+        self.rebuild_batcher()?;
+        if self.recipe.run.has_phase("validate") {
+            self.round_trip()?;
+        }
+        self.checkpoint()?;
+        Ok(())
+    }
+
+    /// Writes the model and optimizer as a checkpoint, verifies and reloads it, and compares.
+    fn round_trip(&mut self) -> Result<()> {
+        let scratch = self.run.join("checkpoints").join(".tmp-round-trip");
+        let err = |e: &dyn std::fmt::Display| TrainError::Record {
+            path: scratch.clone(),
+            message: e.to_string(),
+        };
+        let model = self
+            .model
+            .clone()
+            .into_record()
+            .into_bytes()
+            .map_err(|e| err(&e))?;
+        let optim = self.optim.into_bytes().map_err(|e| err(&e))?;
+        let dir = checkpoint::save(&scratch, &self.state, &model, &optim)?;
+        let back = checkpoint::load(&dir)?;
+        let before = self.probe_logits();
+        self.restore(back, false, true)?;
+        let same = before == self.probe_logits();
+        std::fs::remove_dir_all(&scratch).map_err(|e| TrainError::io(&scratch, e))?;
+        if !same {
+            return Err(TrainError::ValidateFailed(
+                "a checkpoint read back does not reproduce the model it saved".into(),
+            ));
+        }
+        self.decide(Decision::new(
+            self.state.step,
+            "validate",
+            "checkpoint_round_trip",
+            format!(
+                "a checkpoint of the fresh model ({} + {} bytes) was written, verified against its SHA-256 sums and read back into a model with identical outputs",
+                model.len(),
+                optim.len()
+            ),
+            json!({"model_bytes": model.len(), "optimizer_bytes": optim.len()}),
+        ))
+    }
+
+    /// The logits of the first validation samples (a fingerprint of the weights).
+    fn probe_logits(&self) -> Vec<f32> {
+        let n = self.val_set.len().min(8);
+        if n == 0 {
+            return Vec::new();
+        }
+        let rows: Vec<usize> = (0..n).collect();
+        let (ids, labels) = self.val_set.gather(&rows);
+        let b = TextBatch::new(&ids, &labels, self.val_set.seq, &self.plain);
+        self.model
+            .valid()
+            .forward(&b, None)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap_or_default()
+    }
+
+    /// The optimizer steps of main, contract or refine until the phase ends.
+    fn train_phase(&mut self) -> Result<Ended> {
+        let stop = self.opts.stop_after.unwrap_or(u64::MAX);
+        loop {
+            let c = &self.state.control;
+            if self.state.step >= c.phase_start + c.phase_steps {
+                return Ok(Ended::Phase);
+            }
+            if self.state.step >= stop {
+                return Ok(Ended::Stopped);
+            }
+            let Some((loss, norm, lr)) = self.optimizer_step()? else {
+                continue;
+            };
+            let action = self.after_step(loss, norm, lr)?;
+            match action {
+                Action::Continue => {}
+                Action::EndPhase(d) => {
+                    self.end_phase(d)?;
+                    return Ok(Ended::Phase);
+                }
+                Action::RollbackToBest(d) => {
+                    self.rollback_to_best()?;
+                    self.end_phase(d)?;
+                    return Ok(Ended::Phase);
+                }
+            }
+        }
+    }
+
+    /// One optimizer step; `None` when a non-finite value rolled the run back instead.
+    fn optimizer_step(&mut self) -> Result<Option<(f32, f32, f64)>> {
+        let t0 = Instant::now();
+        let (phase, step) = (self.state.phase.clone(), self.state.step);
+        let k = step - self.state.control.phase_start;
+        let lr = self.scheduled_lr(k) * self.state.control.lr_scale;
+        let (accumulate, p) = match phase.as_str() {
+            "main" => (self.recipe.main.accumulate, self.recipe.model.dropout),
+            _ => (
+                self.recipe.main.accumulate,
+                self.recipe.model.dropout * self.recipe.contract.dropout_scale,
+            ),
+        };
+        let mut batches = Vec::with_capacity(accumulate);
+        let mut drops = Vec::with_capacity(accumulate);
+        for micro in 0..accumulate {
+            let rows: Vec<usize> = self
+                .batcher
+                .next_batch()
+                .into_iter()
+                .map(|i| self.rows[i])
+                .collect();
+            let (ids, labels) = self.train_set.gather(&rows);
+            batches.push(TextBatch::new(&ids, &labels, self.train_set.seq, &self.device));
+            drops.push((p > 0.0).then(|| Dropout::new(p, self.recipe.run.seed, step, micro as u64)));
+        }
+        let poison = self.opts.inject_nonfinite_at == Some(step + 1) && !self.injected;
+        self.injected |= poison;
+        let (mut grads, loss) = step_grads(&self.model, &batches, &drops, poison);
+        let norm = grad_norm(&self.model, &grads);
+        if !loss.is_finite() || !norm.is_finite() {
+            self.on_nonfinite(loss, norm)?;
+            return Ok(None);
+        }
+        let clip = self.recipe.main.clip_norm;
+        if clip > 0.0 && f64::from(norm) > clip {
+            scale_grads(&self.model, &mut grads, clip / (f64::from(norm) + 1e-6));
+        }
+        self.model = self.optim.step(lr, self.model.clone(), grads);
+        self.timing.step_s += t0.elapsed().as_secs_f64();
+        self.timing.steps += 1;
+        Ok(Some((loss, norm, lr)))
+    }
+
+    /// The scheduled (unscaled) LR of step `k` of the current phase.
+    fn scheduled_lr(&self, k: u64) -> f64 {
+        let c = &self.state.control;
+        match self.state.phase.as_str() {
+            "main" => main_schedule(&self.recipe).lr(k),
+            "contract" => linear(
+                c.phase_lr0,
+                self.recipe.main.min_lr * CONTRACT_FLOOR,
+                k,
+                c.phase_steps,
+            ),
+            _ => linear(c.phase_lr0, 0.0, k, c.phase_steps),
+        }
+    }
+
+    /// Records a step, evaluates and checkpoints on cadence, and asks the controller.
+    fn after_step(&mut self, loss: f32, norm: f32, lr: f64) -> Result<Action> {
+        let phase = self.state.phase.clone();
+        let eff = self.batcher_batch() * self.recipe.main.accumulate;
+        self.state.step += 1;
+        self.state.samples += eff as u64;
+        self.state.cursor = self.batcher.cursor;
+        self.state.rng.next_step = self.state.step;
+        self.state.lr = lr;
+        let wall = self.base_wall + self.session.elapsed().as_secs_f64();
+        self.state.wall_s = (wall * 1000.0).round() / 1000.0;
+        let line = self.metrics.write(&TrainRow {
+            step: self.state.step,
+            phase: &phase,
+            samples: self.state.samples,
+            train_loss: loss,
+            lr,
+            grad_norm: norm,
+            batch_size: eff,
+            wall_s: (wall * 100.0).round() / 100.0,
+        })?;
+        let mut action = self.watch(&line, true)?;
+        self.bar.set_position(self.state.step);
+        self.bar
+            .set_message(format!("{phase}  loss {loss:.4}  lr {lr:.2e}"));
+
+        let k = self.state.step - self.state.control.phase_start;
+        let last = k == self.state.control.phase_steps;
+        let every = if phase == "main" {
+            self.recipe.run.eval_every
+        } else {
+            self.recipe.contract.eval_every
+        };
+        let ck_every = if phase == "main" {
+            self.recipe.run.checkpoint_every
+        } else {
+            self.recipe.contract.eval_every
+        };
+        if k.is_multiple_of(every) || last {
+            let (vl, va) = evaluate(&self.model.valid(), &self.val_set, self.eval_batch(), &self.plain);
+            let line = self.metrics.write(&EvalRow {
+                step: self.state.step,
+                phase: &phase,
+                val_loss: vl,
+                val_accuracy: va,
+            })?;
+            self.state.val_loss = Some(vl);
+            self.say(&format!(
+                "{phase:>8} step {:>6}  train_loss {loss:.4}  val_loss {vl:.4}  val_accuracy {:.2} %  lr {lr:.2e}",
+                self.state.step,
+                va * 100.0
+            ));
+            if let Action::Continue = action {
+                action = self.watch(&line, true)?;
+            }
+            if phase == "contract" && matches!(action, Action::Continue) {
+                action = self
+                    .state
+                    .control
+                    .contract_eval(self.state.step, vl, self.state.best, &self.recipe);
+            }
+        }
+        if k.is_multiple_of(ck_every) || last {
+            if phase == "main"
+                && let (Action::Continue, Some(vl)) = (&action, self.state.val_loss)
+                && self.recipe.guards.enabled
+            {
+                action = self
+                    .state
+                    .control
+                    .main_checkpoint(self.state.step, vl, &self.recipe);
+            }
+            self.checkpoint()?;
+        }
+        Ok(action)
+    }
+
+    /// Feeds one metrics line to the live doctor; acts on what it finds (when `live`).
+    fn watch(&mut self, line: &[u8], live: bool) -> Result<Action> {
+        let Ok(serde_json::Value::Object(row)) = serde_json::from_slice::<serde_json::Value>(line) else {
+            return Ok(Action::Continue);
+        };
+        if row.get("phase").and_then(|v| v.as_str()) != Some("main") {
+            return Ok(Action::Continue);
+        }
+        let step = row.get("step").and_then(|v| v.as_u64()).unwrap_or(0);
+        let plateau_watch =
+            row.contains_key("train_loss") && self.state.control.last_cut.is_none_or(|c| step > c);
+        let (mut found, mut plateaus) = (Vec::new(), Vec::new());
+        for (key, series) in [
+            ("train_loss", Series::TrainLoss),
+            ("lr", Series::Lr),
+            ("grad_norm", Series::GradNorm),
+            ("val_loss", Series::ValLoss),
+            ("val_accuracy", Series::ValAccuracy),
+        ] {
+            let Some(x) = row.get(key).and_then(|v| v.as_f64()) else {
+                continue;
+            };
+            found.extend(self.doctor.push(series, step, x));
+            if plateau_watch {
+                plateaus.extend(
+                    self.plateau
+                        .push(series, step, x)
+                        .into_iter()
+                        .filter(|f| f.label == Label::Plateau),
+                );
+            }
+        }
+        let enabled = self.recipe.guards.enabled;
+        if !live {
+            return Ok(Action::Continue);
+        }
+        if enabled
+            && let Some(f) = plateaus.first()
+            && let Some(d) = self.state.control.plateau(step, &f.evidence_line(), &self.recipe)
+        {
+            self.decide(d)?;
+            self.plateau = self.fresh_doctor();
+        }
+        let mut action = Action::Continue;
+        for f in found {
+            let evidence = json!({"label": f.label.as_str(), "severity": f.severity.to_string(), "evidence": f.evidence});
+            match f.label {
+                Label::Overfitting if enabled => {
+                    action = Action::RollbackToBest(Decision::new(
+                        step,
+                        "main",
+                        "end_main_overfitting",
+                        format!(
+                            "overfitting onset ({}); main ends early and the best checkpoint is restored",
+                            f.evidence_line()
+                        ),
+                        evidence,
+                    ));
+                }
+                Label::Plateau if enabled => {}
+                _ => self.decide(Decision::new(
+                    step,
+                    "main",
+                    "doctor_finding",
+                    format!("{} ({}): {}", f.label, f.evidence_line(), f.recommendation),
+                    evidence,
+                ))?,
+            }
+        }
+        Ok(action)
+    }
+
+    /// A doctor with the recipe's patience for this run.
+    fn fresh_doctor(&self) -> Doctor {
+        let mut d = Doctor::new(DoctorConfig {
+            patience_steps: self.recipe.guards.overfit_patience as f64,
+            ..DoctorConfig::default()
+        });
+        d.set_hints(RunHints {
+            x_unit: XUnit::Step,
+            total_steps: Some(self.steps.validate + self.steps.main),
+            num_classes: Some(self.setup_extras.classes.names.len() as u32),
+        });
+        d
+    }
+
+    /// Rebuilds the live doctors from `metrics.jsonl` as far as the state has written it.
+    fn rebuild_watch(&mut self) -> Result<()> {
+        self.doctor = self.fresh_doctor();
+        self.plateau = self.fresh_doctor();
+        let path = self.run.join("metrics.jsonl");
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        let upto = (self.state.metrics_len as usize).min(bytes.len());
+        for line in bytes[..upto].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            self.watch(line, false)?;
+        }
+        Ok(())
+    }
+
+    /// A non-finite loss or gradient: back to the last good checkpoint with a lower LR, or give up.
+    fn on_nonfinite(&mut self, loss: f32, norm: f32) -> Result<()> {
+        let mut control = self.state.control.clone();
+        let phase = self.state.phase.clone();
+        match control.nonfinite(self.state.step + 1, &phase, loss, norm, &self.recipe) {
+            Err(d) => {
+                let reason = d.reason.clone();
+                self.decide(d)?;
+                Err(TrainError::Diverged(reason))
+            }
+            Ok(d) => {
+                self.decide(d)?;
+                let root = self.run.join("checkpoints");
+                let log = self.log;
+                let l = checkpoint::load_latest(&root, &mut |w| log.warn(&w))?
+                    .ok_or_else(|| TrainError::Diverged("no checkpoint to roll back to".into()))?;
+                self.restore(l, true, true)?;
+                self.state.control.lr_scale = control.lr_scale;
+                self.state.control.nan_retries = control.nan_retries;
+                checkpoint::discard_after(&root, self.state.step)
+            }
+        }
+    }
+
+    /// Restores the weights and optimizer of the best checkpoint (counters run on).
+    fn rollback_to_best(&mut self) -> Result<()> {
+        let Some((best, _)) = self.state.best else {
+            return Ok(());
+        };
+        let dir = self.run.join("checkpoints").join(checkpoint::dir_name(best));
+        let l = checkpoint::load(&dir)?;
+        self.restore(l, false, true)
+    }
+
+    /// Writes the end-of-phase decision and moves the state to the next phase.
+    fn end_phase(&mut self, d: Decision) -> Result<()> {
+        if self.state.phase == "main" {
+            self.state.control.main_end = Some((self.state.step, d.kind.clone()));
+        }
+        self.decide(d)
+    }
+
+    /// After main, contract or refine: diagnose, then enter whichever phase comes next.
+    fn next_phase(&mut self) -> Result<()> {
+        let done = self.state.phase.clone();
+        if done == "main" && self.state.control.main_end.is_none() {
+            let c = &self.state.control;
+            let d = Decision::new(
+                self.state.step,
+                "main",
+                "main_complete",
+                format!("main ran its {} planned steps", c.phase_steps),
+                json!({"steps": c.phase_steps}),
+            );
+            self.decide(d)?;
+            self.state.control.main_end = Some((self.state.step, "main_complete".into()));
+        }
+        if done == "main" && self.recipe.run.has_phase("diagnose") {
+            self.diagnose()?;
+        }
+        let order = self.recipe.run.phases.clone();
+        let mut next = order
+            .iter()
+            .skip_while(|p| **p != done)
+            .skip(1)
+            .filter(|p| p.as_str() != "diagnose");
+        let mut target = next.next().cloned();
+        if target.as_deref() == Some("contract") && !self.contract_allowed()? {
+            target = next.next().cloned();
+        }
+        match target {
+            Some(p) => self.enter(&p),
+            None => {
+                self.state.phase = "done".into();
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether contract runs: always after the controller ended main; at main's planned end it is
+    /// forced or skipped by the rule of [`Control::force_or_skip`], with the decision recorded.
+    fn contract_allowed(&mut self) -> Result<bool> {
+        let c = &self.state.control;
+        let ended_early = c.main_end.as_ref().is_some_and(|(_, k)| k != "main_complete");
+        if ended_early || !self.recipe.guards.enabled {
+            return Ok(true);
+        }
+        let (go, d) = c.force_or_skip(self.state.step, &self.recipe);
+        self.decide(d)?;
+        Ok(go)
+    }
+
+    /// Enters contract or refine: its LR, batch, the noisiest samples dropped; a checkpoint.
+    fn enter(&mut self, phase: &str) -> Result<()> {
+        let unscaled = self.state.lr / self.state.control.lr_scale;
+        self.state.phase = phase.into();
+        if self.state.control.dropped.is_empty() && self.recipe.contract.drop_noisiest > 0.0 {
+            self.drop_noisiest()?;
+        }
+        let steps = if phase == "contract" {
+            self.steps.contract
+        } else {
+            self.steps.refine
+        };
+        let c = &mut self.state.control;
+        c.phase_start = self.state.step;
+        c.phase_steps = steps;
+        c.phase_lr0 = unscaled;
+        c.worse_run = 0;
+        c.contract_best = self.state.val_loss;
+        self.state.cursor = Cursor::default();
+        self.rebuild_batcher()?;
+        let batch = self.recipe.contract.batch * self.recipe.main.accumulate;
+        let (lr_end, purpose) = if phase == "contract" {
+            (
+                self.recipe.main.min_lr * CONTRACT_FLOOR,
+                "contract: LR annealed linearly with no warmup, smaller batch, dropout scaled, noisiest samples out; rolled back if validation worsens",
+            )
+        } else {
+            (
+                0.0,
+                "refine: a short linear anneal on the filtered data, then the single holdout evaluation",
+            )
+        };
+        self.decide(Decision::new(
+            self.state.step,
+            phase,
+            &format!("enter_{phase}"),
+            format!(
+                "{purpose}; {steps} steps, LR {unscaled:.2e} → {lr_end:.2e}, batch {batch}, dropout × {}",
+                self.recipe.contract.dropout_scale
+            ),
+            json!({"steps": steps, "lr_start": unscaled, "lr_end": lr_end, "batch": batch,
+                   "dropout": self.recipe.model.dropout * self.recipe.contract.dropout_scale,
+                   "train_samples": self.rows.len()}),
+        ))?;
+        self.checkpoint()?;
+        Ok(())
+    }
+
+    /// Ranks the training samples by their loss under the current model and drops the top share.
+    fn drop_noisiest(&mut self) -> Result<()> {
+        let losses = crate::diagnose::per_sample_losses(
+            &self.model.valid(),
+            &self.train_set,
+            self.eval_batch(),
+            &self.plain,
+        );
+        let share = self.recipe.contract.drop_noisiest;
+        let n = ((losses.len() as f64) * share).round() as usize;
+        let mut order: Vec<usize> = (0..losses.len()).collect();
+        order.sort_by(|&a, &b| losses[b].total_cmp(&losses[a]).then(a.cmp(&b)));
+        let mut dropped: Vec<usize> = order[..n].to_vec();
+        dropped.sort_unstable();
+        let ids: Vec<&str> = dropped.iter().map(|&i| self.train_ids[i].as_str()).collect();
+        let cutoff = order.get(n.saturating_sub(1)).map(|&i| losses[i]);
+        self.decide(Decision::new(
+            self.state.step,
+            &self.state.phase.clone(),
+            "drop_noisiest",
+            format!("dropped the {n} training samples ({:.1} %) with the highest loss (≥ {:.3}) from contract and refine", 100.0 * share, cutoff.unwrap_or(0.0)),
+            json!({"count": n, "share": share, "loss_cutoff": cutoff, "ids": ids}),
+        ))?;
+        self.state.control.dropped = dropped;
+        Ok(())
+    }
+
+    /// The doctor's reading of main and the per-module pruning sensitivity, recorded as caps.
+    fn diagnose(&mut self) -> Result<()> {
+        let step = self.state.step;
+        let mut doctor = self.doctor.clone();
+        doctor.finish();
+        let findings: Vec<serde_json::Value> = doctor
+            .findings()
+            .iter()
+            .map(|f| json!({"label": f.label.as_str(), "severity": f.severity.to_string(), "evidence": f.evidence, "recommendation": f.recommendation}))
+            .collect();
+        let labels: Vec<&str> = doctor.findings().iter().map(|f| f.label.as_str()).collect();
+        self.decide(Decision::new(
+            step,
+            "diagnose",
+            "doctor",
+            format!("the doctor on main: {}", labels.join(", ")),
+            json!({"findings": findings}),
+        ))?;
+        let valid = self.model.valid();
+        let (base, acc) = evaluate(&valid, &self.val_set, self.eval_batch(), &self.plain);
+        self.metrics.write(&EvalRow {
+            step,
+            phase: "diagnose",
+            val_loss: base,
+            val_accuracy: acc,
+        })?;
+        let sens = crate::diagnose::sensitivity(
+            &valid,
+            &self.val_set,
+            self.recipe.model.layers,
+            self.eval_batch(),
+            &self.plain,
+            base,
+        );
+        let caps = crate::diagnose::caps(&sens, self.recipe.contract.tolerance);
+        let table: Vec<String> = caps
+            .iter()
+            .map(|(m, c)| format!("{m} {:.0} %", 100.0 * c))
+            .collect();
+        self.decide(Decision::new(
+            step,
+            "diagnose",
+            "sensitivity",
+            format!("one-shot magnitude pruning per module (10/20/30/50 % on a copy): caps where the validation loss rises by at most {:.0} %: {}", 100.0 * self.recipe.contract.tolerance, table.join(", ")),
+            json!({"base_val_loss": base, "sensitivity": sens, "caps": caps}),
+        ))?;
+        self.state.control.caps = caps;
+        Ok(())
+    }
+
+    /// The holdout, read once, and the final weights.
+    fn finish(&mut self) -> Result<FinalEval> {
+        let fin = self.run.join("final");
+        let eval_path = fin.join("eval.json");
+        let eval = if eval_path.is_file() {
+            let bytes = std::fs::read(&eval_path).map_err(|e| TrainError::io(&eval_path, e))?;
+            self.log
+                .info(&format!("{} is already complete", self.run.display()));
+            serde_json::from_slice(&bytes).map_err(|e| TrainError::Corrupt {
+                path: eval_path.clone(),
+                message: e.to_string(),
+            })?
+        } else {
+            self.final_eval(&fin)?
+        };
+        let phase = self.recipe.run.phases.last().cloned().unwrap_or_default();
+        self.decide(Decision::new(
+            eval.step,
+            &phase,
+            "holdout",
+            format!(
+                "the holdout, read once: accuracy {:.2} %, loss {:.4} on {} samples",
+                100.0 * eval.holdout_accuracy,
+                eval.holdout_loss,
+                eval.holdout_samples
+            ),
+            json!({"holdout_accuracy": eval.holdout_accuracy, "holdout_loss": eval.holdout_loss,
+                   "samples": eval.holdout_samples}),
+        ))?;
+        self.decisions.sync()?;
+        trainer::write_json(&eval_path, &eval)?;
+        Ok(eval)
+    }
+
+    /// Writes the final weights, then evaluates validation and the holdout (its one read).
+    fn final_eval(&mut self, fin: &std::path::Path) -> Result<FinalEval> {
+        std::fs::create_dir_all(fin).map_err(|e| TrainError::io(fin, e))?;
+        let valid = self.model.valid();
+        let x = &self.setup_extras;
+        trainer::save_safetensors(&valid, &fin.join("model.safetensors"))?;
+        x.tokenizer.save(&fin.join("tokenizer.json"))?;
+        trainer::write_json(&fin.join("classes.json"), &x.classes)?;
+        let (val_loss, val_accuracy) = evaluate(&valid, &self.val_set, self.eval_batch(), &self.plain);
+        let holdout = self.holdout.read_once()?;
+        let hold = Encoded::new(&holdout, &x.tokenizer, &x.classes, self.train_set.seq, "holdout")?;
+        let (holdout_loss, holdout_accuracy) = evaluate(&valid, &hold, self.eval_batch(), &self.plain);
+        Ok(FinalEval {
+            step: self.state.step,
+            classes: x.classes.names.clone(),
+            holdout_samples: hold.len(),
+            holdout_loss,
+            holdout_accuracy,
+            val_loss,
+            val_accuracy,
+            best: self.state.best,
+            holdout_reads: self.holdout.reads(),
+            main_end: self.state.control.main_end.clone(),
+            planned_steps: self.steps.validate + self.steps.main + self.steps.contract + self.steps.refine,
+        })
+    }
+
+    // ---- plumbing -----------------------------------------------------------------------------
+
+    /// Writes a checkpoint of the current step (keeping the last K and the best).
+    fn checkpoint(&mut self) -> Result<PathBuf> {
+        let t = Instant::now();
+        let root = self.run.join("checkpoints");
+        if let Some(vl) = self.state.val_loss
+            && self.state.best.is_none_or(|(_, b)| vl < b)
+            && self.state.phase != "validate"
+        {
+            self.state.best = Some((self.state.step, vl));
+        }
+        self.metrics.sync()?;
+        self.decisions.sync()?;
+        self.state.metrics_len = self.metrics.len();
+        self.state.decisions_len = self.decisions.len();
+        let err = |e: &dyn std::fmt::Display| TrainError::Record {
+            path: root.clone(),
+            message: e.to_string(),
+        };
+        let model = self
+            .model
+            .clone()
+            .into_record()
+            .into_bytes()
+            .map_err(|e| err(&e))?;
+        let optim = self.optim.into_bytes().map_err(|e| err(&e))?;
+        let dir = checkpoint::save(&root, &self.state, &model, &optim)?;
+        checkpoint::prune(
+            &root,
+            self.recipe.run.keep_last as usize,
+            self.state.best.map(|b| b.0),
+        )?;
+        self.timing.checkpoint_s += t.elapsed().as_secs_f64();
+        self.timing.checkpoints += 1;
+        Ok(dir)
+    }
+
+    /// Writes a decision to `decisions.jsonl` and the console.
+    fn decide(&mut self, d: Decision) -> Result<()> {
+        self.say(&format!("[{} step {}] {}: {}", d.phase, d.step, d.kind, d.reason));
+        self.decisions.write(&d)?;
+        Ok(())
+    }
+
+    /// The batcher of the current phase over the rows it trains on, at the state's cursor.
+    fn rebuild_batcher(&mut self) -> Result<()> {
+        let dropped = &self.state.control.dropped;
+        let filtered = matches!(self.state.phase.as_str(), "contract" | "refine");
+        self.rows = (0..self.train_set.len())
+            .filter(|i| !filtered || dropped.binary_search(i).is_err())
+            .collect();
+        let salt = match self.state.phase.as_str() {
+            "contract" => 0xC0,
+            "refine" => 0x7E,
+            _ => 0,
+        };
+        self.batcher = Batcher::new(
+            self.rows.len(),
+            self.batcher_batch(),
+            self.recipe.run.seed ^ salt,
+            self.state.cursor,
+        )?;
+        Ok(())
+    }
+
+    fn batcher_batch(&self) -> usize {
+        match self.state.phase.as_str() {
+            "contract" | "refine" => self.recipe.contract.batch,
+            _ => self.recipe.main.batch,
+        }
+    }
+
+    fn eval_batch(&self) -> usize {
+        (self.recipe.main.batch * 2).max(32)
+    }
+
+    fn start_bar(&mut self) {
+        let total = self.steps.validate + self.steps.main + self.steps.contract + self.steps.refine;
+        if self.opts.progress_bar && std::io::stderr().is_terminal() && self.state.step < total {
+            let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+            b.set_style(
+                ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  ETA {eta}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            b.set_position(self.state.step);
+            self.bar = b;
+        }
+    }
+
+    fn say(&self, msg: &str) {
+        if self.bar.is_hidden() {
+            self.log.info(msg)
+        } else {
+            self.bar.println(msg)
+        }
+    }
+
+    fn outcome(&self, finished: bool) -> Outcome {
+        let t = &self.timing;
+        Outcome {
+            run_dir: self.run.clone(),
+            step: self.state.step,
+            finished,
+            resumed_from: self.resumed_from,
+            eval: None,
+            ms_per_step: if t.steps > 0 {
+                t.step_s * 1000.0 / t.steps as f64
+            } else {
+                0.0
+            },
+            ms_per_checkpoint: if t.checkpoints > 0 {
+                t.checkpoint_s * 1000.0 / f64::from(t.checkpoints)
+            } else {
+                0.0
+            },
+            effective_batch: self.recipe.main.effective_batch(),
+        }
+    }
+}
