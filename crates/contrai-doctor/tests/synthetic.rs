@@ -198,6 +198,35 @@ fn loss_spike_and_control() {
     assert!(!labels(&run(base, XUnit::Step)).contains(&Label::LossSpike));
 }
 
+/// Per-batch losses of a small batch at a low loss: mostly ~0.01, now and then one hard sample
+/// lifts a batch ~10x. Heavy-tailed noise that revisits its highs is not a spike.
+#[test]
+fn heavy_tailed_batch_noise_at_a_low_loss_is_not_a_spike() {
+    let mut n = Noise(29);
+    let base = healthy_series(29);
+    let train: Vec<(u64, f64)> = base[0]
+        .1
+        .iter()
+        .enumerate()
+        .map(|(i, &(s, v))| {
+            if s < 1000 {
+                return (s, v);
+            }
+            let low = 0.012 * (1.0 + 0.4 * n.next());
+            (s, if i % 17 == 0 { low * 10.0 } else { low })
+        })
+        .collect();
+    let r = diagnose(
+        &run(with(base, Series::TrainLoss, train), XUnit::Step),
+        &DoctorConfig::default(),
+    );
+    assert!(
+        !r.findings.iter().any(|f| f.label == Label::LossSpike),
+        "{:?}",
+        r.findings
+    );
+}
+
 #[test]
 fn nonfinite_and_control() {
     let base = healthy_series(17);

@@ -31,6 +31,11 @@ fn newest_z(ctx: &Ctx, series: Series, min_ratio: f64) -> Option<(f64, f64, f64,
     }
     // The median is at least the minimum: a point under min * ratio cannot be a spike.
     let x = last.value.ln();
+    // Heavy-tailed per-batch noise (one hard sample in a small batch at a low loss) stays near
+    // the highs the series reached within its last 64 points; a point under `spike_ratio` times
+    // that high needs twice the z-score to count (real spikes on a smooth curve score far above).
+    let top = ring.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let revisit = x < top + ctx.cfg.spike_ratio.ln();
     let lo = hist[..n].iter().copied().fold(f64::INFINITY, f64::min);
     if x - lo < min_ratio.max(1.0).ln() {
         return None;
@@ -43,7 +48,11 @@ fn newest_z(ctx: &Ctx, series: Series, min_ratio: f64) -> Option<(f64, f64, f64,
     let mad = median_in_place(h);
     // Floor the scale at 1 % relative change so that a perfectly smooth curve is not "spiky".
     let scale = (1.4826 * mad).max(0.01);
-    Some(((x - m) / scale, (x - m).exp(), m.exp(), last.step))
+    let z = (x - m) / scale;
+    if revisit && z < 2.0 * ctx.cfg.spike_z {
+        return None;
+    }
+    Some((z, (x - m).exp(), m.exp(), last.step))
 }
 
 /// A training-loss point far above its recent median.
