@@ -134,15 +134,24 @@ impl Chart {
         for (i, l) in self.lines.iter().enumerate() {
             legend(&mut s, i, l);
         }
-        for m in &self.markers {
+        // Labels of nearby markers go up a row each instead of printing over one another.
+        let mut rows_end = [f64::NEG_INFINITY; 6];
+        let mut order: Vec<&Marker> = self.markers.iter().collect();
+        order.sort_by(|a, b| a.x.total_cmp(&b.x));
+        for m in order {
             let x = scale.x(m.x);
+            let row = rows_end
+                .iter()
+                .position(|&end| end < x)
+                .unwrap_or(rows_end.len() - 1);
+            rows_end[row] = x + 4.0 + 6.0 * m.label.chars().count() as f64;
             let _ = write!(
                 s,
                 r#"<line class="marker" x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{:.1}" stroke="{}"/><text class="marker-label" x="{:.1}" y="{:.1}" fill="{}">{}</text>"#,
                 H - BOTTOM,
                 m.color,
                 x + 2.0,
-                H - BOTTOM - 4.0,
+                H - BOTTOM - 4.0 - 11.0 * row as f64,
                 m.color,
                 esc(&m.label)
             );

@@ -204,11 +204,19 @@ fn charts(
             color: "#b00020".into(),
         })
         .collect();
-    markers.extend(decisions.iter().map(|d| Marker {
-        x: d.step as f64,
-        label: d.kind.clone(),
-        color: "#6a3d9a".into(),
-    }));
+    // Decisions taken at one step (a phase boundary) share one marker.
+    for same in decisions.chunk_by(|a, b| a.step == b.step) {
+        let more = if same.len() > 1 {
+            format!(" +{}", same.len() - 1)
+        } else {
+            String::new()
+        };
+        markers.push(Marker {
+            x: same[0].step as f64,
+            label: format!("{}{more}", same.last().map_or("", |d| d.kind.as_str())),
+            color: "#6a3d9a".into(),
+        });
+    }
     groups
         .iter()
         .enumerate()
