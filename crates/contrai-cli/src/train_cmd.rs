@@ -50,8 +50,9 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         ..Options::new(recipe, &run_dir)
     };
     let outcome = train(&opts, &Bars::default(), &Stderr)?;
+    let planned = outcome.eval.as_ref().map_or(0, |e| e.planned_steps);
     eprintln!(
-        "{} steps in {} ({:.0} ms a step, {:.0} ms a checkpoint, effective batch {})",
+        "{} steps (of {planned} planned) in {} ({:.0} ms a step, {:.0} ms a checkpoint, effective batch {})",
         outcome.step,
         run_dir.display(),
         outcome.ms_per_step,
@@ -66,6 +67,12 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             e.holdout_samples,
             e.val_accuracy * 100.0
         );
+        if let Some((step, why)) = &e.main_end {
+            println!(
+                "main ended at step {step}: {why}; decisions: {}",
+                run_dir.join("decisions.jsonl").display()
+            );
+        }
         println!("weights: {}", run_dir.join("final/model.safetensors").display());
     }
     let report = run_dir.join("report.html");

@@ -271,6 +271,15 @@ impl Recipe {
         }
         unit("refine.budget", self.refine.budget)?;
         positive("contract.eval_every", c.eval_every)?;
+        positive("contract.prune_every", c.prune_every)?;
+        one_of("contract.prune_schedule", &c.prune_schedule, &["cubic", "linear"])?;
+        unit("contract.prune_span", c.prune_span)?;
+        unit("contract.divergence", c.divergence)?;
+        for p in &c.prune {
+            if glob::Pattern::new(&p.params).is_err() {
+                return err("contract.prune", format!("`{}` is not a valid glob", p.params));
+            }
+        }
         self.validate_lifecycle()?;
         one_of("refine.quantize", &self.refine.quantize, &["int8", "none"])?;
         if c.budget + self.refine.budget >= 0.9 {

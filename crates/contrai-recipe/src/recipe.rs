@@ -279,6 +279,15 @@ pub struct Contract {
     pub eval_every: u64,
     /// Pruning targets by parameter glob.
     pub prune: Vec<Prune>,
+    /// Update the pruning masks every this many steps.
+    pub prune_every: u64,
+    /// `cubic` (Zhu & Gupta) or `linear` growth of sparsity from `init` to `final`.
+    pub prune_schedule: String,
+    /// Share of the contraction over which sparsity grows to `final` (the rest recovers).
+    pub prune_span: f64,
+    /// A module stops being pruned when the validation − training loss gap has grown by more
+    /// than this share of the validation loss since contraction began.
+    pub divergence: f64,
 }
 
 impl Default for Contract {
@@ -293,6 +302,10 @@ impl Default for Contract {
             tolerance: 0.02,
             patience: 3,
             eval_every: 20,
+            prune_every: 10,
+            prune_schedule: "cubic".into(),
+            prune_span: 0.75,
+            divergence: 0.1,
             prune: vec![
                 Prune {
                     params: "blocks.*.attn.*".into(),

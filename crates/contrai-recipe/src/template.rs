@@ -66,7 +66,11 @@ stable_checkpoints = 2   # ... this many times in a row
 tolerance = 0.02         # roll back when validation loss worsens by more than this ...
 patience = 3             # ... for this many evaluations
 eval_every = 20          # evaluate and checkpoint this often while contracting
-prune = [
+prune_every = 10         # gradual magnitude pruning: masks updated every N steps ...
+prune_schedule = "cubic" # ... sparsity grows from init to final: cubic (Zhu & Gupta) | linear ...
+prune_span = 0.75        # ... over this share of contract; the rest recovers
+divergence = 0.1         # a module stops being pruned when (val − train loss) grows by this × val loss
+prune = [                # weight matrices by glob over parameter paths; caps: attention 20 %, and diagnose's
     { params = "blocks.*.attn.*", init = 0.1, final = 0.2 },
     { params = "blocks.*.ffn.*", init = 0.1, final = 0.5 },
 ]

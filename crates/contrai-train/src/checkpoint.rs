@@ -80,6 +80,8 @@ pub struct Loaded {
     pub model: Vec<u8>,
     /// The optimizer record's bytes.
     pub optimizer: Vec<u8>,
+    /// Further files (the pruning masks), verified like the rest.
+    pub extra: std::collections::BTreeMap<String, Vec<u8>>,
 }
 
 /// The directory name of step `step`.
@@ -104,8 +106,15 @@ fn sync_dir(dir: &Path) {
     }
 }
 
-/// Writes checkpoint `state.step` under `root` atomically; returns its directory.
-pub fn save(root: &Path, state: &State, model: &[u8], optimizer: &[u8]) -> Result<PathBuf> {
+/// Writes checkpoint `state.step` under `root` atomically, with `extra` files beside the model
+/// and optimizer; returns its directory.
+pub fn save(
+    root: &Path,
+    state: &State,
+    model: &[u8],
+    optimizer: &[u8],
+    extra: &[(&str, &[u8])],
+) -> Result<PathBuf> {
     std::fs::create_dir_all(root).map_err(|e| TrainError::io(root, e))?;
     let name = dir_name(state.step);
     let tmp = root.join(format!(".tmp-{name}"));
@@ -118,7 +127,8 @@ pub fn save(root: &Path, state: &State, model: &[u8], optimizer: &[u8]) -> Resul
         message: e.to_string(),
     })?;
     let mut sums = String::new();
-    for (file, bytes) in [(MODEL, model), (OPTIMIZER, optimizer), (STATE, &state_json[..])] {
+    let core = [(MODEL, model), (OPTIMIZER, optimizer), (STATE, &state_json[..])];
+    for &(file, bytes) in core.iter().chain(extra) {
         write_synced(&tmp.join(file), bytes)?;
         sums.push_str(&format!("{}  {file}\n", hex(bytes)));
     }
@@ -170,6 +180,11 @@ pub fn load(dir: &Path) -> Result<Loaded> {
             .ok_or_else(|| bad(format!("malformed SHA256SUMS line `{line}`")))?;
         files.insert(file.to_string(), sum.to_string());
     }
+    let rest: Vec<String> = files
+        .keys()
+        .filter(|k| ![MODEL, OPTIMIZER, STATE].contains(&k.as_str()))
+        .cloned()
+        .collect();
     let mut get = |f: &str| -> Result<Vec<u8>> {
         let want = files
             .remove(f)
@@ -189,11 +204,16 @@ pub fn load(dir: &Path) -> Result<Loaded> {
             state.format
         )));
     }
+    let mut extra = std::collections::BTreeMap::new();
+    for f in rest {
+        extra.insert(f.clone(), get(&f)?);
+    }
     Ok(Loaded {
         dir: dir.to_path_buf(),
         state,
         model,
         optimizer,
+        extra,
     })
 }
 

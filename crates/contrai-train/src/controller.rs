@@ -69,6 +69,14 @@ pub struct Control {
     pub dropped: Vec<usize>,
     /// Sparsity caps per module measured by `diagnose`.
     pub caps: BTreeMap<String, f64>,
+    /// Modules whose pruning stopped (train/val divergence).
+    pub frozen: Vec<String>,
+    /// The validation − training loss gap at contraction's first evaluation.
+    pub gap0: Option<f64>,
+    /// Sum and count of training losses since the last evaluation.
+    pub train_since_eval: (f64, u64),
+    /// Sparsity per module at the last evaluation.
+    pub sparsity_at_eval: BTreeMap<String, f64>,
     /// Step at which main ended and why.
     pub main_end: Option<(u64, String)>,
 }
@@ -91,6 +99,10 @@ impl Default for Control {
             contract_best: None,
             dropped: Vec::new(),
             caps: BTreeMap::new(),
+            frozen: Vec::new(),
+            gap0: None,
+            train_since_eval: (0.0, 0),
+            sparsity_at_eval: BTreeMap::new(),
             main_end: None,
         }
     }
@@ -291,6 +303,52 @@ impl Control {
     }
 }
 
+impl Control {
+    /// The divergence rule at a contraction evaluation: when the validation − training loss gap
+    /// has grown by more than `contract.divergence` × the validation loss since contraction
+    /// began, the modules pruned further since the last evaluation stop being pruned.
+    pub fn divergence(
+        &mut self,
+        step: u64,
+        val: f32,
+        sparsity: &BTreeMap<String, f64>,
+        recipe: &Recipe,
+    ) -> Option<Decision> {
+        let (sum, n) = std::mem::take(&mut self.train_since_eval);
+        let before = std::mem::replace(&mut self.sparsity_at_eval, sparsity.clone());
+        if n == 0 {
+            return None;
+        }
+        let gap = f64::from(val) - sum / n as f64;
+        let gap0 = *self.gap0.get_or_insert(gap);
+        let growth = (gap - gap0) / f64::from(val).abs().max(1e-12);
+        if growth <= recipe.contract.divergence {
+            return None;
+        }
+        let grown: Vec<String> = sparsity
+            .iter()
+            .filter(|(m, s)| **s > before.get(*m).copied().unwrap_or(0.0) && !self.frozen.contains(m))
+            .map(|(m, _)| m.clone())
+            .collect();
+        if grown.is_empty() {
+            return None;
+        }
+        self.frozen.extend(grown.iter().cloned());
+        Some(Decision::new(
+            step,
+            "contract",
+            "freeze_pruning",
+            format!(
+                "the validation − training loss gap grew from {gap0:.4} to {gap:.4} ({:.1} % of the validation loss, threshold {:.0} %): {} stop being pruned at their current sparsity",
+                100.0 * growth,
+                100.0 * recipe.contract.divergence,
+                grown.join(", ")
+            ),
+            json!({"gap": gap, "gap_at_entry": gap0, "growth": growth, "modules": grown}),
+        ))
+    }
+}
+
 /// The LR of step `k` (0-based) of a linear anneal over `steps` steps from `from` to `to`.
 pub fn linear(from: f64, to: f64, k: u64, steps: u64) -> f64 {
     if steps <= 1 {
@@ -403,6 +461,23 @@ mod tests {
         assert!(c.plateau(250, "x", &r).is_none(), "within 100 steps");
         assert!(c.plateau(300, "x", &r).is_some());
         assert!((c.lr_scale - 0.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_growing_gap_freezes_the_modules_pruned_since_the_last_eval() {
+        let r = recipe();
+        let mut c = Control::default();
+        let s1: BTreeMap<String, f64> = [("a".to_string(), 0.1), ("b".to_string(), 0.1)].into();
+        c.train_since_eval = (0.2 * 10.0, 10);
+        assert!(
+            c.divergence(10, 0.30, &s1, &r).is_none(),
+            "first eval sets the gap: 0.10"
+        );
+        let s2: BTreeMap<String, f64> = [("a".to_string(), 0.3), ("b".to_string(), 0.1)].into();
+        c.train_since_eval = (0.1 * 10.0, 10);
+        let d = c.divergence(20, 0.30, &s2, &r).expect("gap 0.20: +33 % of val");
+        assert_eq!(d.evidence["modules"], json!(["a"]));
+        assert_eq!(c.frozen, ["a"]);
     }
 
     #[test]

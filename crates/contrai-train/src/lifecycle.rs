@@ -23,11 +23,14 @@ use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
 use crate::metrics::{EvalRow, JsonLines, TrainRow, ValidateRow};
 use crate::model::{TextBatch, TextClassifier};
+use crate::prune::{Masks, Target, apply_masks, module_of, scheduled_sparsity, update_masks};
 use crate::setup::Setup;
 use crate::trainer::{self, FinalEval, Log, Options, Outcome, evaluate, grad_norm, scale_grads, step_grads};
 
 /// Sparsity levels the `diagnose` phase prunes each module to, one at a time, on a copy.
 pub const SENSITIVITY_LEVELS: [f64; 4] = [0.1, 0.2, 0.3, 0.5];
+/// The checkpoint file of the pruning masks.
+pub const MASKS: &str = "masks.json";
 /// The default cap of attention weights: zeroing single weights inside attention breaks heads.
 pub const ATTENTION_CAP: f64 = 0.2;
 
@@ -69,6 +72,7 @@ struct Runner<'a> {
     setup_extras: crate::setup::Extras,
     model: TextClassifier,
     optim: ModuleOptimizer,
+    masks: Masks,
     state: State,
     metrics: JsonLines,
     decisions: JsonLines,
@@ -146,6 +150,7 @@ impl<'a> Runner<'a> {
             holdout: setup.holdout,
             setup_extras: setup.extras,
             model,
+            masks: Masks::default(),
             state,
             batcher,
             rows: train_rows,
@@ -189,6 +194,10 @@ impl<'a> Runner<'a> {
         self.optim = trainer::optimizer(&self.recipe)
             .from_bytes(Bytes::from_bytes_vec(l.optimizer))
             .map_err(|e| bad(&e))?;
+        self.masks = match l.extra.get(MASKS) {
+            Some(b) => serde_json::from_slice(b).map_err(|e| bad(&e))?,
+            None => Masks::default(),
+        };
         if all {
             self.state = l.state;
             self.metrics = JsonLines::open(&self.run.join("metrics.jsonl"), self.state.metrics_len)?;
@@ -321,7 +330,7 @@ impl<'a> Runner<'a> {
             .into_bytes()
             .map_err(|e| err(&e))?;
         let optim = self.optim.into_bytes().map_err(|e| err(&e))?;
-        let dir = checkpoint::save(&scratch, &self.state, &model, &optim)?;
+        let dir = checkpoint::save(&scratch, &self.state, &model, &optim, &[])?;
         let back = checkpoint::load(&dir)?;
         let before = self.probe_logits();
         self.restore(back, false, true)?;
@@ -430,7 +439,7 @@ impl<'a> Runner<'a> {
         if clip > 0.0 && f64::from(norm) > clip {
             scale_grads(&self.model, &mut grads, clip / (f64::from(norm) + 1e-6));
         }
-        self.model = self.optim.step(lr, self.model.clone(), grads);
+        self.model = apply_masks(self.optim.step(lr, self.model.clone(), grads), &self.masks);
         self.timing.step_s += t0.elapsed().as_secs_f64();
         self.timing.steps += 1;
         Ok(Some((loss, norm, lr)))
@@ -473,6 +482,10 @@ impl<'a> Runner<'a> {
             wall_s: (wall * 100.0).round() / 100.0,
         })?;
         let mut action = self.watch(&line, true)?;
+        if phase == "contract" {
+            let t = &mut self.state.control.train_since_eval;
+            *t = (t.0 + f64::from(loss), t.1 + 1);
+        }
         self.bar.set_position(self.state.step);
         self.bar
             .set_message(format!("{phase}  loss {loss:.4}  lr {lr:.2e}"));
@@ -506,12 +519,25 @@ impl<'a> Runner<'a> {
             if let Action::Continue = action {
                 action = self.watch(&line, true)?;
             }
+            if phase == "contract" {
+                let now = self.sparsity();
+                if let Some(d) = self
+                    .state
+                    .control
+                    .divergence(self.state.step, vl, &now, &self.recipe)
+                {
+                    self.decide(d)?;
+                }
+            }
             if phase == "contract" && matches!(action, Action::Continue) {
                 action = self
                     .state
                     .control
                     .contract_eval(self.state.step, vl, self.state.best, &self.recipe);
             }
+        }
+        if phase == "contract" && k.is_multiple_of(self.recipe.contract.prune_every) && !last {
+            self.prune_update()?;
         }
         if k.is_multiple_of(ck_every) || last {
             if phase == "main"
@@ -760,10 +786,91 @@ impl<'a> Runner<'a> {
                 self.recipe.contract.dropout_scale
             ),
             json!({"steps": steps, "lr_start": unscaled, "lr_end": lr_end, "batch": batch,
+                   "prune": !self.recipe.contract.prune.is_empty() && phase == "contract",
                    "dropout": self.recipe.model.dropout * self.recipe.contract.dropout_scale,
                    "train_samples": self.rows.len()}),
         ))?;
+        if phase == "contract" {
+            self.prune_update()?;
+        }
         self.checkpoint()?;
+        Ok(())
+    }
+
+    /// Sparsity of each pruned module.
+    fn sparsity(&self) -> std::collections::BTreeMap<String, f64> {
+        let modules: std::collections::BTreeSet<String> =
+            self.masks.keep.keys().map(|p| module_of(p)).collect();
+        modules
+            .into_iter()
+            .map(|m| {
+                let s = self.masks.sparsity(&m).unwrap_or(0.0);
+                (m, s)
+            })
+            .collect()
+    }
+
+    /// Gradual magnitude pruning: moves every selected module to its scheduled sparsity (capped
+    /// by attention's 20 % and diagnose's measurement; frozen modules hold), then records it.
+    fn prune_update(&mut self) -> Result<()> {
+        let c = &self.recipe.contract;
+        if c.prune.is_empty() {
+            return Ok(());
+        }
+        let ctl = &self.state.control;
+        let k = self.state.step - ctl.phase_start;
+        let progress = k as f64 / (c.prune_span * ctl.phase_steps as f64).max(1.0);
+        let patterns: Vec<glob::Pattern> = c
+            .prune
+            .iter()
+            .filter_map(|r| glob::Pattern::new(&r.params).ok())
+            .collect();
+        let rule_of = |p: &str| patterns.iter().position(|g| g.matches(p));
+        let select = |p: &str| rule_of(p).is_some();
+        let mut targets: Vec<Target> = Vec::new();
+        for (path, _, _) in crate::prune::weights(&self.model, &select) {
+            let module = module_of(&path);
+            if targets.iter().any(|t| t.module == module) {
+                continue;
+            }
+            let Some(rule) = rule_of(&path).map(|i| &c.prune[i]) else {
+                continue;
+            };
+            let attention_cap = if module.ends_with("attn") {
+                ATTENTION_CAP
+            } else {
+                1.0
+            };
+            let cap = ctl.caps.get(&module).copied().unwrap_or(1.0).min(attention_cap);
+            let mut sparsity = scheduled_sparsity(
+                rule.init,
+                rule.final_sparsity,
+                progress,
+                c.prune_schedule == "cubic",
+            )
+            .min(cap);
+            if ctl.frozen.contains(&module) {
+                sparsity = self.masks.sparsity(&module).unwrap_or(0.0);
+            }
+            targets.push(Target { module, sparsity });
+        }
+        update_masks(&self.model, &mut self.masks, &targets, &select);
+        self.model = apply_masks(self.model.clone(), &self.masks);
+        let per_module = self.sparsity();
+        let (zeros, total) = self.masks.keep.values().fold((0usize, 0usize), |(z, t), (n, w)| {
+            (
+                z + n - w.iter().map(|x| x.count_ones() as usize).sum::<usize>(),
+                t + n,
+            )
+        });
+        let mut row = serde_json::Map::new();
+        row.insert("step".into(), json!(self.state.step));
+        row.insert("phase".into(), json!(self.state.phase));
+        row.insert("sparsity".into(), json!(zeros as f64 / total.max(1) as f64));
+        for (m, s) in per_module {
+            row.insert(format!("sparsity/{m}"), json!(s));
+        }
+        self.metrics.write(&serde_json::Value::Object(row))?;
         Ok(())
     }
 
@@ -901,6 +1008,7 @@ impl<'a> Runner<'a> {
             best: self.state.best,
             holdout_reads: self.holdout.reads(),
             main_end: self.state.control.main_end.clone(),
+            sparsity: self.sparsity(),
             planned_steps: self.steps.validate + self.steps.main + self.steps.contract + self.steps.refine,
         })
     }
@@ -932,7 +1040,13 @@ impl<'a> Runner<'a> {
             .into_bytes()
             .map_err(|e| err(&e))?;
         let optim = self.optim.into_bytes().map_err(|e| err(&e))?;
-        let dir = checkpoint::save(&root, &self.state, &model, &optim)?;
+        let masks = if self.masks.is_empty() {
+            Vec::new()
+        } else {
+            serde_json::to_vec(&self.masks).map_err(|e| err(&e))?
+        };
+        let extra: &[(&str, &[u8])] = if masks.is_empty() { &[] } else { &[(MASKS, &masks)] };
+        let dir = checkpoint::save(&root, &self.state, &model, &optim, extra)?;
         checkpoint::prune(
             &root,
             self.recipe.run.keep_last as usize,

@@ -94,6 +94,9 @@ pub struct FinalEval {
     /// Steps the recipe planned for all phases (the run may have needed fewer).
     #[serde(default)]
     pub planned_steps: u64,
+    /// Share of zeros in each pruned module of the final weights.
+    #[serde(default)]
+    pub sparsity: std::collections::BTreeMap<String, f64>,
 }
 
 /// What a call to [`train`] did.

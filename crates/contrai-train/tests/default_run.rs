@@ -1,7 +1,7 @@
-//! The built-in default (`contrai train` with no recipe and no data) reaches the holdout accuracy
-//! the README states, and SpamAssassin reaches 97 %. Each trains a full default recipe (400
-//! steps, 2–4 minutes on 2 cores): the slowest tests of the workspace, and the ones that prove
-//! the README's numbers.
+//! The built-in default (`contrai train` with no recipe and no data) runs all five phases and
+//! reaches the holdout accuracy the README states, and SpamAssassin reaches 97 %. Each trains a
+//! full default recipe (up to 563 steps, 2–4 minutes on 2 cores): the slowest tests of the
+//! workspace, and the ones that prove the README's numbers.
 
 mod common;
 
@@ -10,19 +10,34 @@ use contrai_data::Silent;
 use contrai_recipe::Recipe;
 use contrai_train::{Options, train};
 
-/// The holdout accuracy the README states for the built-in default ("about 96 %"; measured
-/// 96.4 % with seed 42 on 195 holdout samples).
-const STATED_HOLDOUT_ACCURACY: f32 = 0.95;
+/// The holdout accuracy the README states for the built-in default ("about 95 %"; measured
+/// 94.9 % with seed 42 on 195 holdout samples, where one sample is half a point).
+const STATED_HOLDOUT_ACCURACY: f32 = 0.94;
 
 #[test]
 fn the_default_reaches_the_stated_holdout_accuracy() {
     let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("demo");
     let out = train(
-        &Options::new(Recipe::default(), tmp.path().join("demo")),
+        &Options::new(Recipe::default(), &run),
         &Silent,
         &Collect::default(),
     )
     .unwrap();
+    let phases = |file: &str| {
+        let mut seen: Vec<String> = Vec::new();
+        for line in std::fs::read_to_string(run.join(file)).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let p = v["phase"].as_str().unwrap().to_string();
+            if seen.last() != Some(&p) {
+                seen.push(p);
+            }
+        }
+        seen
+    };
+    let all = ["validate", "main", "diagnose", "contract", "refine"];
+    assert_eq!(phases("metrics.jsonl"), all);
+    assert_eq!(phases("decisions.jsonl"), all);
     let e = out.eval.unwrap();
     eprintln!(
         "default: holdout accuracy {:.4} on {} samples, {:.0} ms a step",

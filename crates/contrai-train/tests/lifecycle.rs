@@ -286,8 +286,20 @@ fn a_contraction_that_hurts_validation_rolls_back_to_the_best_checkpoint() {
         .into_iter()
         .find(|d| d["kind"] == "rollback_contract");
     let rb = rb.unwrap_or_else(|| panic!("no rollback in {k:?}"));
-    let e = out.eval.unwrap();
-    let (best_step, _) = e.best.unwrap();
+    assert!(out.finished);
+    // The best checkpoint up to the rollback: the lowest validation loss evaluated before it.
+    let at = rb["step"].as_u64().unwrap();
+    let best_step = rows(&run.join("metrics.jsonl"))
+        .iter()
+        .filter(|r| r.get("val_loss").is_some() && r["step"].as_u64().unwrap() <= at)
+        .min_by(|a, b| {
+            a["val_loss"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["val_loss"].as_f64().unwrap())
+        })
+        .map(|r| r["step"].as_u64().unwrap())
+        .unwrap();
     assert_eq!(rb["evidence"]["best_step"], best_step);
     assert!(rb["evidence"]["evaluations_worse"].as_u64().unwrap() >= 3);
     let after = k.iter().position(|x| x == "rollback_contract").unwrap();
@@ -329,4 +341,100 @@ fn a_pipeline_that_cannot_learn_fails_validate_before_main() {
     );
     assert_eq!(kinds(&run), ["validate_failed"]);
     assert!(!run.join("checkpoints").exists());
+}
+
+/// Zero share per module (`blocks.0.ffn`) of the weight matrices in a safetensors file.
+fn zeros_by_module(path: &Path) -> std::collections::BTreeMap<String, f64> {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let mut acc: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+    for (name, t) in &header {
+        if !name.ends_with(".weight")
+            || t["shape"].as_array().map(Vec::len) != Some(2)
+            || !name.starts_with("blocks.")
+        {
+            continue;
+        }
+        let off = t["data_offsets"].as_array().unwrap();
+        let (a, b) = (
+            off[0].as_u64().unwrap() as usize,
+            off[1].as_u64().unwrap() as usize,
+        );
+        let data = &bytes[8 + n + a..8 + n + b];
+        let zeros = data
+            .chunks(4)
+            .filter(|c| f32::from_le_bytes((*c).try_into().unwrap()) == 0.0)
+            .count();
+        let module = name.rsplitn(3, '.').nth(2).unwrap().to_string();
+        let e = acc.entry(module).or_default();
+        *e = (e.0 + zeros, e.1 + data.len() / 4);
+    }
+    acc.into_iter()
+        .map(|(m, (z, t))| (m, z as f64 / t as f64))
+        .collect()
+}
+
+#[test]
+fn gradual_pruning_reaches_its_capped_targets_and_the_zeros_are_real() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 300);
+    let run = tmp.path().join("run");
+    let mut recipe = lifecycle_recipe(&data, 40);
+    recipe.contract.prune = vec![
+        contrai_recipe::recipe::Prune {
+            params: "blocks.*.attn.*".into(),
+            init: 0.1,
+            final_sparsity: 0.6,
+        },
+        contrai_recipe::recipe::Prune {
+            params: "blocks.*.ffn.*".into(),
+            init: 0.1,
+            final_sparsity: 0.5,
+        },
+    ];
+    recipe.contract.stable_checkpoints = 1000; // contraction forced at main's end
+    recipe.contract.patience = 1000; // never rolled back
+    recipe.contract.divergence = 1.0; // never frozen
+    recipe.contract.prune_every = 2;
+    recipe.run.phases.retain(|p| p != "diagnose"); // caps: attention's 20 % only
+    let out = train(&Options::new(recipe, &run), &Silent, &Collect::default()).unwrap();
+    let e = out.eval.unwrap();
+    assert!(
+        (e.sparsity["blocks.0.attn"] - 0.2).abs() < 1e-3,
+        "attention capped at 20 %: {:?}",
+        e.sparsity
+    );
+    assert!(
+        (e.sparsity["blocks.0.ffn"] - 0.5).abs() < 1e-3,
+        "{:?}",
+        e.sparsity
+    );
+    // The masks were applied after every optimizer step of contract and refine: the zeros in the
+    // exported weights are exactly the masked share.
+    let zeros = zeros_by_module(&run.join("final/model.safetensors"));
+    for (m, s) in &e.sparsity {
+        assert!(
+            (zeros[m] - s).abs() < 1e-3,
+            "{m}: {} zeros vs {s} masked",
+            zeros[m]
+        );
+    }
+    // Sparsity grows on the cubic schedule, never down, and never past a cap.
+    let m = rows(&run.join("metrics.jsonl"));
+    let ffn: Vec<f64> = m
+        .iter()
+        .filter_map(|r| r.get("sparsity/blocks.0.ffn")?.as_f64())
+        .collect();
+    let attn: Vec<f64> = m
+        .iter()
+        .filter_map(|r| r.get("sparsity/blocks.0.attn")?.as_f64())
+        .collect();
+    assert!((ffn[0] - 0.1).abs() < 1e-3, "starts at init: {ffn:?}");
+    assert!(ffn.windows(2).all(|w| w[1] >= w[0]), "{ffn:?}");
+    assert!(
+        ffn[1] - ffn[0] > ffn[ffn.len() - 1] - ffn[ffn.len() - 2],
+        "cubic: fast early, slow late: {ffn:?}"
+    );
+    assert!(attn.iter().all(|&s| s <= 0.2 + 1e-9), "{attn:?}");
 }
