@@ -272,6 +272,15 @@ impl Recipe {
         unit("refine.budget", self.refine.budget)?;
         positive("contract.eval_every", c.eval_every)?;
         positive("contract.prune_every", c.prune_every)?;
+        if !(0.0..=100.0).contains(&self.refine.max_drop) {
+            return err(
+                "refine.max_drop",
+                format!(
+                    "is {}, expected accuracy points in [0, 100]",
+                    self.refine.max_drop
+                ),
+            );
+        }
         one_of("contract.prune_schedule", &c.prune_schedule, &["cubic", "linear"])?;
         unit("contract.prune_span", c.prune_span)?;
         unit("contract.divergence", c.divergence)?;

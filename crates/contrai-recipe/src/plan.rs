@@ -102,7 +102,7 @@ impl Plan {
                 m0,
                 steps.main,
                 main_batch,
-                main_segments(&schedule, m0),
+                main_segments(&schedule, m0, main.steps),
                 1.0,
             ),
             phase(
@@ -205,19 +205,23 @@ impl PhaseSteps {
     }
 }
 
-/// The main phase's schedule.
+/// The main phase's schedule: warmup over `main.warmup` of main's steps, then the decay laid over
+/// the whole training budget (main + contract + refine), so that main ends where contraction takes
+/// the LR on down — a decay that reached `min_lr` within main would leave contraction nothing to
+/// anneal. Main's share of it ends early when the controller ends main.
 pub fn main_schedule(recipe: &Recipe) -> Schedule {
     let m = &recipe.main;
+    let s = PhaseSteps::new(recipe);
     Schedule {
         peak: m.lr,
         floor: m.min_lr,
         warmup: warmup_steps(m.steps, m.warmup),
-        steps: m.steps,
+        steps: s.main + s.contract + s.refine,
         decay: m.schedule,
     }
 }
 
-fn main_segments(s: &Schedule, at: u64) -> Vec<LrSegment> {
+fn main_segments(s: &Schedule, at: u64, steps: u64) -> Vec<LrSegment> {
     let mut out = Vec::new();
     if s.warmup > 0 {
         out.push(seg(at, at + s.warmup, "warmup", s.lr(0), s.lr(s.warmup - 1)));
@@ -229,10 +233,10 @@ fn main_segments(s: &Schedule, at: u64) -> Vec<LrSegment> {
     };
     out.push(seg(
         at + s.warmup,
-        at + s.steps,
+        at + steps,
         shape,
         s.lr(s.warmup),
-        s.lr(s.steps.saturating_sub(1)),
+        s.lr(steps.saturating_sub(1)),
     ));
     out
 }
@@ -344,6 +348,11 @@ mod tests {
         );
         assert_eq!(p.phases[1].lr[0].to_step, 41, "3 % of 400 steps");
         assert_eq!(p.phases[4].lr[0].lr_end, 0.0, "refine anneals to 0");
+        let main_end = p.phases[1].lr.last().unwrap().lr_end;
+        assert!(
+            main_end > 5.0 * Recipe::default().main.min_lr,
+            "main ends mid-decay: {main_end}"
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod prune;
+pub mod quantize;
 pub mod setup;
 pub mod tokenizer;
 pub mod trainer;

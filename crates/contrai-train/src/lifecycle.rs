@@ -24,11 +24,16 @@ use crate::error::{Result, TrainError};
 use crate::metrics::{EvalRow, JsonLines, TrainRow, ValidateRow};
 use crate::model::{TextBatch, TextClassifier};
 use crate::prune::{Masks, Target, apply_masks, module_of, scheduled_sparsity, update_masks};
+use crate::quantize::{quantize_int8, record_bytes};
 use crate::setup::Setup;
-use crate::trainer::{self, FinalEval, Log, Options, Outcome, evaluate, grad_norm, scale_grads, step_grads};
+use crate::trainer::{
+    self, FinalEval, Int8Eval, Log, Options, Outcome, evaluate, grad_norm, scale_grads, step_grads,
+};
 
 /// Sparsity levels the `diagnose` phase prunes each module to, one at a time, on a copy.
 pub const SENSITIVITY_LEVELS: [f64; 4] = [0.1, 0.2, 0.3, 0.5];
+/// The int8 model's burnpack record in `final/`.
+pub const INT8_MODEL: &str = "model-int8.bpk";
 /// The checkpoint file of the pruning masks.
 pub const MASKS: &str = "masks.json";
 /// The default cap of attention weights: zeroing single weights inside attention breaks heads.
@@ -967,6 +972,29 @@ impl<'a> Runner<'a> {
             self.final_eval(&fin)?
         };
         let phase = self.recipe.run.phases.last().cloned().unwrap_or_default();
+        if let Some(q) = &eval.int8 {
+            let (kind, what) = if q.kept {
+                ("int8", format!("kept as final/{INT8_MODEL}"))
+            } else {
+                ("refuse_int8", "refused: the model stays f32".to_string())
+            };
+            self.decide(Decision::new(
+                eval.step,
+                &phase,
+                kind,
+                format!(
+                    "int8 weights (symmetric, per tensor, min-max): validation accuracy {:.2} % → {:.2} % ({:+.2} points, limit −{} points), {} → {} bytes ({:.1}x smaller); {what}",
+                    100.0 * eval.val_accuracy,
+                    100.0 * q.val_accuracy,
+                    -q.drop_points,
+                    self.recipe.refine.max_drop,
+                    q.dense_bytes,
+                    q.bytes,
+                    q.dense_bytes as f64 / q.bytes.max(1) as f64
+                ),
+                serde_json::to_value(q).unwrap_or_default(),
+            ))?;
+        }
         self.decide(Decision::new(
             eval.step,
             &phase,
@@ -994,10 +1022,34 @@ impl<'a> Runner<'a> {
         x.tokenizer.save(&fin.join("tokenizer.json"))?;
         trainer::write_json(&fin.join("classes.json"), &x.classes)?;
         let (val_loss, val_accuracy) = evaluate(&valid, &self.val_set, self.eval_batch(), &self.plain);
+        let quantized = (self.recipe.refine.quantize == "int8" && self.recipe.run.has_phase("refine"))
+            .then(|| quantize_int8(valid.clone(), None));
         let holdout = self.holdout.read_once()?;
         let hold = Encoded::new(&holdout, &x.tokenizer, &x.classes, self.train_set.seq, "holdout")?;
         let (holdout_loss, holdout_accuracy) = evaluate(&valid, &hold, self.eval_batch(), &self.plain);
+        let int8 = match quantized {
+            Some(q) => {
+                let (_, q_val) = evaluate(&q, &self.val_set, self.eval_batch(), &self.plain);
+                let (_, q_hold) = evaluate(&q, &hold, self.eval_batch(), &self.plain);
+                let bytes = record_bytes(&q)?;
+                let drop_points = 100.0 * f64::from(val_accuracy - q_val);
+                let kept = drop_points <= self.recipe.refine.max_drop;
+                if kept {
+                    contrai_data::write::write_atomic(&fin.join(INT8_MODEL), &bytes)?;
+                }
+                Some(Int8Eval {
+                    kept,
+                    val_accuracy: q_val,
+                    holdout_accuracy: q_hold,
+                    drop_points,
+                    bytes: bytes.len() as u64,
+                    dense_bytes: record_bytes(&valid)?.len() as u64,
+                })
+            }
+            None => None,
+        };
         Ok(FinalEval {
+            int8,
             step: self.state.step,
             classes: x.classes.names.clone(),
             holdout_samples: hold.len(),

@@ -97,6 +97,26 @@ pub struct FinalEval {
     /// Share of zeros in each pruned module of the final weights.
     #[serde(default)]
     pub sparsity: std::collections::BTreeMap<String, f64>,
+    /// The int8 model, when `refine.quantize = "int8"`.
+    #[serde(default)]
+    pub int8: Option<Int8Eval>,
+}
+
+/// The int8 post-training quantization of the final model.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Int8Eval {
+    /// Whether it was kept (its validation accuracy dropped by at most `refine.max_drop` points).
+    pub kept: bool,
+    /// Its validation accuracy.
+    pub val_accuracy: f32,
+    /// Its holdout accuracy (same single read of the holdout).
+    pub holdout_accuracy: f32,
+    /// Validation accuracy points lost to quantization.
+    pub drop_points: f64,
+    /// Bytes of its record.
+    pub bytes: u64,
+    /// Bytes of the f32 record.
+    pub dense_bytes: u64,
 }
 
 /// What a call to [`train`] did.

@@ -132,6 +132,36 @@ fn all_five_phases_run_in_order_and_the_holdout_is_read_last() {
     assert!(lrs[0] <= last_main["lr"].as_f64().unwrap() * (1.0 + 1e-9));
     let e = out.eval.unwrap();
     assert_eq!(e.holdout_reads, 1);
+    // Int8: kept (file written) exactly when it lost at most max_drop validation points.
+    let q = e.int8.expect("refine quantizes to int8 by default");
+    // Biases and norms stay f32: a large share of a model this tiny (the default model: > 3.5x).
+    assert!(
+        q.dense_bytes as f64 / q.bytes as f64 > 3.0,
+        "{} vs {} bytes",
+        q.dense_bytes,
+        q.bytes
+    );
+    assert_eq!(q.kept, q.drop_points <= 1.0);
+    assert_eq!(run.join("final/model-int8.bpk").is_file(), q.kept);
+    let k = kinds(&run);
+    assert!(
+        k.iter().any(|x| x == if q.kept { "int8" } else { "refuse_int8" }),
+        "{k:?}"
+    );
+}
+
+#[test]
+fn int8_is_refused_when_it_costs_more_than_max_drop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 300);
+    let run = tmp.path().join("run");
+    let mut recipe = lifecycle_recipe(&data, 40);
+    recipe.refine.max_drop = 0.0;
+    let out = train(&Options::new(recipe, &run), &Silent, &Collect::default()).unwrap();
+    let q = out.eval.unwrap().int8.unwrap();
+    // With no drop allowed, the verdict follows the sign of the measured change.
+    assert_eq!(q.kept, q.drop_points <= 0.0, "{q:?}");
+    assert_eq!(run.join("final/model-int8.bpk").is_file(), q.kept);
 }
 
 #[test]
