@@ -1035,7 +1035,7 @@ impl<'a> Runner<'a> {
                 let drop_points = 100.0 * f64::from(val_accuracy - q_val);
                 let kept = drop_points <= self.recipe.refine.max_drop;
                 if kept {
-                    contrai_data::write::write_atomic(&fin.join(INT8_MODEL), &bytes)?;
+                    contrai_data::write::write_atomic(fin.join(INT8_MODEL), &bytes)?;
                 }
                 Some(Int8Eval {
                     kept,
