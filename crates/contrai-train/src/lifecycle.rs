@@ -32,6 +32,8 @@ use crate::trainer::{
 
 /// Sparsity levels the `diagnose` phase prunes each module to, one at a time, on a copy.
 pub const SENSITIVITY_LEVELS: [f64; 4] = [0.1, 0.2, 0.3, 0.5];
+/// Samples a batch the model card's latency is measured on.
+pub const CARD_BATCH: usize = 32;
 /// The int8 model's burnpack record in `final/`.
 pub const INT8_MODEL: &str = "model-int8.bpk";
 /// The checkpoint file of the pruning masks.
@@ -1048,6 +1050,14 @@ impl<'a> Runner<'a> {
             }
             None => None,
         };
+        self.model_card(
+            fin,
+            &valid,
+            holdout_accuracy,
+            holdout_loss,
+            hold.len(),
+            int8.as_ref(),
+        )?;
         Ok(FinalEval {
             int8,
             step: self.state.step,
@@ -1063,6 +1073,64 @@ impl<'a> Runner<'a> {
             sparsity: self.sparsity(),
             planned_steps: self.steps.validate + self.steps.main + self.steps.contract + self.steps.refine,
         })
+    }
+
+    /// `final/model-card.json`: size, sparsity, bytes on disk, holdout metrics, CPU latency.
+    fn model_card(
+        &self,
+        fin: &std::path::Path,
+        model: &TextClassifier,
+        accuracy: f32,
+        loss: f32,
+        samples: usize,
+        int8: Option<&Int8Eval>,
+    ) -> Result<()> {
+        let all = crate::prune::weights(model, &|_| true);
+        let matrices: usize = all.iter().map(|(_, _, v)| v.len()).sum();
+        let zeros: usize = all
+            .iter()
+            .map(|(_, _, v)| v.iter().filter(|w| **w == 0.0).count())
+            .sum();
+        let size = |f: &str| std::fs::metadata(fin.join(f)).map(|m| m.len()).ok();
+        let latency = |m: &TextClassifier| self.latency_ms(m);
+        let card = json!({
+            "model": self.recipe.model,
+            "classes": self.setup_extras.classes.names,
+            "parameters": model.num_params(),
+            "weight_matrix_entries": matrices,
+            "zero_weights": zeros,
+            "sparsity": self.sparsity(),
+            "bytes_on_disk": {"model.safetensors": size("model.safetensors"), INT8_MODEL: size(INT8_MODEL)},
+            "holdout": {"accuracy": accuracy, "loss": loss, "samples": samples},
+            "int8": int8,
+            "cpu_latency_ms_per_batch": {
+                "batch": CARD_BATCH,
+                "f32": latency(model),
+                "int8": int8.filter(|q| q.kept).map(|_| latency(&quantize_int8(model.clone(), None))),
+            },
+        });
+        trainer::write_json(&fin.join("model-card.json"), &card)
+    }
+
+    /// Median milliseconds of a forward pass over a batch of validation samples (5 runs).
+    fn latency_ms(&self, model: &TextClassifier) -> Option<f64> {
+        let n = self.val_set.len().min(CARD_BATCH);
+        if n == 0 {
+            return None;
+        }
+        let rows: Vec<usize> = (0..n).collect();
+        let (ids, labels) = self.val_set.gather(&rows);
+        let b = TextBatch::new(&ids, &labels, self.val_set.seq, &self.plain);
+        let mut times: Vec<f64> = (0..6)
+            .map(|_| {
+                let t = Instant::now();
+                let _ = model.forward(&b, None).into_data();
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .skip(1)
+            .collect();
+        times.sort_by(f64::total_cmp);
+        Some((times[times.len() / 2] * 100.0).round() / 100.0)
     }
 
     // ---- plumbing -----------------------------------------------------------------------------
