@@ -252,12 +252,13 @@ pub fn discard_after(root: &Path, step: u64) -> Result<()> {
     Ok(())
 }
 
-/// Keeps the newest `keep_last` checkpoints and the best one; removes the rest.
-pub fn prune(root: &Path, keep_last: usize, best: Option<u64>) -> Result<()> {
+/// Keeps the newest `keep_last` checkpoints and those of the steps in `keep` (the best ones);
+/// removes the rest.
+pub fn prune(root: &Path, keep_last: usize, keep: &[u64]) -> Result<()> {
     let all = list(root);
     let cut = all.len().saturating_sub(keep_last);
     for (step, dir) in &all[..cut] {
-        if Some(*step) != best {
+        if !keep.contains(step) {
             std::fs::remove_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
         }
     }

@@ -63,8 +63,9 @@ pub struct Control {
     pub improving_run: u32,
     /// Contract evaluations in a row beyond tolerance.
     pub worse_run: u32,
-    /// The best validation loss since contraction began (its entry value first).
-    pub contract_best: Option<f32>,
+    /// The best validation loss since contraction began (its entry value first) and its step,
+    /// whose checkpoint a contraction rollback restores.
+    pub contract_best: Option<(u64, f32)>,
     /// Train rows dropped as the noisiest, sorted.
     pub dropped: Vec<usize>,
     /// Sparsity caps per module measured by `diagnose`.
@@ -165,34 +166,29 @@ impl Control {
 
     /// The contraction guard at an evaluation: `contract.patience` evaluations in a row worse than
     /// the best validation loss since contraction began by more than `contract.tolerance` roll
-    /// back to the best checkpoint (`best`, the whole run's).
-    pub fn contract_eval(
-        &mut self,
-        step: u64,
-        val: f32,
-        best: Option<(u64, f32)>,
-        recipe: &Recipe,
-    ) -> Action {
+    /// back to that best point's checkpoint (the contraction is what is undone, not main).
+    pub fn contract_eval(&mut self, step: u64, val: f32, recipe: &Recipe) -> Action {
         let c = &recipe.contract;
-        let reference = self.contract_best.unwrap_or(val);
-        self.contract_best = Some(reference.min(val));
+        let (best_step, reference) = self.contract_best.unwrap_or((step, val));
+        if val < reference {
+            self.contract_best = Some((step, val));
+        }
         let worse = f64::from(val) > f64::from(reference) * (1.0 + c.tolerance);
         self.worse_run = if worse { self.worse_run + 1 } else { 0 };
         if self.worse_run < c.patience {
             return Action::Continue;
         }
-        let (best_step, best_val) = best.unwrap_or((step, reference));
         Action::RollbackToBest(Decision::new(
             step,
             "contract",
             "rollback_contract",
             format!(
-                "validation loss {val:.4} is more than {:.0} % above the contraction's best {reference:.4} for {} evaluations: the contraction hurts generalisation; back to the best checkpoint (step {best_step}, validation loss {best_val:.4}), contraction ends",
+                "validation loss {val:.4} is more than {:.0} % above the contraction's best {reference:.4} (step {best_step}) for {} evaluations: the contraction hurts generalisation; back to that checkpoint, contraction ends",
                 100.0 * c.tolerance,
                 self.worse_run
             ),
-            json!({"val_loss": val, "contract_best_val_loss": reference, "best_step": best_step,
-                   "best_val_loss": best_val, "tolerance": c.tolerance, "evaluations_worse": self.worse_run}),
+            json!({"val_loss": val, "best_val_loss": reference, "best_step": best_step,
+                   "tolerance": c.tolerance, "evaluations_worse": self.worse_run}),
         ))
     }
 
@@ -409,30 +405,25 @@ mod tests {
     fn contraction_rolls_back_after_patience_evaluations_beyond_tolerance() {
         let r = recipe();
         let mut c = Control {
-            contract_best: Some(0.20),
+            contract_best: Some((300, 0.20)),
             ..Control::default()
         };
-        let best = Some((300, 0.19));
+        assert_eq!(c.contract_eval(320, 0.203, &r), Action::Continue, "within 2 %");
+        assert_eq!(c.contract_eval(340, 0.21, &r), Action::Continue);
+        assert_eq!(c.contract_eval(360, 0.22, &r), Action::Continue);
         assert_eq!(
-            c.contract_eval(320, 0.203, best, &r),
-            Action::Continue,
-            "within 2 %"
-        );
-        assert_eq!(c.contract_eval(340, 0.21, best, &r), Action::Continue);
-        assert_eq!(c.contract_eval(360, 0.22, best, &r), Action::Continue);
-        assert_eq!(
-            c.contract_eval(380, 0.19, best, &r),
+            c.contract_eval(380, 0.19, &r),
             Action::Continue,
             "recovered: a new reference"
         );
         assert_eq!(
-            c.contract_eval(400, 0.195, best, &r),
+            c.contract_eval(400, 0.195, &r),
             Action::Continue,
             "+2.6 % of 0.19"
         );
-        assert_eq!(c.contract_eval(420, 0.195, best, &r), Action::Continue);
-        match c.contract_eval(440, 0.25, best, &r) {
-            Action::RollbackToBest(d) => assert_eq!(d.evidence["best_step"], 300),
+        assert_eq!(c.contract_eval(420, 0.195, &r), Action::Continue);
+        match c.contract_eval(440, 0.25, &r) {
+            Action::RollbackToBest(d) => assert_eq!(d.evidence["best_step"], 380, "the new reference"),
             a => panic!("{a:?}"),
         }
     }

@@ -540,7 +540,7 @@ impl<'a> Runner<'a> {
                 action = self
                     .state
                     .control
-                    .contract_eval(self.state.step, vl, self.state.best, &self.recipe);
+                    .contract_eval(self.state.step, vl, &self.recipe);
             }
         }
         if phase == "contract" && k.is_multiple_of(self.recipe.contract.prune_every) && !last {
@@ -684,9 +684,14 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// Restores the weights and optimizer of the best checkpoint (counters run on).
+    /// Restores the weights, optimizer and masks of the best checkpoint (counters run on): the
+    /// run's best in main, the contraction's best in contract.
     fn rollback_to_best(&mut self) -> Result<()> {
-        let Some((best, _)) = self.state.best else {
+        let best = match self.state.phase.as_str() {
+            "contract" => self.state.control.contract_best.map(|b| b.0),
+            _ => self.state.best.map(|b| b.0),
+        };
+        let Some(best) = best else {
             return Ok(());
         };
         let dir = self.run.join("checkpoints").join(checkpoint::dir_name(best));
@@ -764,12 +769,16 @@ impl<'a> Runner<'a> {
         } else {
             self.steps.refine
         };
+        // The validation loss of the very model this phase starts from: the contraction's
+        // reference (after an overfitting rollback it is not main's last evaluation).
+        let (entry_val, _) = evaluate(&self.model.valid(), &self.val_set, self.eval_batch(), &self.plain);
+        self.state.val_loss = Some(entry_val);
         let c = &mut self.state.control;
         c.phase_start = self.state.step;
         c.phase_steps = steps;
         c.phase_lr0 = unscaled;
         c.worse_run = 0;
-        c.contract_best = self.state.val_loss;
+        c.contract_best = Some((self.state.step, entry_val));
         self.state.cursor = Cursor::default();
         self.rebuild_batcher()?;
         let batch = self.recipe.contract.batch * self.recipe.main.accumulate;
@@ -792,7 +801,7 @@ impl<'a> Runner<'a> {
                 "{purpose}; {steps} steps, LR {unscaled:.2e} → {lr_end:.2e}, batch {batch}, dropout × {}",
                 self.recipe.contract.dropout_scale
             ),
-            json!({"steps": steps, "lr_start": unscaled, "lr_end": lr_end, "batch": batch,
+            json!({"steps": steps, "lr_start": unscaled, "lr_end": lr_end, "batch": batch, "val_loss": entry_val,
                    "prune": !self.recipe.contract.prune.is_empty() && phase == "contract",
                    "dropout": self.recipe.model.dropout * self.recipe.contract.dropout_scale,
                    "train_samples": self.rows.len()}),
@@ -1167,11 +1176,12 @@ impl<'a> Runner<'a> {
         };
         let extra: &[(&str, &[u8])] = if masks.is_empty() { &[] } else { &[(MASKS, &masks)] };
         let dir = checkpoint::save(&root, &self.state, &model, &optim, extra)?;
-        checkpoint::prune(
-            &root,
-            self.recipe.run.keep_last as usize,
-            self.state.best.map(|b| b.0),
-        )?;
+        let keep: Vec<u64> = [self.state.best, self.state.control.contract_best]
+            .into_iter()
+            .flatten()
+            .map(|b| b.0)
+            .collect();
+        checkpoint::prune(&root, self.recipe.run.keep_last as usize, &keep)?;
         self.timing.checkpoint_s += t.elapsed().as_secs_f64();
         self.timing.checkpoints += 1;
         Ok(dir)

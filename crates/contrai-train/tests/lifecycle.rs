@@ -317,19 +317,24 @@ fn a_contraction_that_hurts_validation_rolls_back_to_the_best_checkpoint() {
         .find(|d| d["kind"] == "rollback_contract");
     let rb = rb.unwrap_or_else(|| panic!("no rollback in {k:?}"));
     assert!(out.finished);
-    // The best checkpoint up to the rollback: the lowest validation loss evaluated before it.
+    // The contraction's best checkpoint: the lowest validation loss from its entry (measured on
+    // entering) to the rollback.
     let at = rb["step"].as_u64().unwrap();
+    let enter = decisions(&run)
+        .into_iter()
+        .find(|d| d["kind"] == "enter_contract")
+        .unwrap();
+    let entry = (
+        enter["step"].as_u64().unwrap(),
+        enter["evidence"]["val_loss"].as_f64().unwrap(),
+    );
     let best_step = rows(&run.join("metrics.jsonl"))
         .iter()
-        .filter(|r| r.get("val_loss").is_some() && r["step"].as_u64().unwrap() <= at)
-        .min_by(|a, b| {
-            a["val_loss"]
-                .as_f64()
-                .unwrap()
-                .total_cmp(&b["val_loss"].as_f64().unwrap())
-        })
-        .map(|r| r["step"].as_u64().unwrap())
-        .unwrap();
+        .filter(|r| r["phase"] == "contract" && r.get("val_loss").is_some())
+        .filter(|r| r["step"].as_u64().unwrap() <= at)
+        .map(|r| (r["step"].as_u64().unwrap(), r["val_loss"].as_f64().unwrap()))
+        .fold(entry, |b, x| if x.1 < b.1 { x } else { b })
+        .0;
     assert_eq!(rb["evidence"]["best_step"], best_step);
     assert!(rb["evidence"]["evaluations_worse"].as_u64().unwrap() >= 3);
     let after = k.iter().position(|x| x == "rollback_contract").unwrap();
