@@ -8,7 +8,7 @@ fn train_writes_a_run_directory_and_its_report() {
     let recipe = dir.path().join("tiny.toml");
     std::fs::write(
         &recipe,
-        "[run]\nname = \"tiny\"\neval_every = 5\ncheckpoint_every = 5\n\n[model]\nvocab = 256\nseq_len = 16\nd_model = 16\nheads = 2\nffn = 32\n\n[main]\nsteps = 10\nbatch = 8\n\n[contract]\nbatch = 4\n",
+        "[run]\nname = \"tiny\"\neval_every = 5\ncheckpoint_every = 5\n\n[model]\nvocab = 256\nseq_len = 16\nd_model = 16\nheads = 2\nffn = 32\n\n[main]\nsteps = 20\nbatch = 8\n\n[contract]\nbatch = 4\n",
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_contrai"))
@@ -39,4 +39,16 @@ fn train_writes_a_run_directory_and_its_report() {
         html.contains("Holdout (evaluated once") && html.contains(">main<"),
         "phases and holdout drawn"
     );
+    for part in [
+        ">validate<",
+        ">contract<",
+        ">refine<",
+        "Controller decisions",
+        "enter_contract",
+        "Batch size",
+        "Sparsity",
+    ] {
+        assert!(html.contains(part), "{part} missing from the report");
+    }
+    assert!(run.join("decisions.jsonl").is_file() && run.join("final/model-card.json").is_file());
 }

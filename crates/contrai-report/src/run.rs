@@ -37,6 +37,14 @@ pub struct Phase {
     pub to: u64,
 }
 
+/// What a Contrai run directory adds to its log: phases, decisions, batch-size and sparsity charts.
+#[derive(Default)]
+struct RunExtras {
+    phases: Vec<Phase>,
+    decisions: Vec<Decision>,
+    charts: Vec<Chart>,
+}
+
 /// A controller decision from `decisions.jsonl`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
@@ -51,10 +59,14 @@ pub struct Decision {
 /// Renders the report of a log file or run directory (any format the doctor reads).
 pub fn render(path: &Path, format: Option<Format>) -> Result<String, ReportError> {
     let runs = read_path(path, format)?;
-    let (phases, decisions) = if path.is_dir() {
+    let RunExtras {
+        phases,
+        decisions,
+        charts: extra,
+    } = if path.is_dir() {
         run_dir_extras(path)?
     } else {
-        (Vec::new(), Vec::new())
+        RunExtras::default()
     };
     let title = format!("Contrai report: {}", path.display());
     let mut page = Page::new(
@@ -62,7 +74,7 @@ pub fn render(path: &Path, format: Option<Format>) -> Result<String, ReportError
         &format!("{} run(s) read from {}", runs.len(), path.display()),
     );
     for run in &runs {
-        run_section(&mut page, run, &phases, &decisions);
+        run_section(&mut page, run, &phases, &decisions, &extra);
     }
     if path.is_dir() {
         data_section(&mut page, path)?;
@@ -71,7 +83,7 @@ pub fn render(path: &Path, format: Option<Format>) -> Result<String, ReportError
     Ok(page.finish(&title))
 }
 
-fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decision]) {
+fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decision], extra: &[Chart]) {
     let report = diagnose(run, &DoctorConfig::default());
     page.heading(&format!("{} [{}]", run.name, run.format));
     let ok = !report.needs_action();
@@ -87,6 +99,9 @@ fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decisi
         XUnit::Epoch => "epoch",
     };
     for chart in charts(run, unit, &report.findings, phases, decisions) {
+        page.raw(&chart.svg());
+    }
+    for chart in extra {
         page.raw(&chart.svg());
     }
     page.heading("Findings");
@@ -167,6 +182,20 @@ fn summary(findings: &[Finding]) -> String {
     labels.join(", ")
 }
 
+/// The phases as shaded bands.
+fn phase_bands(phases: &[Phase]) -> Vec<Band> {
+    phases
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Band {
+            from: p.from as f64,
+            to: p.to as f64,
+            label: p.name.clone(),
+            color: ["#f3e9c6", "#dbe9f6", "#e6f0dc", "#f6dde0", "#e8e0f3"][i % 5].into(),
+        })
+        .collect()
+}
+
 /// One chart per group of series that the run has.
 fn charts(
     run: &Run,
@@ -185,16 +214,7 @@ fn charts(
         ("Learning rate", "learning rate", &[Series::Lr]),
         ("Gradient norm", "global L2 norm", &[Series::GradNorm]),
     ];
-    let bands: Vec<Band> = phases
-        .iter()
-        .enumerate()
-        .map(|(i, p)| Band {
-            from: p.from as f64,
-            to: p.to as f64,
-            label: p.name.clone(),
-            color: ["#f3e9c6", "#dbe9f6", "#e6f0dc", "#f6dde0", "#e8e0f3"][i % 5].into(),
-        })
-        .collect();
+    let bands = phase_bands(phases);
     let mut markers: Vec<Marker> = findings
         .iter()
         .filter(|f| f.actionable())
@@ -319,9 +339,11 @@ fn json_file(path: &Path) -> Result<Option<serde_json::Value>, ReportError> {
         })
 }
 
-/// Phases from `metrics.jsonl`'s `phase` field and decisions from `decisions.jsonl`.
-fn run_dir_extras(dir: &Path) -> Result<(Vec<Phase>, Vec<Decision>), ReportError> {
+/// A Contrai run's phases (from `metrics.jsonl`'s `phase` field), decisions (from
+/// `decisions.jsonl`) and the charts only it has: batch size and sparsity against steps.
+fn run_dir_extras(dir: &Path) -> Result<RunExtras, ReportError> {
     let mut phases: Vec<Phase> = Vec::new();
+    let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for (_, row) in jsonl_rows(&dir.join("metrics.jsonl"))? {
         let (Some(step), Some(name)) = (
             row.get("step").and_then(|v| v.as_u64()),
@@ -329,6 +351,13 @@ fn run_dir_extras(dir: &Path) -> Result<(Vec<Phase>, Vec<Decision>), ReportError
         ) else {
             continue;
         };
+        for (k, v) in &row {
+            if (k == "batch_size" || k.starts_with("sparsity"))
+                && let Some(x) = v.as_f64()
+            {
+                series.entry(k.clone()).or_default().push((step as f64, x));
+            }
+        }
         match phases.last_mut() {
             Some(p) if p.name == name => p.to = p.to.max(step),
             _ => phases.push(Phase {
@@ -338,6 +367,34 @@ fn run_dir_extras(dir: &Path) -> Result<(Vec<Phase>, Vec<Decision>), ReportError
             }),
         }
     }
+    let bands = phase_bands(&phases);
+    let chart = |title: &str, y: &str, keys: Vec<&String>| Chart {
+        title: title.into(),
+        x_label: "step".into(),
+        y_label: y.into(),
+        lines: keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| Line {
+                name: k.to_string(),
+                color: PALETTE[i % PALETTE.len()].into(),
+                points: series[*k].clone(),
+                dots: series[*k].len() < 60,
+            })
+            .collect(),
+        bands: bands.clone(),
+        markers: Vec::new(),
+        log_y: Some(false),
+    };
+    let batch: Vec<&String> = series.keys().filter(|k| *k == "batch_size").collect();
+    let sparsity: Vec<&String> = series.keys().filter(|k| k.starts_with("sparsity")).collect();
+    let charts: Vec<Chart> = [
+        chart("Batch size", "samples an optimizer step", batch),
+        chart("Sparsity", "share of zero weights", sparsity),
+    ]
+    .into_iter()
+    .filter(Chart::has_data)
+    .collect();
     let mut decisions = Vec::new();
     let path = dir.join("decisions.jsonl");
     for (line, row) in jsonl_rows(&path)? {
@@ -358,7 +415,11 @@ fn run_dir_extras(dir: &Path) -> Result<(Vec<Phase>, Vec<Decision>), ReportError
             }
         }
     }
-    Ok((phases, decisions))
+    Ok(RunExtras {
+        phases,
+        decisions,
+        charts,
+    })
 }
 
 /// A JSONL object and its 1-based line.
