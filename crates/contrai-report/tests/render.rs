@@ -58,14 +58,21 @@ fn a_run_directory_shows_phases_decisions_and_every_plot() {
     let mut metrics = Vec::new();
     for step in 1..=400u64 {
         let phase = if step <= 300 { "main" } else { "contract" };
+        let batch = if step <= 300 { 32 } else { 16 };
         let loss = 2.0 * (-(step as f64) / 40.0).exp() + 0.005;
         let lr = 5e-4 * (1.0 - step as f64 / 400.0);
         metrics.push(format!(
-            r#"{{"step":{step},"phase":"{phase}","samples":{},"train_loss":{loss},"lr":{lr},"grad_norm":{},"batch_size":32,"wall_s":{}}}"#,
+            r#"{{"step":{step},"phase":"{phase}","samples":{},"train_loss":{loss},"lr":{lr},"grad_norm":{},"batch_size":{batch},"wall_s":{}}}"#,
             step * 32,
             1.0 + 0.1 * (step % 7) as f64,
             step as f64 * 0.2
         ));
+        if step > 300 && step % 10 == 0 {
+            let s = 0.1 + 0.4 * (step - 300) as f64 / 100.0;
+            metrics.push(format!(
+                r#"{{"step":{step},"phase":"contract","sparsity":{s},"sparsity/blocks.0.ffn":{s}}}"#
+            ));
+        }
         if step % 50 == 0 {
             metrics.push(format!(
                 r#"{{"step":{step},"phase":"{phase}","val_loss":{},"val_accuracy":{}}}"#,
@@ -79,9 +86,10 @@ fn a_run_directory_shows_phases_decisions_and_every_plot() {
     let html = contrai_report::render(dir.path(), None).unwrap();
     assert_eq!(
         check_offline_and_well_formed(&html),
-        4,
-        "loss, accuracy, lr, grad norm"
+        6,
+        "loss, accuracy, lr, grad norm, batch size, sparsity"
     );
+    assert!(html.contains("Batch size") && html.contains("sparsity/blocks.0.ffn"));
     assert!(html.contains(r#"class="band-label""#) && html.contains(">main<") && html.contains(">contract<"));
     assert!(html.contains("enter_contract") && html.contains("Controller decisions"));
     assert!(html.contains("(log scale)"), "the loss spans decades");
