@@ -326,17 +326,7 @@ impl<'a> Runner<'a> {
     /// Writes the model and optimizer as a checkpoint, verifies and reloads it, and compares.
     fn round_trip(&mut self) -> Result<()> {
         let scratch = self.run.join("checkpoints").join(".tmp-round-trip");
-        let err = |e: &dyn std::fmt::Display| TrainError::Record {
-            path: scratch.clone(),
-            message: e.to_string(),
-        };
-        let model = self
-            .model
-            .clone()
-            .into_record()
-            .into_bytes()
-            .map_err(|e| err(&e))?;
-        let optim = self.optim.into_bytes().map_err(|e| err(&e))?;
+        let (model, optim) = self.snapshot(&scratch)?;
         let dir = checkpoint::save(&scratch, &self.state, &model, &optim, &[])?;
         let back = checkpoint::load(&dir)?;
         let before = self.probe_logits();
@@ -1158,21 +1148,14 @@ impl<'a> Runner<'a> {
         self.decisions.sync()?;
         self.state.metrics_len = self.metrics.len();
         self.state.decisions_len = self.decisions.len();
-        let err = |e: &dyn std::fmt::Display| TrainError::Record {
-            path: root.clone(),
-            message: e.to_string(),
-        };
-        let model = self
-            .model
-            .clone()
-            .into_record()
-            .into_bytes()
-            .map_err(|e| err(&e))?;
-        let optim = self.optim.into_bytes().map_err(|e| err(&e))?;
+        let (model, optim) = self.snapshot(&root)?;
         let masks = if self.masks.is_empty() {
             Vec::new()
         } else {
-            serde_json::to_vec(&self.masks).map_err(|e| err(&e))?
+            serde_json::to_vec(&self.masks).map_err(|e| TrainError::Record {
+                path: root.clone(),
+                message: e.to_string(),
+            })?
         };
         let extra: &[(&str, &[u8])] = if masks.is_empty() { &[] } else { &[(MASKS, &masks)] };
         let dir = checkpoint::save(&root, &self.state, &model, &optim, extra)?;
@@ -1185,6 +1168,15 @@ impl<'a> Runner<'a> {
         self.timing.checkpoint_s += t.elapsed().as_secs_f64();
         self.timing.checkpoints += 1;
         Ok(dir)
+    }
+
+    /// The model's and the optimizer's records as bytes (`path` names them in errors).
+    fn snapshot(&self, path: &std::path::Path) -> Result<(Vec<u8>, Vec<u8>)> {
+        let optim = self.optim.into_bytes().map_err(|e| TrainError::Record {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Ok((record_bytes(&self.model)?, optim.to_vec()))
     }
 
     /// Writes a decision to `decisions.jsonl` and the console.

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Collect, demo_file, tiny_recipe};
+use common::{Collect, demo_file, tiny_recipe, with_all_phases};
 use contrai_data::Silent;
 use contrai_recipe::Recipe;
 use contrai_train::{Options, TrainError, train};
@@ -14,13 +14,7 @@ use serde_json::Value;
 
 /// The tiny recipe with all five phases.
 fn lifecycle_recipe(data: &Path, main_steps: u64) -> Recipe {
-    let mut r = tiny_recipe(data, main_steps);
-    r.run.phases = contrai_recipe::recipe::PHASES
-        .iter()
-        .map(|p| p.to_string())
-        .collect();
-    r.validate.lr = 5e-3;
-    r.contract.batch = 4;
+    let mut r = with_all_phases(tiny_recipe(data, main_steps));
     r.contract.eval_every = 5;
     r
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{Collect, demo_file, metrics_of, tiny_recipe};
+use common::{Collect, demo_file, metrics_of, tiny_recipe, with_all_phases};
 use contrai_data::Silent;
 use contrai_train::{Options, train};
 
@@ -29,13 +29,7 @@ fn recipe(data: &Path) -> contrai_recipe::Recipe {
 
 /// [`recipe`] with all five phases.
 fn lifecycle(data: &Path) -> contrai_recipe::Recipe {
-    let mut r = recipe(data);
-    r.run.phases = contrai_recipe::recipe::PHASES
-        .iter()
-        .map(|p| p.to_string())
-        .collect();
-    r.validate.lr = 5e-3;
-    r.contract.batch = 8;
+    let mut r = with_all_phases(recipe(data));
     r.contract.eval_every = 4;
     // Main runs its 40 steps and contraction is forced at its end (never skipped).
     r.contract.stable_checkpoints = 1000;

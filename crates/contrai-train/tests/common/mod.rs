@@ -42,6 +42,18 @@ pub fn tiny_recipe(data: &Path, steps: u64) -> Recipe {
     r
 }
 
+/// `r` with all five phases, a validate LR that overfits a tiny model's batch, and a contract batch
+/// of half of main's.
+pub fn with_all_phases(mut r: Recipe) -> Recipe {
+    r.run.phases = contrai_recipe::recipe::PHASES
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    r.validate.lr = 5e-3;
+    r.contract.batch = r.main.batch / 2;
+    r
+}
+
 /// Collects messages instead of printing them.
 #[derive(Default)]
 pub struct Collect {
