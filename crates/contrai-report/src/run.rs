@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use contrai_doctor::{DoctorConfig, Finding, Format, Run, Series, XUnit, diagnose, read_path};
+use contrai_doctor::{DoctorConfig, Finding, Format, Label, Run, Series, XUnit, diagnose, read_path};
 
 use crate::chart::{Band, Chart, Line, Marker, PALETTE, fmt_num};
 use crate::page::{Page, classed};
@@ -85,15 +85,22 @@ pub fn render(path: &Path, format: Option<Format>) -> Result<String, ReportError
 }
 
 fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decision], extra: &[Chart]) {
-    let report = diagnose(run, &DoctorConfig::default());
+    let mut report = diagnose(run, &DoctorConfig::default());
     page.heading(&format!("{} [{}]", run.name, run.format));
-    let ok = !report.needs_action();
+    let explained = explained_by_rollbacks(&mut report.findings, decisions);
+    let ok = !report.findings.iter().any(Finding::actionable);
     let labels = summary(&report.findings);
-    let verdict = if labels.is_empty() {
-        report.verdict.clone()
-    } else {
-        format!("{}: {labels}", report.verdict)
+    let mut verdict = match (explained.is_empty(), ok) {
+        (true, _) => report.verdict.clone(),
+        (false, true) => "healthy".to_string(),
+        (false, false) => "action needed".to_string(),
     };
+    if !labels.is_empty() {
+        verdict = format!("{verdict}: {labels}");
+    }
+    if !explained.is_empty() {
+        verdict = format!("{verdict} ({})", explained.join("; "));
+    }
     page.verdict(&verdict, ok);
     let unit = match run.hints.x_unit {
         XUnit::Step => "step",
@@ -171,6 +178,27 @@ fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decisi
         ],
         &rows,
     );
+}
+
+/// Loss spikes and gradient jumps within a few steps after a controller rollback are the
+/// rollback itself (the weights went back): they are taken out of the findings, and described.
+fn explained_by_rollbacks(findings: &mut Vec<Finding>, decisions: &[Decision]) -> Vec<String> {
+    let mut out = Vec::new();
+    findings.retain(|f| {
+        let after = decisions.iter().find(|d| {
+            d.kind.starts_with("rollback")
+                && matches!(f.label, Label::LossSpike | Label::GradExplode)
+                && (d.step..=d.step + 5).contains(&f.step)
+        });
+        if let Some(d) = after {
+            out.push(format!(
+                "{} at step {} follows {} at step {}",
+                f.label, f.step, d.kind, d.step
+            ));
+        }
+        after.is_none()
+    });
+    out
 }
 
 /// The labels of the findings, `healthy` left out (the verdict says it).

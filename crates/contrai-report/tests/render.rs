@@ -96,6 +96,36 @@ fn a_run_directory_shows_phases_decisions_and_every_plot() {
 }
 
 #[test]
+fn a_loss_jump_right_after_a_rollback_is_explained_not_flagged() {
+    let dir = tempfile_dir();
+    let mut metrics = Vec::new();
+    for step in 1..=300u64 {
+        // A smooth low loss, then the weights go back at step 250: the loss jumps 20x.
+        let loss = if step == 251 {
+            0.2
+        } else {
+            0.01 * (1.0 + 0.01 * (step % 3) as f64)
+        };
+        metrics.push(format!(
+            r#"{{"step":{step},"phase":"contract","train_loss":{loss},"lr":1e-4,"grad_norm":1.0}}"#
+        ));
+    }
+    write(dir.path(), "metrics.jsonl", &metrics);
+    let rollback = r#"{"step":250,"kind":"rollback_contract","reason":"worse","evidence":{}}"#;
+    write(dir.path(), "decisions.jsonl", &[rollback.to_string()]);
+    let html = contrai_report::render(dir.path(), None).unwrap();
+    assert!(
+        html.contains("loss_spike at step 251 follows rollback_contract at step 250"),
+        "explained"
+    );
+    assert!(!html.contains("<td>loss_spike</td>"), "not among the findings");
+    // The same jump with no rollback before it is a spike.
+    write(dir.path(), "decisions.jsonl", &[]);
+    let html = contrai_report::render(dir.path(), None).unwrap();
+    assert!(html.contains("<td>loss_spike</td>") && html.contains("action needed"));
+}
+
+#[test]
 fn a_broken_decisions_file_names_file_and_line() {
     let dir = tempfile_dir();
     write(
