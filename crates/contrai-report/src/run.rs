@@ -333,7 +333,7 @@ fn holdout_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
         return Ok(());
     };
     page.heading("Holdout (evaluated once, at the end)");
-    let pct = |v: &serde_json::Value| v.as_f64().map_or("?".into(), |x| format!("{:.2} %", 100.0 * x));
+    let pct = |v| percent(v, "?");
     let num = |v: &serde_json::Value| v.as_f64().map_or("?".into(), fmt_num);
     page.table(
         &[
@@ -361,7 +361,7 @@ fn compression_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
         return Ok(());
     };
     page.heading("Compression");
-    let pct = |v: &serde_json::Value| v.as_f64().map_or("—".into(), |x| format!("{:.2} %", 100.0 * x));
+    let pct = |v| percent(v, "—");
     let text = |v: &serde_json::Value| match v {
         serde_json::Value::Null => "—".to_string(),
         serde_json::Value::Number(n) if n.is_u64() => n.to_string(),
@@ -410,6 +410,12 @@ fn compression_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
         &rows,
     );
     Ok(())
+}
+
+/// A fraction in a JSON value as a percentage with two decimals, or `missing`.
+fn percent(v: &serde_json::Value, missing: &str) -> String {
+    v.as_f64()
+        .map_or(missing.into(), |x| format!("{:.2} %", 100.0 * x))
 }
 
 /// A JSON file's value; `None` when the file does not exist.

@@ -297,9 +297,7 @@ impl Control {
             json!({"lr_scale": self.lr_scale, "factor": g.plateau_lr_factor, "cooldown": g.plateau_cooldown}),
         ))
     }
-}
 
-impl Control {
     /// The divergence rule at a contraction evaluation: when the validation − training loss gap
     /// has grown by more than `contract.divergence` × the validation loss since contraction
     /// began, the modules pruned further since the last evaluation stop being pruned.

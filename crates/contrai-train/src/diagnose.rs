@@ -8,17 +8,14 @@ use serde::Serialize;
 
 use crate::batch::Encoded;
 use crate::lifecycle::{ATTENTION_CAP, SENSITIVITY_LEVELS};
-use crate::model::{TextBatch, TextClassifier, per_sample_cross_entropy};
+use crate::model::{TextClassifier, per_sample_cross_entropy};
 use crate::prune::{prunable_modules, prune_module};
-use crate::trainer::evaluate;
+use crate::trainer::{eval_batches, evaluate};
 
 /// The loss of every sample of `data` under `model` (no dropout), in row order.
 pub fn per_sample_losses(model: &TextClassifier, data: &Encoded, batch: usize, device: &Device) -> Vec<f32> {
-    let rows: Vec<usize> = (0..data.len()).collect();
     let mut out = Vec::with_capacity(data.len());
-    for chunk in rows.chunks(batch.max(1)) {
-        let (ids, labels) = data.gather(chunk);
-        let b = TextBatch::new(&ids, &labels, data.seq, device);
+    for b in eval_batches(data, batch, device) {
         let losses = per_sample_cross_entropy(model.forward(&b, None), b.labels);
         out.extend(losses.into_data().try_to_vec::<f32>().unwrap_or_default());
     }
@@ -51,7 +48,7 @@ pub fn sensitivity(
         let rows = SENSITIVITY_LEVELS
             .iter()
             .map(|&level| {
-                let (pruned, _) = prune_module(model.clone(), &module, level);
+                let pruned = prune_module(model.clone(), &module, level);
                 let (val_loss, _) = evaluate(&pruned, val, batch, device);
                 let increase = (f64::from(val_loss) - f64::from(base)) / f64::from(base).abs().max(1e-12);
                 Sensitivity {

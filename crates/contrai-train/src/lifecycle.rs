@@ -23,9 +23,10 @@ use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
 use crate::metrics::{EvalRow, JsonLines, TrainRow, ValidateRow};
 use crate::model::{TextBatch, TextClassifier};
-use crate::prune::{Masks, Target, apply_masks, module_of, scheduled_sparsity, update_masks};
+use crate::prune::{Masks, apply_masks, module_of, scheduled_sparsity, update_masks};
 use crate::quantize::{quantize_int8, record_bytes};
 use crate::setup::Setup;
+use crate::trainer::record_err;
 use crate::trainer::{
     self, FinalEval, Int8Eval, Log, Options, Outcome, evaluate, grad_norm, scale_grads, step_grads,
 };
@@ -192,10 +193,7 @@ impl<'a> Runner<'a> {
     fn restore(&mut self, l: Loaded, all: bool, keep_decisions: bool) -> Result<()> {
         use burn::store::ModuleRecord;
         use burn::tensor::Bytes;
-        let bad = |e: &dyn std::fmt::Display| TrainError::Record {
-            path: l.dir.clone(),
-            message: e.to_string(),
-        };
+        let bad = |e: &dyn std::fmt::Display| record_err(&l.dir, e);
         let rec = ModuleRecord::from_bytes(Bytes::from_bytes_vec(l.model)).map_err(|e| bad(&e))?;
         self.model = self.model.clone().try_load_record(rec).map_err(|e| bad(&e))?;
         self.optim = trainer::optimizer(&self.recipe)
@@ -404,12 +402,10 @@ impl<'a> Runner<'a> {
         let (phase, step) = (self.state.phase.clone(), self.state.step);
         let k = step - self.state.control.phase_start;
         let lr = self.scheduled_lr(k) * self.state.control.lr_scale;
-        let (accumulate, p) = match phase.as_str() {
-            "main" => (self.recipe.main.accumulate, self.recipe.model.dropout),
-            _ => (
-                self.recipe.main.accumulate,
-                self.recipe.model.dropout * self.recipe.contract.dropout_scale,
-            ),
+        let accumulate = self.recipe.main.accumulate;
+        let p = match phase.as_str() {
+            "main" => self.recipe.model.dropout,
+            _ => self.recipe.model.dropout * self.recipe.contract.dropout_scale,
         };
         let mut batches = Vec::with_capacity(accumulate);
         let mut drops = Vec::with_capacity(accumulate);
@@ -517,7 +513,7 @@ impl<'a> Runner<'a> {
                 action = self.watch(&line, true)?;
             }
             if phase == "contract" {
-                let now = self.sparsity();
+                let now = self.masks.by_module();
                 if let Some(d) = self
                     .state
                     .control
@@ -803,19 +799,6 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    /// Sparsity of each pruned module.
-    fn sparsity(&self) -> std::collections::BTreeMap<String, f64> {
-        let modules: std::collections::BTreeSet<String> =
-            self.masks.keep.keys().map(|p| module_of(p)).collect();
-        modules
-            .into_iter()
-            .map(|m| {
-                let s = self.masks.sparsity(&m).unwrap_or(0.0);
-                (m, s)
-            })
-            .collect()
-    }
-
     /// Gradual magnitude pruning: moves every selected module to its scheduled sparsity (capped
     /// by attention's 20 % and diagnose's measurement; frozen modules hold), then records it.
     fn prune_update(&mut self) -> Result<()> {
@@ -831,49 +814,30 @@ impl<'a> Runner<'a> {
             .iter()
             .filter_map(|r| glob::Pattern::new(&r.params).ok())
             .collect();
-        let rule_of = |p: &str| patterns.iter().position(|g| g.matches(p));
-        let select = |p: &str| rule_of(p).is_some();
-        let mut targets: Vec<Target> = Vec::new();
-        for (path, _, _) in crate::prune::weights(&self.model, &select) {
-            let module = module_of(&path);
-            if targets.iter().any(|t| t.module == module) {
-                continue;
+        let cubic = c.prune_schedule == "cubic";
+        let target = |path: &str| -> Option<f64> {
+            let rule = &c.prune[patterns.iter().position(|g| g.matches(path))?];
+            let module = module_of(path);
+            if ctl.frozen.contains(&module) {
+                return Some(self.masks.sparsity(&module).unwrap_or(0.0));
             }
-            let Some(rule) = rule_of(&path).map(|i| &c.prune[i]) else {
-                continue;
-            };
             let attention_cap = if module.ends_with("attn") {
                 ATTENTION_CAP
             } else {
                 1.0
             };
             let cap = ctl.caps.get(&module).copied().unwrap_or(1.0).min(attention_cap);
-            let mut sparsity = scheduled_sparsity(
-                rule.init,
-                rule.final_sparsity,
-                progress,
-                c.prune_schedule == "cubic",
-            )
-            .min(cap);
-            if ctl.frozen.contains(&module) {
-                sparsity = self.masks.sparsity(&module).unwrap_or(0.0);
-            }
-            targets.push(Target { module, sparsity });
-        }
-        update_masks(&self.model, &mut self.masks, &targets, &select);
+            Some(scheduled_sparsity(rule.init, rule.final_sparsity, progress, cubic).min(cap))
+        };
+        let mut masks = self.masks.clone();
+        update_masks(&self.model, &mut masks, &target);
+        self.masks = masks;
         self.model = apply_masks(self.model.clone(), &self.masks);
-        let per_module = self.sparsity();
-        let (zeros, total) = self.masks.keep.values().fold((0usize, 0usize), |(z, t), (n, w)| {
-            (
-                z + n - w.iter().map(|x| x.count_ones() as usize).sum::<usize>(),
-                t + n,
-            )
-        });
         let mut row = serde_json::Map::new();
         row.insert("step".into(), json!(self.state.step));
         row.insert("phase".into(), json!(self.state.phase));
-        row.insert("sparsity".into(), json!(zeros as f64 / total.max(1) as f64));
-        for (m, s) in per_module {
+        row.insert("sparsity".into(), json!(self.masks.overall()));
+        for (m, s) in self.masks.by_module() {
             row.insert(format!("sparsity/{m}"), json!(s));
         }
         self.metrics.write(&serde_json::Value::Object(row))?;
@@ -1069,7 +1033,7 @@ impl<'a> Runner<'a> {
             best: self.state.best,
             holdout_reads: self.holdout.reads(),
             main_end: self.state.control.main_end.clone(),
-            sparsity: self.sparsity(),
+            sparsity: self.masks.by_module(),
             planned_steps: self.steps.validate + self.steps.main + self.steps.contract + self.steps.refine,
         })
     }
@@ -1098,7 +1062,7 @@ impl<'a> Runner<'a> {
             "parameters": model.num_params(),
             "weight_matrix_entries": matrices,
             "zero_weights": zeros,
-            "sparsity": self.sparsity(),
+            "sparsity": self.masks.by_module(),
             "bytes_on_disk": {"model.safetensors": size("model.safetensors"), INT8_MODEL: size(INT8_MODEL)},
             "holdout": {"accuracy": accuracy, "loss": loss, "samples": samples},
             "int8": int8,
@@ -1152,10 +1116,7 @@ impl<'a> Runner<'a> {
         let masks = if self.masks.is_empty() {
             Vec::new()
         } else {
-            serde_json::to_vec(&self.masks).map_err(|e| TrainError::Record {
-                path: root.clone(),
-                message: e.to_string(),
-            })?
+            serde_json::to_vec(&self.masks).map_err(|e| record_err(&root, e))?
         };
         let extra: &[(&str, &[u8])] = if masks.is_empty() { &[] } else { &[(MASKS, &masks)] };
         let dir = checkpoint::save(&root, &self.state, &model, &optim, extra)?;
@@ -1172,10 +1133,7 @@ impl<'a> Runner<'a> {
 
     /// The model's and the optimizer's records as bytes (`path` names them in errors).
     fn snapshot(&self, path: &std::path::Path) -> Result<(Vec<u8>, Vec<u8>)> {
-        let optim = self.optim.into_bytes().map_err(|e| TrainError::Record {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        let optim = self.optim.into_bytes().map_err(|e| record_err(path, e))?;
         Ok((record_bytes(&self.model)?, optim.to_vec()))
     }
 

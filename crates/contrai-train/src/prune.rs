@@ -1,6 +1,8 @@
 //! Magnitude pruning of weight matrices addressed by their parameter paths
-//! (`blocks.0.attn.query.weight`): the one-shot pruning the `diagnose` phase measures sensitivity
-//! with.
+//! (`blocks.0.attn.query.weight`): keep-masks, the one-shot pruning the `diagnose` phase measures
+//! sensitivity with, and the gradual pruning of `contract`.
+
+use std::collections::BTreeMap;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::Tensor;
@@ -16,83 +18,17 @@ impl Path {
     fn exit(&mut self) {
         self.0.pop();
     }
-    fn under(&self, prefix: &str) -> bool {
-        let p = self.0.join(".");
-        p == prefix || p.starts_with(&format!("{prefix}."))
-    }
 }
 
-/// Collects the magnitudes of the weight matrices under a prefix.
-struct Magnitudes<'a> {
-    path: Path,
-    prefix: &'a str,
-    out: Vec<f32>,
-}
-
-impl ModuleVisitor for Magnitudes<'_> {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.enter(name);
-    }
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.exit();
-    }
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        if D == 2 && self.path.under(self.prefix) {
-            let v: Vec<f32> = param.val().into_data().try_to_vec().unwrap_or_default();
-            self.out.extend(v.into_iter().map(f32::abs));
-        }
-    }
-}
-
-/// Zeroes the entries at or below a magnitude in the weight matrices under a prefix.
-struct Zero<'a> {
-    path: Path,
-    prefix: &'a str,
-    threshold: f32,
-}
-
-impl ModuleMapper for Zero<'_> {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.enter(name);
-    }
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.exit();
-    }
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        if D != 2 || !self.path.under(self.prefix) {
-            return param;
-        }
-        let t = self.threshold;
-        param.map(|w| {
-            let small = w.clone().abs().lower_equal_elem(t);
-            w.mask_fill(small, 0.0)
-        })
-    }
-}
-
-/// Prunes the smallest-magnitude `fraction` of the entries of the weight matrices under `prefix`
-/// (a module path such as `blocks.0.ffn`; biases and norms are never pruned), as one pool.
-/// Returns the pruned model and the share of those entries that are now zero.
-pub fn prune_module<M: Module>(model: M, prefix: &str, fraction: f64) -> (M, f64) {
-    let mut v = Magnitudes {
-        path: Path::default(),
-        prefix,
-        out: Vec::new(),
-    };
-    model.visit(&mut v);
-    let mut mags = v.out;
-    if mags.is_empty() || fraction <= 0.0 {
-        return (model, 0.0);
-    }
-    let k = ((mags.len() as f64 * fraction).floor() as usize).clamp(1, mags.len()) - 1;
-    let (_, &mut threshold, _) = mags.select_nth_unstable_by(k, f32::total_cmp);
-    let zero = mags.iter().filter(|&&m| m <= threshold).count() as f64 / mags.len() as f64;
-    let model = model.map(&mut Zero {
-        path: Path::default(),
-        prefix,
-        threshold,
+/// Prunes the smallest-magnitude `fraction` of the entries of the weight matrices of `module`
+/// (a module path such as `blocks.0.ffn`; biases and norms are never pruned), as one pool: the
+/// one-shot pruning of [`update_masks`] and [`apply_masks`] from no mask.
+pub fn prune_module<M: Module>(model: M, module: &str, fraction: f64) -> M {
+    let mut masks = Masks::default();
+    update_masks(&model, &mut masks, &|path| {
+        (module_of(path) == module).then_some(fraction)
     });
-    (model, zero)
+    apply_masks(model, &masks)
 }
 
 /// The modules whose weight matrices pruning addresses: each block's attention and feed-forward.
@@ -100,20 +36,6 @@ pub fn prunable_modules(layers: usize) -> Vec<String> {
     (0..layers)
         .flat_map(|i| [format!("blocks.{i}.attn"), format!("blocks.{i}.ffn")])
         .collect()
-}
-
-/// Zero share of the weight matrices under `prefix`.
-pub fn sparsity<M: Module>(model: &M, prefix: &str) -> f64 {
-    let mut v = Magnitudes {
-        path: Path::default(),
-        prefix,
-        out: Vec::new(),
-    };
-    model.visit(&mut v);
-    if v.out.is_empty() {
-        return 0.0;
-    }
-    v.out.iter().filter(|&&m| m == 0.0).count() as f64 / v.out.len() as f64
 }
 
 /// The sparsity of a gradual schedule at `progress` in [0, 1]: cubic (Zhu & Gupta,
@@ -138,15 +60,16 @@ pub fn module_of(path: &str) -> String {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Masks {
     /// Path → (entries, packed keep bits).
-    pub keep: std::collections::BTreeMap<String, (usize, Vec<u64>)>,
+    pub keep: BTreeMap<String, (usize, Vec<u64>)>,
 }
 
 impl Masks {
-    /// Whether entry `i` of `path` is kept (true when the path has no mask).
-    pub fn kept(&self, path: &str, i: usize) -> bool {
-        self.keep
-            .get(path)
-            .is_none_or(|(_, w)| w[i / 64] >> (i % 64) & 1 == 1)
+    /// One keep flag an entry of `path`'s `len` entries (all kept when the path has no mask).
+    pub fn keep_flags(&self, path: &str, len: usize) -> Vec<bool> {
+        match self.keep.get(path) {
+            Some((_, w)) => (0..len).map(|i| w[i / 64] >> (i % 64) & 1 == 1).collect(),
+            None => vec![true; len],
+        }
     }
 
     /// Sets the mask of `path` from one bool an entry.
@@ -158,16 +81,36 @@ impl Masks {
         self.keep.insert(path.to_string(), (keep.len(), words));
     }
 
-    /// The share of zeros (pruned entries) over the masks of paths under `module`.
-    pub fn sparsity(&self, module: &str) -> Option<f64> {
+    /// The share of zeros (pruned entries) over the masks whose paths `pick` accepts.
+    fn share(&self, pick: impl Fn(&str) -> bool) -> Option<f64> {
         let (mut n, mut kept) = (0usize, 0usize);
-        for (path, (len, words)) in &self.keep {
-            if module_of(path) == module {
-                n += len;
-                kept += words.iter().map(|w| w.count_ones() as usize).sum::<usize>();
-            }
+        for (len, words) in self.keep.iter().filter(|(p, _)| pick(p)).map(|(_, v)| v) {
+            n += len;
+            kept += words.iter().map(|w| w.count_ones() as usize).sum::<usize>();
         }
         (n > 0).then(|| 1.0 - kept as f64 / n as f64)
+    }
+
+    /// The share of zeros over the masks of paths under `module`.
+    pub fn sparsity(&self, module: &str) -> Option<f64> {
+        self.share(|p| module_of(p) == module)
+    }
+
+    /// The share of zeros over all masks (0 when there is none).
+    pub fn overall(&self) -> f64 {
+        self.share(|_| true).unwrap_or(0.0)
+    }
+
+    /// The sparsity of each masked module.
+    pub fn by_module(&self) -> BTreeMap<String, f64> {
+        let modules: std::collections::BTreeSet<String> = self.keep.keys().map(|p| module_of(p)).collect();
+        modules
+            .into_iter()
+            .map(|m| {
+                let s = self.sparsity(&m).unwrap_or(0.0);
+                (m, s)
+            })
+            .collect()
     }
 
     /// Whether there is no mask.
@@ -227,11 +170,14 @@ impl ModuleMapper for Apply<'_> {
     }
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let path = self.path.0.join(".");
-        let Some((len, _)) = self.masks.keep.get(&path) else {
+        let Some(&(len, _)) = self.masks.keep.get(&path) else {
             return param;
         };
-        let keep: Vec<f32> = (0..*len)
-            .map(|i| f32::from(u8::from(self.masks.kept(&path, i))))
+        let keep: Vec<f32> = self
+            .masks
+            .keep_flags(&path, len)
+            .into_iter()
+            .map(|k| f32::from(u8::from(k)))
             .collect();
         param.map(|w| {
             let device = w.device();
@@ -254,42 +200,37 @@ pub fn apply_masks<M: Module>(model: M, masks: &Masks) -> M {
     })
 }
 
-/// One module's pruning target at a step.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Target {
-    /// The module path.
-    pub module: String,
-    /// The sparsity it should have now.
-    pub sparsity: f64,
-}
-
-/// Updates `masks` so that each target module has (at least) its sparsity: the smallest
-/// magnitudes among its weight matrices (matched by `select`) are masked; masked entries stay
-/// masked. Returns each module's sparsity afterwards.
+/// Updates `masks` so that each module gets (at least) the sparsity `target` gives its weight
+/// matrices' paths (`None`: not pruned; a module's first matrix decides): the smallest magnitudes
+/// among its matrices are masked, and masked entries stay masked. Returns each updated module's
+/// sparsity.
 pub fn update_masks<M: Module>(
     model: &M,
     masks: &mut Masks,
-    targets: &[Target],
-    select: &dyn Fn(&str) -> bool,
+    target: &dyn Fn(&str) -> Option<f64>,
 ) -> Vec<(String, f64)> {
-    let all = weights(model, select);
-    let mut out = Vec::new();
-    for t in targets {
-        let members: Vec<&(String, [usize; 2], Vec<f32>)> =
-            all.iter().filter(|(p, _, _)| module_of(p) == t.module).collect();
-        let n: usize = members.iter().map(|(_, _, v)| v.len()).sum();
-        if n == 0 {
-            continue;
+    let all = weights(model, &|p| target(p).is_some());
+    let mut modules: Vec<(String, f64)> = Vec::new();
+    for (path, _, _) in &all {
+        let m = module_of(path);
+        if !modules.iter().any(|(x, _)| *x == m) {
+            modules.push((m, target(path).unwrap_or(0.0)));
         }
-        let k = ((n as f64) * t.sparsity.clamp(0.0, 1.0)).floor() as usize;
+    }
+    let mut out = Vec::new();
+    for (module, sparsity) in modules {
+        let members: Vec<&(String, [usize; 2], Vec<f32>)> =
+            all.iter().filter(|(p, _, _)| module_of(p) == module).collect();
+        let n: usize = members.iter().map(|(_, _, v)| v.len()).sum();
+        let k = ((n as f64) * sparsity.clamp(0.0, 1.0)).floor() as usize;
         // Score = |w|, with masked entries first so that a pruned weight is never revived.
+        let flags: Vec<Vec<bool>> = members
+            .iter()
+            .map(|(p, _, v)| masks.keep_flags(p, v.len()))
+            .collect();
         let mut scores: Vec<f32> = Vec::with_capacity(n);
-        for (path, _, v) in &members {
-            scores.extend(
-                v.iter()
-                    .enumerate()
-                    .map(|(i, w)| if masks.kept(path, i) { w.abs() } else { -1.0 }),
-            );
+        for ((_, _, v), keep) in members.iter().zip(&flags) {
+            scores.extend(v.iter().zip(keep).map(|(w, k)| if *k { w.abs() } else { -1.0 }));
         }
         let threshold = if k == 0 {
             f32::NEG_INFINITY
@@ -298,14 +239,14 @@ pub fn update_masks<M: Module>(
             *s.select_nth_unstable_by(k - 1, f32::total_cmp).1
         };
         let mut offset = 0;
-        for (path, _, v) in &members {
-            let keep: Vec<bool> = (0..v.len())
-                .map(|i| masks.kept(path, i) && scores[offset + i] > threshold)
+        for ((path, _, v), keep) in members.iter().zip(&flags) {
+            let next: Vec<bool> = (0..v.len())
+                .map(|i| keep[i] && scores[offset + i] > threshold)
                 .collect();
             offset += v.len();
-            masks.set(path, &keep);
+            masks.set(path, &next);
         }
-        out.push((t.module.clone(), masks.sparsity(&t.module).unwrap_or(0.0)));
+        out.push((module.clone(), masks.sparsity(&module).unwrap_or(0.0)));
     }
     out
 }
@@ -330,9 +271,13 @@ mod tests {
         let mut m = Masks::default();
         let keep: Vec<bool> = (0..130).map(|i| i % 4 != 0).collect();
         m.set("blocks.0.ffn.up.weight", &keep);
-        assert!(!m.kept("blocks.0.ffn.up.weight", 0));
-        assert!(m.kept("blocks.0.ffn.up.weight", 129));
-        assert!(m.kept("blocks.0.ffn.down.weight", 0), "no mask: kept");
+        assert_eq!(m.keep_flags("blocks.0.ffn.up.weight", 130), keep);
+        assert!(
+            m.keep_flags("blocks.0.ffn.down.weight", 3).iter().all(|k| *k),
+            "no mask: kept"
+        );
         assert!((m.sparsity("blocks.0.ffn").unwrap() - 33.0 / 130.0).abs() < 1e-12);
+        assert!((m.overall() - 33.0 / 130.0).abs() < 1e-12);
+        assert_eq!(m.by_module().len(), 1);
     }
 }

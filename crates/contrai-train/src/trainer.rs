@@ -140,6 +140,20 @@ pub struct Outcome {
     pub effective_batch: usize,
 }
 
+/// `data` in order, as batches of `batch` samples (the last one shorter).
+pub fn eval_batches<'a>(
+    data: &'a Encoded,
+    batch: usize,
+    device: &'a Device,
+) -> impl Iterator<Item = TextBatch> + 'a {
+    let batch = batch.max(1);
+    (0..data.len()).step_by(batch).map(move |start| {
+        let rows: Vec<usize> = (start..(start + batch).min(data.len())).collect();
+        let (ids, labels) = data.gather(&rows);
+        TextBatch::new(&ids, &labels, data.seq, device)
+    })
+}
+
 /// Mean loss and accuracy of `model` on `data`, in batches of `batch`.
 pub fn evaluate(model: &TextClassifier, data: &Encoded, batch: usize, device: &Device) -> (f32, f32) {
     if data.is_empty() {
@@ -147,14 +161,12 @@ pub fn evaluate(model: &TextClassifier, data: &Encoded, batch: usize, device: &D
     }
     let mut loss = 0f64;
     let mut correct = 0i64;
-    let rows: Vec<usize> = (0..data.len()).collect();
-    for chunk in rows.chunks(batch.max(1)) {
-        let (ids, labels) = data.gather(chunk);
-        let b = TextBatch::new(&ids, &labels, data.seq, device);
+    for b in eval_batches(data, batch, device) {
+        let n = b.len();
         let logits = model.forward(&b, None);
-        let pred = logits.clone().argmax(1).reshape([chunk.len()]);
+        let pred = logits.clone().argmax(1).reshape([n]);
         correct += pred.equal(b.labels.clone()).int().sum().into_scalar::<i64>();
-        loss += f64::from(cross_entropy(logits, b.labels).into_scalar::<f32>()) * chunk.len() as f64;
+        loss += f64::from(cross_entropy(logits, b.labels).into_scalar::<f32>()) * n as f64;
     }
     (
         (loss / data.len() as f64) as f32,
@@ -278,7 +290,8 @@ pub fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<()> {
     Ok(())
 }
 
-fn record_err(path: &Path, e: impl std::fmt::Display) -> TrainError {
+/// A Burn record that could not be written or read at `path`.
+pub(crate) fn record_err(path: &Path, e: impl std::fmt::Display) -> TrainError {
     TrainError::Record {
         path: path.to_path_buf(),
         message: e.to_string(),
