@@ -1,5 +1,6 @@
 //! `contrai`: data integrity, training under a live doctor, contraction, and diagnosis of any run.
 
+mod compress_cmd;
 mod data_cmd;
 mod doctor_cmd;
 mod plan_cmd;
@@ -34,6 +35,10 @@ enum Command {
     ///
     /// Example: contrai train spam.toml --data mail.jsonl    or    contrai train --resume
     Train(train_cmd::TrainArgs),
+    /// Prune, quantize or distil an existing run's best checkpoint, side by side, without retraining.
+    ///
+    /// Example: contrai compress runs/demo    or    contrai compress runs/demo --prune 0.5 --int8
+    Compress(compress_cmd::CompressArgs),
     /// Write a self-contained HTML report (plots, phases, findings) of a run or any training log.
     ///
     /// Example: contrai report runs/demo    or    contrai report trainer_state.json -o run.html
@@ -51,6 +56,7 @@ fn main() -> ExitCode {
         Command::Recipe(cmd) => recipe_cmd::run(cmd),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Train(args) => train_cmd::run(args),
+        Command::Compress(args) => compress_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(args),
     };

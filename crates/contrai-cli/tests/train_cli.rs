@@ -8,7 +8,7 @@ fn train_writes_a_run_directory_and_its_report() {
     let recipe = dir.path().join("tiny.toml");
     std::fs::write(
         &recipe,
-        "[run]\nname = \"tiny\"\neval_every = 5\ncheckpoint_every = 5\n\n[model]\nvocab = 256\nseq_len = 16\nd_model = 16\nheads = 2\nffn = 32\n\n[main]\nsteps = 20\nbatch = 8\n\n[contract]\nbatch = 4\n",
+        "[run]\nname = \"tiny\"\neval_every = 5\ncheckpoint_every = 5\n\n[model]\nvocab = 256\nseq_len = 16\nd_model = 16\nheads = 2\nffn = 32\n\n[main]\nsteps = 20\nbatch = 8\n\n[contract]\nbatch = 4\n\n[refine.distill]\nsteps = 20\neval_every = 10\nd_model = 16\nffn = 32\n",
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_contrai"))
@@ -47,8 +47,16 @@ fn train_writes_a_run_directory_and_its_report() {
         "enter_contract",
         "Batch size",
         "Sparsity",
+        "Compression",
+        ">int8<",
+        ">student<",
+        "final/student.safetensors",
     ] {
         assert!(html.contains(part), "{part} missing from the report");
     }
     assert!(run.join("decisions.jsonl").is_file() && run.join("final/model-card.json").is_file());
+    let decisions = std::fs::read_to_string(run.join("decisions.jsonl")).unwrap();
+    assert!(decisions.contains("\"kind\":\"distill\""), "{decisions}");
+    let student = std::fs::read_to_string(run.join("final/student-metrics.jsonl")).unwrap();
+    assert_eq!(student.lines().count(), 20, "one line a student step");
 }

@@ -126,6 +126,56 @@ impl Recipe {
         Ok(())
     }
 
+    /// Checks the student of `[refine.distill]`.
+    fn validate_distill(&self) -> Result<(), (String, String)> {
+        let d = &self.refine.distill;
+        let err = |k: &str, m: String| Err((format!("refine.distill.{k}"), m));
+        for (k, v) in [
+            ("layers", d.layers as u64),
+            ("d_model", d.d_model as u64),
+            ("heads", d.heads as u64),
+            ("ffn", d.ffn as u64),
+            ("steps", d.steps),
+            ("batch", d.batch as u64),
+            ("eval_every", d.eval_every),
+        ] {
+            if v == 0 {
+                return err(k, "must be at least 1".into());
+            }
+        }
+        if !d.d_model.is_multiple_of(d.heads) {
+            return err(
+                "heads",
+                format!("is {}, which does not divide d_model = {}", d.heads, d.d_model),
+            );
+        }
+        if !(d.lr > 0.0 && d.lr < 1.0) {
+            return err("lr", format!("is {}, expected a value in (0, 1)", d.lr));
+        }
+        if !(0.0..0.5).contains(&d.warmup) {
+            return err(
+                "warmup",
+                format!("is {}, expected a fraction in [0, 0.5)", d.warmup),
+            );
+        }
+        if !(d.temperature > 0.0 && d.temperature <= 100.0) {
+            return err(
+                "temperature",
+                format!("is {}, expected a temperature in (0, 100]", d.temperature),
+            );
+        }
+        if d.w_ce < 0.0 || d.w_kd < 0.0 || d.w_ce + d.w_kd <= 0.0 {
+            return err(
+                "w_kd",
+                format!(
+                    "w_ce = {} and w_kd = {}: expected weights ≥ 0, not both 0",
+                    d.w_ce, d.w_kd
+                ),
+            );
+        }
+        Ok(())
+    }
+
     /// Checks every range; the error is (dotted key, what is expected).
     pub fn validate(&self) -> Result<(), (String, String)> {
         let err = |k: &str, m: String| Err((k.to_string(), m));
@@ -282,6 +332,8 @@ impl Recipe {
             );
         }
         one_of("contract.prune_schedule", &c.prune_schedule, &["cubic", "linear"])?;
+        one_of("contract.prune_scope", &c.prune_scope, &["module", "global"])?;
+        self.validate_distill()?;
         unit("contract.prune_span", c.prune_span)?;
         unit("contract.divergence", c.divergence)?;
         for p in &c.prune {
@@ -443,5 +495,20 @@ mod tests {
         assert!(err.starts_with("r.toml:2: `model.heads` is 3"), "{err}");
         let err = parse("[data]\ndedup = \"nera\"\n").unwrap_err().to_string();
         assert!(err.contains("did you mean `near`?"), "{err}");
+        let err = parse("[refine.distill]\nlayers = 1\nheads = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("r.toml:3: `refine.distill.heads` is 3"), "{err}");
+        let err = parse("[refine.distill]\nw_ce = 0\nw_kd = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`refine.distill.w_kd`") && err.contains("not both 0"),
+            "{err}"
+        );
+        let err = parse("[contract]\nprune_scope = \"globl\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean `global`?"), "{err}");
     }
 }

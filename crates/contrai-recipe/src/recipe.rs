@@ -288,6 +288,12 @@ pub struct Contract {
     /// A module stops being pruned when the validation − training loss gap has grown by more
     /// than this share of the validation loss since contraction began.
     pub divergence: f64,
+    /// `module`: each module pruned to its own target; `global`: one magnitude threshold over all
+    /// selected weights (modules' caps still hold).
+    pub prune_scope: String,
+    /// Prune attention by whole heads (the weakest heads' query/key/value columns and output rows)
+    /// instead of single weights.
+    pub prune_heads: bool,
 }
 
 impl Default for Contract {
@@ -306,6 +312,8 @@ impl Default for Contract {
             prune_schedule: "cubic".into(),
             prune_span: 0.75,
             divergence: 0.1,
+            prune_scope: "module".into(),
+            prune_heads: false,
             prune: vec![
                 Prune {
                     params: "blocks.*.attn.*".into(),
@@ -350,6 +358,8 @@ pub struct Refine {
     pub quantize: String,
     /// Largest accuracy drop (points) a quantized model may cost before it is refused.
     pub max_drop: f64,
+    /// Knowledge distillation of the refined model into a smaller student.
+    pub distill: Distill,
 }
 
 impl Default for Refine {
@@ -358,6 +368,60 @@ impl Default for Refine {
             budget: 0.05,
             quantize: "int8".into(),
             max_drop: 1.0,
+            distill: Distill::default(),
+        }
+    }
+}
+
+/// `[refine.distill]`: a smaller student trained on the teacher's softened outputs, with the loss
+/// `w_ce · CE(student, labels) + w_kd · T² · KL(softmax(teacher/T) ‖ softmax(student/T))`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Distill {
+    /// Train a student after refine.
+    pub enabled: bool,
+    /// The student's transformer blocks.
+    pub layers: usize,
+    /// The student's width.
+    pub d_model: usize,
+    /// The student's attention heads.
+    pub heads: usize,
+    /// The student's feed-forward width.
+    pub ffn: usize,
+    /// The student's optimizer steps (its own schedule: warmup, then cosine to 0).
+    pub steps: u64,
+    /// The student's batch.
+    pub batch: usize,
+    /// The student's peak LR.
+    pub lr: f64,
+    /// Share of the student's steps spent warming up.
+    pub warmup: f64,
+    /// Softmax temperature T of both teacher and student in the KD term.
+    pub temperature: f64,
+    /// Weight of the cross-entropy with the labels.
+    pub w_ce: f64,
+    /// Weight of the T²-scaled KL divergence from the teacher.
+    pub w_kd: f64,
+    /// Evaluate the student on validation this often (the best evaluation is kept).
+    pub eval_every: u64,
+}
+
+impl Default for Distill {
+    fn default() -> Self {
+        Distill {
+            enabled: true,
+            layers: 1,
+            d_model: 64,
+            heads: 2,
+            ffn: 256,
+            steps: 300,
+            batch: 32,
+            lr: 2e-3,
+            warmup: 0.05,
+            temperature: 2.0,
+            w_ce: 0.5,
+            w_kd: 0.5,
+            eval_every: 50,
         }
     }
 }

@@ -70,6 +70,8 @@ prune_every = 10         # gradual magnitude pruning: masks updated every N step
 prune_schedule = "cubic" # ... sparsity grows from init to final: cubic (Zhu & Gupta) | linear ...
 prune_span = 0.75        # ... over this share of contract; the rest recovers
 divergence = 0.1         # a module stops being pruned when (val − train loss) grows by this × val loss
+prune_scope = "module"   # module: each module to its own target | global: one magnitude threshold
+prune_heads = false      # prune attention by whole heads (their q/k/v columns and output rows)
 prune = [                # weight matrices by glob over parameter paths; caps: attention 20 %, and diagnose's
     { params = "blocks.*.attn.*", init = 0.1, final = 0.2 },
     { params = "blocks.*.ffn.*", init = 0.1, final = 0.5 },
@@ -79,6 +81,21 @@ prune = [                # weight matrices by glob over parameter paths; caps: a
 budget = 0.05            # share of all steps for the final anneal
 quantize = "int8"        # int8 | none
 max_drop = 1.0           # accuracy points a quantized model may lose before it is refused
+
+[refine.distill]         # a smaller student taught by the refined model (final/student.safetensors)
+enabled = true
+layers = 1               # the student's blocks, width, heads and feed-forward width
+d_model = 64
+heads = 2
+ffn = 256
+steps = 300              # its own schedule: warmup, then cosine to 0
+batch = 32
+lr = 2e-3
+warmup = 0.05
+temperature = 2.0        # T: both logits divided by T in the KD term
+w_ce = 0.5               # loss = w_ce · CE(student, labels)
+w_kd = 0.5               #      + w_kd · T² · KL(softmax(teacher/T) ‖ softmax(student/T))
+eval_every = 50          # validation this often; the best student is kept
 
 [guards]                 # the live controller
 enabled = true           # act on the live doctor (false: record only, a plain run)

@@ -354,55 +354,49 @@ fn holdout_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
     Ok(())
 }
 
-/// The final models side by side, from `final/model-card.json`: accuracy, sparsity, bytes on
-/// disk and CPU latency of the f32 weights and of their int8 version.
+/// The final models side by side, from `final/model-card.json`: accuracy, zero weights,
+/// parameters, bytes on disk and CPU latency of each variant (f32, int8, the student ...).
 fn compression_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
     let Some(c) = json_file(&dir.join("final/model-card.json"))? else {
         return Ok(());
     };
+    let Some(variants) = c["variants"].as_array() else {
+        return Ok(());
+    };
     page.heading("Compression");
-    let pct = |v| percent(v, "—");
     let text = |v: &serde_json::Value| match v {
         serde_json::Value::Null => "—".to_string(),
         serde_json::Value::Number(n) if n.is_u64() => n.to_string(),
         serde_json::Value::Number(n) => fmt_num(n.as_f64().unwrap_or(f64::NAN)),
+        serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    let zeros = match (c["zero_weights"].as_f64(), c["weight_matrix_entries"].as_f64()) {
-        (Some(z), Some(n)) if n > 0.0 => format!("{:.1} %", 100.0 * z / n),
-        _ => "—".into(),
-    };
-    let lat = &c["cpu_latency_ms_per_batch"];
-    let mut rows = vec![vec![
-        "f32".to_string(),
-        pct(&c["holdout"]["accuracy"]),
-        zeros.clone(),
-        text(&c["bytes_on_disk"]["model.safetensors"]),
-        text(&lat["f32"]),
-        "final/model.safetensors".into(),
-    ]];
-    let q = &c["int8"];
-    if q.is_object() {
-        let kept = q["kept"].as_bool().unwrap_or(false);
-        rows.push(vec![
-            "int8".into(),
-            pct(&q["holdout_accuracy"]),
-            zeros,
-            text(&q["bytes"]),
-            text(&lat["int8"]),
-            if kept {
-                "final/model-int8.bpk".into()
-            } else {
-                format!("refused: {} validation points lost", text(&q["drop_points"]))
-            },
-        ]);
-    }
-    let batch = text(&lat["batch"]);
+    let rows: Vec<Vec<String>> = variants
+        .iter()
+        .map(|v| {
+            vec![
+                text(&v["name"]),
+                percent(&v["holdout_accuracy"], "—"),
+                percent(&v["val_accuracy"], "—"),
+                percent(&v["zero_weights"], "—").replace(".00 %", " %"),
+                text(&v["parameters"]),
+                text(&v["bytes"]),
+                text(&v["latency_ms"]),
+                match &v["file"] {
+                    serde_json::Value::Null => text(&v["note"]),
+                    f => format!("{} — {}", text(f), text(&v["note"])),
+                },
+            ]
+        })
+        .collect();
+    let batch = text(&c["latency_batch"]);
     page.table(
         &[
-            "weights",
+            "model",
             "holdout accuracy",
+            "val accuracy",
             "zero weights",
+            "parameters",
             "bytes",
             &format!("CPU ms a batch of {batch}"),
             "file",

@@ -4,16 +4,11 @@
 //!
 //! `cargo run --release --example holdout_at -p contrai-train RUN_DIR STEP`
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::module::Module;
-use burn::store::ModuleRecord;
-use burn::tensor::{Bytes, Device};
-use contrai_data::Silent;
-use contrai_recipe::Recipe;
-use contrai_train::batch::{Classes, Encoded};
-use contrai_train::model::TextClassifier;
-use contrai_train::tokenizer::Tokenizer;
+use burn::tensor::Device;
+use contrai_train::compress::RunData;
 use contrai_train::trainer::evaluate;
 
 fn main() {
@@ -34,20 +29,11 @@ fn main() {
 }
 
 fn holdout_at(run: &Path, step: u64) -> Result<(f32, f32, usize), Box<dyn std::error::Error>> {
-    let recipe = Recipe::from_file(&run.join("recipe.toml"))?;
-    let tok = Tokenizer::load(&run.join("tokenizer.json"))?;
-    let classes: Classes = serde_json::from_slice(&std::fs::read(run.join("classes.json"))?)?;
-    let mut prepared = contrai_train::data::prepare(&recipe, run, &Silent, true)?;
-    let holdout = prepared.holdout.read_once()?;
-    let hold = Encoded::new(&holdout, &tok, &classes, recipe.model.seq_len, "holdout")?;
-    let dir: PathBuf = run
+    let data = RunData::open(run)?;
+    let dir = run
         .join("checkpoints")
         .join(contrai_train::checkpoint::dir_name(step));
-    let loaded = contrai_train::checkpoint::load(&dir)?;
-    let device = Device::flex();
-    let model = TextClassifier::new(&recipe.model, classes.names.len(), recipe.run.seed, &device)?;
-    let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(loaded.model))?;
-    let model = model.try_load_record(record)?;
-    let (loss, acc) = evaluate(&model, &hold, 64, &device);
-    Ok((acc, loss, hold.len()))
+    let model = data.model_at(&contrai_train::checkpoint::load(&dir)?)?.valid();
+    let (loss, acc) = evaluate(&model, &data.holdout, 64, &Device::flex());
+    Ok((acc, loss, data.holdout.len()))
 }

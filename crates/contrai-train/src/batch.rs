@@ -71,6 +71,16 @@ impl Encoded {
         }
         (ids, rows.iter().map(|&r| self.labels[r]).collect())
     }
+
+    /// The samples `rows`, in that order.
+    pub fn subset(&self, rows: &[usize]) -> Encoded {
+        let (ids, labels) = self.gather(rows);
+        Encoded {
+            ids,
+            labels,
+            seq: self.seq,
+        }
+    }
 }
 
 /// The class names, sorted; a class's index is its position.

@@ -13,6 +13,11 @@ use sha2::{Digest, Sha256};
 
 use crate::batch::Cursor;
 use crate::error::{Result, TrainError};
+use crate::model::TextClassifier;
+use crate::prune::Masks;
+
+/// The checkpoint file of the pruning masks.
+pub const MASKS: &str = "masks.json";
 
 /// Version of the checkpoint layout (2: the controller's state and `decisions.jsonl`'s length).
 pub const FORMAT: u32 = 2;
@@ -82,6 +87,26 @@ pub struct Loaded {
     pub optimizer: Vec<u8>,
     /// Further files (the pruning masks), verified like the rest.
     pub extra: std::collections::BTreeMap<String, Vec<u8>>,
+}
+
+impl Loaded {
+    /// The checkpoint's weights loaded into `model` (the same architecture).
+    pub fn weights_into(&self, model: TextClassifier) -> Result<TextClassifier> {
+        use burn::module::Module;
+        use burn::store::ModuleRecord;
+        use burn::tensor::Bytes;
+        let bad = |e: &dyn std::fmt::Display| crate::trainer::record_err(&self.dir, e);
+        let rec = ModuleRecord::from_bytes(Bytes::from_bytes_vec(self.model.clone())).map_err(|e| bad(&e))?;
+        model.try_load_record(rec).map_err(|e| bad(&e))
+    }
+
+    /// The pruning masks it holds (none before contraction).
+    pub fn masks(&self) -> Result<Masks> {
+        match self.extra.get(MASKS) {
+            Some(b) => serde_json::from_slice(b).map_err(|e| crate::trainer::record_err(&self.dir, e)),
+            None => Ok(Masks::default()),
+        }
+    }
 }
 
 /// The directory name of step `step`.

@@ -16,14 +16,16 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
 use crate::batch::{Batcher, Cursor, Encoded};
-use crate::checkpoint::{self, Loaded, RngState, State};
+use crate::checkpoint::{self, Loaded, MASKS, RngState, State};
 use crate::controller::{Action, Control, Decision, linear};
 use crate::data::Holdout;
+use crate::distill::{FitData, Fitted};
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
+use crate::export::{LATENCY_BATCH, Measured, Variant};
 use crate::metrics::{EvalRow, JsonLines, TrainRow, ValidateRow};
 use crate::model::{TextBatch, TextClassifier};
-use crate::prune::{Masks, apply_masks, module_of, scheduled_sparsity, update_masks};
+use crate::prune::{Masks, Scope, Target, apply_masks, module_of, scheduled_sparsity, update_all};
 use crate::quantize::{quantize_int8, record_bytes};
 use crate::setup::Setup;
 use crate::trainer::record_err;
@@ -33,12 +35,10 @@ use crate::trainer::{
 
 /// Sparsity levels the `diagnose` phase prunes each module to, one at a time, on a copy.
 pub const SENSITIVITY_LEVELS: [f64; 4] = [0.1, 0.2, 0.3, 0.5];
-/// Samples a batch the model card's latency is measured on.
-pub const CARD_BATCH: usize = 32;
 /// The int8 model's burnpack record in `final/`.
 pub const INT8_MODEL: &str = "model-int8.bpk";
-/// The checkpoint file of the pruning masks.
-pub const MASKS: &str = "masks.json";
+/// The distilled student's weights in `final/`.
+pub const STUDENT_MODEL: &str = "student.safetensors";
 /// The default cap of attention weights: zeroing single weights inside attention breaks heads.
 pub const ATTENTION_CAP: f64 = 0.2;
 
@@ -191,18 +191,12 @@ impl<'a> Runner<'a> {
     /// Loads a checkpoint's weights, optimizer and (when `all`) its counters, cursor and metrics;
     /// `decisions.jsonl` is cut back too unless `keep_decisions` (a rollback keeps its reason).
     fn restore(&mut self, l: Loaded, all: bool, keep_decisions: bool) -> Result<()> {
-        use burn::store::ModuleRecord;
         use burn::tensor::Bytes;
-        let bad = |e: &dyn std::fmt::Display| record_err(&l.dir, e);
-        let rec = ModuleRecord::from_bytes(Bytes::from_bytes_vec(l.model)).map_err(|e| bad(&e))?;
-        self.model = self.model.clone().try_load_record(rec).map_err(|e| bad(&e))?;
+        self.model = l.weights_into(self.model.clone())?;
+        self.masks = l.masks()?;
         self.optim = trainer::optimizer(&self.recipe)
             .from_bytes(Bytes::from_bytes_vec(l.optimizer))
-            .map_err(|e| bad(&e))?;
-        self.masks = match l.extra.get(MASKS) {
-            Some(b) => serde_json::from_slice(b).map_err(|e| bad(&e))?,
-            None => Masks::default(),
-        };
+            .map_err(|e| record_err(&l.dir, e))?;
         if all {
             self.state = l.state;
             self.metrics = JsonLines::open(&self.run.join("metrics.jsonl"), self.state.metrics_len)?;
@@ -815,22 +809,38 @@ impl<'a> Runner<'a> {
             .filter_map(|r| glob::Pattern::new(&r.params).ok())
             .collect();
         let cubic = c.prune_schedule == "cubic";
-        let target = |path: &str| -> Option<f64> {
+        let heads = c.prune_heads;
+        let target = |path: &str| -> Option<Target> {
             let rule = &c.prune[patterns.iter().position(|g| g.matches(path))?];
             let module = module_of(path);
             if ctl.frozen.contains(&module) {
-                return Some(self.masks.sparsity(&module).unwrap_or(0.0));
+                let now = self.masks.sparsity(&module).unwrap_or(0.0);
+                return Some(Target {
+                    sparsity: now,
+                    cap: now,
+                });
             }
-            let attention_cap = if module.ends_with("attn") {
-                ATTENTION_CAP
-            } else {
-                1.0
-            };
-            let cap = ctl.caps.get(&module).copied().unwrap_or(1.0).min(attention_cap);
-            Some(scheduled_sparsity(rule.init, rule.final_sparsity, progress, cubic).min(cap))
+            // Single weights inside attention break heads: capped unless whole heads go.
+            let attention = module.ends_with("attn");
+            let single_cap = if attention && !heads { ATTENTION_CAP } else { 1.0 };
+            Some(Target {
+                sparsity: scheduled_sparsity(rule.init, rule.final_sparsity, progress, cubic),
+                cap: ctl.caps.get(&module).copied().unwrap_or(1.0).min(single_cap),
+            })
+        };
+        let scope = if c.prune_scope == "global" {
+            Scope::Global
+        } else {
+            Scope::Module
         };
         let mut masks = self.masks.clone();
-        update_masks(&self.model, &mut masks, &target);
+        update_all(
+            &self.model,
+            &mut masks,
+            &target,
+            scope,
+            heads.then_some(self.recipe.model.heads),
+        );
         self.masks = masks;
         self.model = apply_masks(self.model.clone(), &self.masks);
         let mut row = serde_json::Map::new();
@@ -978,51 +988,71 @@ impl<'a> Runner<'a> {
         Ok(eval)
     }
 
-    /// Writes the final weights, then evaluates validation and the holdout (its one read).
+    /// Writes the final weights (and the int8 model and the student, when asked), then evaluates
+    /// validation and the holdout (its one read), and writes the model card.
     fn final_eval(&mut self, fin: &std::path::Path) -> Result<FinalEval> {
         std::fs::create_dir_all(fin).map_err(|e| TrainError::io(fin, e))?;
         let valid = self.model.valid();
-        let x = &self.setup_extras;
+        let x = self.setup_extras.clone();
         trainer::save_safetensors(&valid, &fin.join("model.safetensors"))?;
         x.tokenizer.save(&fin.join("tokenizer.json"))?;
         trainer::write_json(&fin.join("classes.json"), &x.classes)?;
-        let (val_loss, val_accuracy) = evaluate(&valid, &self.val_set, self.eval_batch(), &self.plain);
-        let quantized = (self.recipe.refine.quantize == "int8" && self.recipe.run.has_phase("refine"))
-            .then(|| quantize_int8(valid.clone(), None));
+        let eb = self.eval_batch();
+        let (val_loss, val_accuracy) = evaluate(&valid, &self.val_set, eb, &self.plain);
+        let refine = self.recipe.run.has_phase("refine");
+        let quantized =
+            (self.recipe.refine.quantize == "int8" && refine).then(|| quantize_int8(valid.clone(), None));
+        let student = match self.recipe.refine.distill.enabled && refine {
+            true => Some(self.distill(fin, &valid)?),
+            false => None,
+        };
         let holdout = self.holdout.read_once()?;
         let hold = Encoded::new(&holdout, &x.tokenizer, &x.classes, self.train_set.seq, "holdout")?;
-        let (holdout_loss, holdout_accuracy) = evaluate(&valid, &hold, self.eval_batch(), &self.plain);
+        let (holdout_loss, holdout_accuracy) = evaluate(&valid, &hold, eb, &self.plain);
+        let size = |f: &str| std::fs::metadata(fin.join(f)).map_or(0, |m| m.len());
+        let measured = |model: &TextClassifier, bytes: u64| Measured {
+            val_accuracy: evaluate(model, &self.val_set, eb, &self.plain).1,
+            holdout: evaluate(model, &hold, eb, &self.plain),
+            bytes,
+        };
+        let mut variants = vec![Variant::new(
+            "f32",
+            Some("final/model.safetensors".into()),
+            &valid,
+            measured(&valid, size("model.safetensors")),
+            &self.val_set,
+            "the refined model, masks applied".into(),
+        )];
         let int8 = match quantized {
-            Some(q) => {
-                let (_, q_val) = evaluate(&q, &self.val_set, self.eval_batch(), &self.plain);
-                let (_, q_hold) = evaluate(&q, &hold, self.eval_batch(), &self.plain);
-                let bytes = record_bytes(&q)?;
-                let drop_points = 100.0 * f64::from(val_accuracy - q_val);
-                let kept = drop_points <= self.recipe.refine.max_drop;
-                if kept {
-                    contrai_data::write::write_atomic(fin.join(INT8_MODEL), &bytes)?;
-                }
-                Some(Int8Eval {
-                    kept,
-                    val_accuracy: q_val,
-                    holdout_accuracy: q_hold,
-                    drop_points,
-                    bytes: bytes.len() as u64,
-                    dense_bytes: record_bytes(&valid)?.len() as u64,
-                })
-            }
+            Some(q) => Some(self.int8(fin, &valid, &q, val_accuracy, &hold, &mut variants)?),
             None => None,
         };
-        self.model_card(
-            fin,
-            &valid,
-            holdout_accuracy,
-            holdout_loss,
-            hold.len(),
-            int8.as_ref(),
-        )?;
+        if let Some((model, fitted)) = &student {
+            let d = &self.recipe.refine.distill;
+            variants.push(Variant::new(
+                "student",
+                Some(format!("final/{STUDENT_MODEL}")),
+                model,
+                measured(model, size(STUDENT_MODEL)),
+                &self.val_set,
+                format!(
+                    "{} layer(s), d_model {}, {} heads, ffn {}; best of {} steps at step {}",
+                    d.layers, d.d_model, d.heads, d.ffn, d.steps, fitted.best.0
+                ),
+            ));
+        }
+        let card = json!({
+            "model": self.recipe.model,
+            "classes": x.classes.names,
+            "parameters": valid.num_params(),
+            "sparsity": self.masks.by_module(),
+            "latency_batch": LATENCY_BATCH,
+            "variants": variants,
+        });
+        trainer::write_json(&fin.join("model-card.json"), &card)?;
         Ok(FinalEval {
             int8,
+            student: variants.iter().find(|v| v.name == "student").cloned(),
             step: self.state.step,
             classes: x.classes.names.clone(),
             holdout_samples: hold.len(),
@@ -1038,62 +1068,113 @@ impl<'a> Runner<'a> {
         })
     }
 
-    /// `final/model-card.json`: size, sparsity, bytes on disk, holdout metrics, CPU latency.
-    fn model_card(
+    /// Measures the int8 model and keeps it in `fin` when it costs at most `refine.max_drop`
+    /// validation points.
+    fn int8(
         &self,
         fin: &std::path::Path,
-        model: &TextClassifier,
-        accuracy: f32,
-        loss: f32,
-        samples: usize,
-        int8: Option<&Int8Eval>,
-    ) -> Result<()> {
-        let all = crate::prune::weights(model, &|_| true);
-        let matrices: usize = all.iter().map(|(_, _, v)| v.len()).sum();
-        let zeros: usize = all
-            .iter()
-            .map(|(_, _, v)| v.iter().filter(|w| **w == 0.0).count())
-            .sum();
-        let size = |f: &str| std::fs::metadata(fin.join(f)).map(|m| m.len()).ok();
-        let latency = |m: &TextClassifier| self.latency_ms(m);
-        let card = json!({
-            "model": self.recipe.model,
-            "classes": self.setup_extras.classes.names,
-            "parameters": model.num_params(),
-            "weight_matrix_entries": matrices,
-            "zero_weights": zeros,
-            "sparsity": self.masks.by_module(),
-            "bytes_on_disk": {"model.safetensors": size("model.safetensors"), INT8_MODEL: size(INT8_MODEL)},
-            "holdout": {"accuracy": accuracy, "loss": loss, "samples": samples},
-            "int8": int8,
-            "cpu_latency_ms_per_batch": {
-                "batch": CARD_BATCH,
-                "f32": latency(model),
-                "int8": int8.filter(|q| q.kept).map(|_| latency(&quantize_int8(model.clone(), None))),
-            },
-        });
-        trainer::write_json(&fin.join("model-card.json"), &card)
+        dense: &TextClassifier,
+        q: &TextClassifier,
+        val_accuracy: f32,
+        hold: &Encoded,
+        variants: &mut Vec<Variant>,
+    ) -> Result<Int8Eval> {
+        let eb = self.eval_batch();
+        let (_, q_val) = evaluate(q, &self.val_set, eb, &self.plain);
+        let (q_loss, q_hold) = evaluate(q, hold, eb, &self.plain);
+        let bytes = record_bytes(q)?;
+        let drop_points = 100.0 * f64::from(val_accuracy - q_val);
+        let kept = drop_points <= self.recipe.refine.max_drop;
+        if kept {
+            contrai_data::write::write_atomic(fin.join(INT8_MODEL), &bytes)?;
+        }
+        let e = Int8Eval {
+            kept,
+            val_accuracy: q_val,
+            holdout_accuracy: q_hold,
+            drop_points,
+            bytes: bytes.len() as u64,
+            dense_bytes: record_bytes(dense)?.len() as u64,
+        };
+        let m = Measured {
+            val_accuracy: q_val,
+            holdout: (q_loss, q_hold),
+            bytes: e.bytes,
+        };
+        let (file, note) = match kept {
+            true => (
+                Some(format!("final/{INT8_MODEL}")),
+                "symmetric int8 weights, per tensor, min-max".to_string(),
+            ),
+            false => (
+                None,
+                format!(
+                    "refused: {drop_points:.2} validation points lost (limit {})",
+                    self.recipe.refine.max_drop
+                ),
+            ),
+        };
+        variants.push(Variant::new("int8", file, q, m, &self.val_set, note));
+        Ok(e)
     }
 
-    /// Median milliseconds of a forward pass over a batch of validation samples (5 runs).
-    fn latency_ms(&self, model: &TextClassifier) -> Option<f64> {
-        let n = self.val_set.len().min(CARD_BATCH);
-        if n == 0 {
-            return None;
-        }
-        let rows: Vec<usize> = (0..n).collect();
-        let (ids, labels) = self.val_set.gather(&rows);
-        let b = TextBatch::new(&ids, &labels, self.val_set.seq, &self.plain);
-        let mut times: Vec<f64> = (0..6)
-            .map(|_| {
-                let t = Instant::now();
-                let _ = model.forward(&b, None).into_data();
-                t.elapsed().as_secs_f64() * 1000.0
-            })
-            .skip(1)
+    /// Distils the refined model into the recipe's student on the filtered training data;
+    /// writes `final/student.safetensors` and its log `final/student-metrics.jsonl`.
+    fn distill(
+        &mut self,
+        fin: &std::path::Path,
+        teacher: &TextClassifier,
+    ) -> Result<(TextClassifier, Fitted)> {
+        let d = self.recipe.refine.distill.clone();
+        let dropped = &self.state.control.dropped;
+        let rows: Vec<usize> = (0..self.train_set.len())
+            .filter(|i| dropped.binary_search(i).is_err())
             .collect();
-        times.sort_by(f64::total_cmp);
-        Some((times[times.len() / 2] * 100.0).round() / 100.0)
+        let data = FitData {
+            train: &self.train_set,
+            rows: &rows,
+            val: &self.val_set,
+            eval_batch: self.eval_batch(),
+        };
+        self.say(&format!(
+            "distilling into a student ({} layer(s), d_model {}, {} heads, ffn {}) for {} steps: loss = {} · CE + {} · T² · KL, T = {}",
+            d.layers, d.d_model, d.heads, d.ffn, d.steps, d.w_ce, d.w_kd, d.temperature
+        ));
+        let mut on_step = crate::distill::log_evaluations(self.log);
+        let fitted = crate::distill::distill(
+            teacher,
+            &self.recipe.model,
+            &d,
+            &data,
+            trainer::optimizer(&self.recipe),
+            (self.recipe.run.seed, self.recipe.main.clip_norm),
+            &mut on_step,
+        )?;
+        let mut lines = Vec::new();
+        for r in &fitted.rows {
+            lines.extend(serde_json::to_vec(r).map_err(|e| record_err(fin, e))?);
+            lines.push(b'\n');
+        }
+        contrai_data::write::write_atomic(fin.join("student-metrics.jsonl"), &lines)?;
+        trainer::save_safetensors(&fitted.model, &fin.join(STUDENT_MODEL))?;
+        let (step, vl, va) = fitted.best;
+        let phase = self.state.phase.clone();
+        self.decide(Decision::new(
+            self.state.step,
+            if phase == "done" { "refine" } else { &phase },
+            "distill",
+            format!(
+                "student distilled from the refined model: {} parameters (teacher {}), best validation at its step {step}: loss {vl:.4}, accuracy {:.2} %; kept as final/{STUDENT_MODEL}",
+                fitted.model.num_params(),
+                teacher.num_params(),
+                100.0 * va
+            ),
+            json!({"parameters": fitted.model.num_params(), "teacher_parameters": teacher.num_params(),
+                   "best_step": step, "val_loss": vl, "val_accuracy": va, "steps": d.steps,
+                   "temperature": d.temperature, "w_ce": d.w_ce, "w_kd": d.w_kd}),
+        ))?;
+        let model = fitted.model.clone();
+        Ok((model, fitted))
     }
 
     // ---- plumbing -----------------------------------------------------------------------------
@@ -1173,7 +1254,7 @@ impl<'a> Runner<'a> {
     }
 
     fn eval_batch(&self) -> usize {
-        (self.recipe.main.batch * 2).max(32)
+        trainer::eval_batch(&self.recipe)
     }
 
     fn start_bar(&mut self) {

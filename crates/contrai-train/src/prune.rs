@@ -25,9 +25,8 @@ impl Path {
 /// one-shot pruning of [`update_masks`] and [`apply_masks`] from no mask.
 pub fn prune_module<M: Module>(model: M, module: &str, fraction: f64) -> M {
     let mut masks = Masks::default();
-    update_masks(&model, &mut masks, &|path| {
-        (module_of(path) == module).then_some(fraction)
-    });
+    let target = |path: &str| (module_of(path) == module).then_some(Target::uncapped(fraction));
+    update_masks(&model, &mut masks, &target, Scope::Module);
     apply_masks(model, &masks)
 }
 
@@ -137,6 +136,10 @@ impl ModuleVisitor for Weights<'_> {
         let path = self.path.0.join(".");
         if D == 2 && (self.select)(&path) {
             let t = param.val();
+            let t = match t.dtype() {
+                burn::tensor::DType::QFloat(_) => t.dequantize(),
+                _ => t,
+            };
             let dims = t.dims();
             let v: Vec<f32> = t.into_data().try_to_vec().unwrap_or_default();
             self.out.push((path, [dims[0], dims[1]], v));
@@ -200,51 +203,231 @@ pub fn apply_masks<M: Module>(model: M, masks: &Masks) -> M {
     })
 }
 
-/// Updates `masks` so that each module gets (at least) the sparsity `target` gives its weight
-/// matrices' paths (`None`: not pruned; a module's first matrix decides): the smallest magnitudes
-/// among its matrices are masked, and masked entries stay masked. Returns each updated module's
-/// sparsity.
+/// What pruning asks of one module: a sparsity, and the cap it may never pass.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Target {
+    /// The share of the module's weights to zero now.
+    pub sparsity: f64,
+    /// The most it may ever lose (attention's 20 %, diagnose's measurement, a frozen module's
+    /// current sparsity).
+    pub cap: f64,
+}
+
+impl Target {
+    /// A target with no cap.
+    pub fn uncapped(sparsity: f64) -> Target {
+        Target { sparsity, cap: 1.0 }
+    }
+
+    fn share(self) -> f64 {
+        self.sparsity.min(self.cap).clamp(0.0, 1.0)
+    }
+}
+
+/// Where one magnitude threshold applies: within each module, or over all selected weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Each module pruned to its own target.
+    Module,
+    /// One threshold over every selected module, removing as many weights as the modules'
+    /// targets add up to; a module reaching its cap is held there and the rest share the remainder
+    /// (PyTorch's `global_unstructured`, with caps).
+    Global,
+}
+
+type Matrix = (String, [usize; 2], Vec<f32>);
+
+/// One module's matrices and the magnitude scores of their entries (masked entries score −1,
+/// so that a pruned weight is never revived).
+struct Pool<'a> {
+    module: String,
+    members: Vec<&'a Matrix>,
+    scores: Vec<f32>,
+    target: Target,
+}
+
+impl Pool<'_> {
+    fn len(&self) -> usize {
+        self.scores.len()
+    }
+
+    /// Entries to prune for a share (never fewer than are masked already).
+    fn count(&self, share: f64) -> usize {
+        let masked = self.scores.iter().filter(|s| **s < 0.0).count();
+        (((self.len() as f64) * share).floor() as usize).max(masked)
+    }
+}
+
+/// The `k`-th smallest score (the threshold at or below which entries are pruned).
+fn kth(scores: impl Iterator<Item = f32>, k: usize) -> f32 {
+    let mut s: Vec<f32> = scores.collect();
+    let k = k.min(s.len());
+    if k == 0 {
+        return f32::NEG_INFINITY;
+    }
+    *s.select_nth_unstable_by(k - 1, f32::total_cmp).1
+}
+
+/// Updates `masks` so that the modules `target` selects (by their weight matrices' paths; `None`:
+/// not pruned; a module's first matrix decides) lose their smallest-magnitude weights, per module
+/// or globally. Masked entries stay masked. Returns each updated module's sparsity.
 pub fn update_masks<M: Module>(
     model: &M,
     masks: &mut Masks,
-    target: &dyn Fn(&str) -> Option<f64>,
+    target: &dyn Fn(&str) -> Option<Target>,
+    scope: Scope,
 ) -> Vec<(String, f64)> {
     let all = weights(model, &|p| target(p).is_some());
-    let mut modules: Vec<(String, f64)> = Vec::new();
-    for (path, _, _) in &all {
-        let m = module_of(path);
-        if !modules.iter().any(|(x, _)| *x == m) {
-            modules.push((m, target(path).unwrap_or(0.0)));
+    let mut pools: Vec<Pool> = Vec::new();
+    for m in &all {
+        let module = module_of(&m.0);
+        let keep = masks.keep_flags(&m.0, m.2.len());
+        let scores = m.2.iter().zip(keep).map(|(w, k)| if k { w.abs() } else { -1.0 });
+        match pools.iter_mut().find(|p| p.module == module) {
+            Some(p) => {
+                p.members.push(m);
+                p.scores.extend(scores);
+            }
+            None => pools.push(Pool {
+                target: target(&m.0).unwrap_or(Target::uncapped(0.0)),
+                module,
+                members: vec![m],
+                scores: scores.collect(),
+            }),
         }
     }
-    let mut out = Vec::new();
-    for (module, sparsity) in modules {
-        let members: Vec<&(String, [usize; 2], Vec<f32>)> =
-            all.iter().filter(|(p, _, _)| module_of(p) == module).collect();
-        let n: usize = members.iter().map(|(_, _, v)| v.len()).sum();
-        let k = ((n as f64) * sparsity.clamp(0.0, 1.0)).floor() as usize;
-        // Score = |w|, with masked entries first so that a pruned weight is never revived.
-        let flags: Vec<Vec<bool>> = members
+    let thresholds = match scope {
+        Scope::Module => pools
             .iter()
-            .map(|(p, _, v)| masks.keep_flags(p, v.len()))
-            .collect();
-        let mut scores: Vec<f32> = Vec::with_capacity(n);
-        for ((_, _, v), keep) in members.iter().zip(&flags) {
-            scores.extend(v.iter().zip(keep).map(|(w, k)| if *k { w.abs() } else { -1.0 }));
-        }
-        let threshold = if k == 0 {
-            f32::NEG_INFINITY
-        } else {
-            let mut s = scores.clone();
-            *s.select_nth_unstable_by(k - 1, f32::total_cmp).1
-        };
+            .map(|p| kth(p.scores.iter().copied(), p.count(p.target.share())))
+            .collect(),
+        Scope::Global => global_thresholds(&pools),
+    };
+    let mut out = Vec::new();
+    for (pool, threshold) in pools.iter().zip(thresholds) {
         let mut offset = 0;
-        for ((path, _, v), keep) in members.iter().zip(&flags) {
-            let next: Vec<bool> = (0..v.len())
-                .map(|i| keep[i] && scores[offset + i] > threshold)
+        for (path, _, v) in &pool.members {
+            let next: Vec<bool> = pool.scores[offset..offset + v.len()]
+                .iter()
+                .map(|s| *s > threshold)
                 .collect();
             offset += v.len();
             masks.set(path, &next);
+        }
+        out.push((pool.module.clone(), masks.sparsity(&pool.module).unwrap_or(0.0)));
+    }
+    out
+}
+
+/// Water-filling: one threshold over the free modules removes the total the targets ask for; a
+/// module it would push past its cap is held at the cap, and the rest is shared again.
+fn global_thresholds(pools: &[Pool]) -> Vec<f32> {
+    let total: usize = pools.iter().map(|p| p.count(p.target.share())).sum();
+    let mut held: Vec<Option<usize>> = vec![None; pools.len()];
+    loop {
+        let fixed: usize = held.iter().flatten().sum();
+        let free: Vec<usize> = (0..pools.len()).filter(|&i| held[i].is_none()).collect();
+        let k = total.saturating_sub(fixed);
+        let t = kth(free.iter().flat_map(|&i| pools[i].scores.iter().copied()), k);
+        let over: Vec<usize> = free
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let p = &pools[i];
+                p.scores.iter().filter(|s| **s <= t).count() > p.count(p.target.cap.min(1.0))
+            })
+            .collect();
+        if over.is_empty() {
+            return (0..pools.len())
+                .map(|i| match held[i] {
+                    Some(c) => kth(pools[i].scores.iter().copied(), c),
+                    None => t,
+                })
+                .collect();
+        }
+        for i in over {
+            held[i] = Some(pools[i].count(pools[i].target.cap.min(1.0)));
+        }
+    }
+}
+
+/// Updates `masks` for every module `target` selects: attention by whole heads when `heads` gives
+/// their number, everything else (or everything) by magnitude in `scope`.
+pub fn update_all<M: Module>(
+    model: &M,
+    masks: &mut Masks,
+    target: &dyn Fn(&str) -> Option<Target>,
+    scope: Scope,
+    heads: Option<usize>,
+) {
+    let Some(heads) = heads else {
+        update_masks(model, masks, target, scope);
+        return;
+    };
+    let attention = |p: &str| target(p).filter(|_| module_of(p).ends_with("attn"));
+    update_head_masks(model, masks, heads, &attention);
+    let rest = |p: &str| target(p).filter(|_| !module_of(p).ends_with("attn"));
+    update_masks(model, masks, &rest, scope);
+}
+
+/// Prunes whole attention heads: in each module `target` selects (a block's `attn`, with `heads`
+/// heads), the heads with the smallest L2 norm over their query/key/value columns and output rows
+/// are masked, `floor(sparsity × heads)` of them (capped), heads masked before first.
+pub fn update_head_masks<M: Module>(
+    model: &M,
+    masks: &mut Masks,
+    heads: usize,
+    target: &dyn Fn(&str) -> Option<Target>,
+) -> Vec<(String, f64)> {
+    let projection = |p: &str| {
+        ["query", "key", "value", "output"]
+            .iter()
+            .any(|n| p.ends_with(&format!("attn.{n}.weight")))
+    };
+    let all = weights(model, &|p| projection(p) && target(p).is_some());
+    let modules: std::collections::BTreeSet<String> = all.iter().map(|m| module_of(&m.0)).collect();
+    let mut out = Vec::new();
+    for module in modules {
+        let members: Vec<&Matrix> = all.iter().filter(|m| module_of(&m.0) == module).collect();
+        let Some(t) = members.first().and_then(|m| target(&m.0)) else {
+            continue;
+        };
+        let d = members[0].1[1];
+        let dk = d / heads.max(1);
+        // Entry (r, c) of a [d_in, d_out] matrix belongs to head c / dk, or r / dk for `output`.
+        let head_of = |path: &str, i: usize, cols: usize| {
+            let (r, c) = (i / cols, i % cols);
+            if path.ends_with("output.weight") {
+                r / dk
+            } else {
+                c / dk
+            }
+        };
+        let mut norm = vec![0f64; heads];
+        let mut dead = vec![true; heads];
+        for (path, [_, cols], v) in &members {
+            let keep = masks.keep_flags(path, v.len());
+            for (i, w) in v.iter().enumerate() {
+                let h = head_of(path, i, *cols).min(heads - 1);
+                norm[h] += f64::from(*w) * f64::from(*w);
+                dead[h] &= !keep[i];
+            }
+        }
+        let n = ((t.share() * heads as f64) + 1e-9).floor() as usize;
+        let mut order: Vec<usize> = (0..heads).collect();
+        order.sort_by(|&a, &b| {
+            dead[b]
+                .cmp(&dead[a])
+                .then(norm[a].total_cmp(&norm[b]))
+                .then(a.cmp(&b))
+        });
+        let n = n.max(dead.iter().filter(|x| **x).count());
+        let pruned: Vec<usize> = order[..n.min(heads)].to_vec();
+        for (path, [_, cols], v) in &members {
+            let keep: Vec<bool> = (0..v.len())
+                .map(|i| !pruned.contains(&head_of(path, i, *cols).min(heads - 1)))
+                .collect();
+            masks.set(path, &keep);
         }
         out.push((module.clone(), masks.sparsity(&module).unwrap_or(0.0)));
     }
@@ -279,5 +462,121 @@ mod tests {
         assert!((m.sparsity("blocks.0.ffn").unwrap() - 33.0 / 130.0).abs() < 1e-12);
         assert!((m.overall() - 33.0 / 130.0).abs() < 1e-12);
         assert_eq!(m.by_module().len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::*;
+    use crate::model::TextClassifier;
+    use burn::tensor::Device;
+
+    fn tiny() -> TextClassifier {
+        let spec = contrai_recipe::recipe::Model {
+            vocab: 16,
+            seq_len: 4,
+            d_model: 8,
+            layers: 2,
+            heads: 2,
+            ffn: 16,
+            ..Default::default()
+        };
+        TextClassifier::new(&spec, 2, 3, &Device::flex()).unwrap()
+    }
+
+    fn is_ffn(p: &str) -> bool {
+        module_of(p).ends_with("ffn")
+    }
+
+    #[test]
+    fn global_scope_prunes_the_smallest_overall_and_holds_a_cap() {
+        let mut model = tiny();
+        // Block 1's feed-forward weights are 10x larger: a global threshold reaches block 0 first.
+        let ffn = &mut model.blocks[1].ffn;
+        ffn.up.weight = ffn.up.weight.clone().map(|w| w * 10.0);
+        ffn.down.weight = ffn.down.weight.clone().map(|w| w * 10.0);
+        let target = |p: &str| {
+            is_ffn(p).then_some(Target {
+                sparsity: 0.5,
+                cap: if p.starts_with("blocks.0") { 0.6 } else { 1.0 },
+            })
+        };
+        let mut masks = Masks::default();
+        let got = update_masks(&model, &mut masks, &target, Scope::Global);
+        let n = 2 * 8 * 16;
+        let s0 = masks.sparsity("blocks.0.ffn").unwrap();
+        let s1 = masks.sparsity("blocks.1.ffn").unwrap();
+        assert_eq!(
+            s0,
+            (0.6 * n as f64).floor() / n as f64,
+            "held at its cap: {got:?}"
+        );
+        assert!(
+            (s0 + s1 - 1.0).abs() < 1e-9,
+            "the total is what the targets ask: {s0} + {s1}"
+        );
+        // Within block 1, every pruned weight is smaller than every kept one.
+        let pruned = apply_masks(model.clone(), &masks);
+        let (mut max_pruned, mut min_kept) = (0f32, f32::INFINITY);
+        for ((_, _, before), (_, _, after)) in weights(&model, &|p| p.starts_with("blocks.1.ffn"))
+            .iter()
+            .zip(weights(&pruned, &|p| p.starts_with("blocks.1.ffn")))
+        {
+            for (b, a) in before.iter().zip(after) {
+                if a == 0.0 {
+                    max_pruned = max_pruned.max(b.abs());
+                } else {
+                    min_kept = min_kept.min(b.abs());
+                }
+            }
+        }
+        assert!(max_pruned <= min_kept, "{max_pruned} vs {min_kept}");
+        // Module scope gives each module its own half.
+        let mut per = Masks::default();
+        update_masks(&model, &mut per, &target, Scope::Module);
+        assert_eq!(per.sparsity("blocks.1.ffn"), Some(0.5));
+    }
+
+    #[test]
+    fn whole_heads_go_together_weakest_first_and_stay_gone() {
+        let mut model = tiny();
+        // Head 1 of block 0 (output columns 4..8 of the query) gets much larger weights.
+        let q = &mut model.blocks[0].attn.query;
+        let scale: Vec<f32> = (0..64).map(|i| if i % 8 >= 4 { 10.0 } else { 1.0 }).collect();
+        let device = Device::flex();
+        q.weight = q
+            .weight
+            .clone()
+            .map(|w| w * Tensor::<1>::from_floats(scale.as_slice(), &device).reshape([8, 8]));
+        let target = |p: &str| module_of(p).ends_with("attn").then_some(Target::uncapped(0.5));
+        let mut masks = Masks::default();
+        let got = update_head_masks(&model, &mut masks, 2, &target);
+        assert_eq!(
+            got,
+            vec![
+                ("blocks.0.attn".to_string(), 0.5),
+                ("blocks.1.attn".to_string(), 0.5)
+            ]
+        );
+        let keep_q = masks.keep_flags("blocks.0.attn.query.weight", 64);
+        let keep_o = masks.keep_flags("blocks.0.attn.output.weight", 64);
+        for i in 0..64 {
+            assert_eq!(
+                keep_q[i],
+                i % 8 >= 4,
+                "query column {} of the weak head 0 goes",
+                i % 8
+            );
+            assert_eq!(keep_o[i], i / 8 >= 4, "output row {} of head 0 goes", i / 8);
+        }
+        // A later update at a lower target never revives a pruned head.
+        let lower = |p: &str| module_of(p).ends_with("attn").then_some(Target::uncapped(0.0));
+        update_head_masks(&model, &mut masks, 2, &lower);
+        assert_eq!(masks.keep_flags("blocks.0.attn.query.weight", 64), keep_q);
+        // 0.4 of 2 heads rounds down to none: single heads are not split.
+        let mut none = Masks::default();
+        let few = |p: &str| module_of(p).ends_with("attn").then_some(Target::uncapped(0.4));
+        update_head_masks(&model, &mut none, 2, &few);
+        assert_eq!(none.overall(), 0.0);
     }
 }

@@ -100,6 +100,9 @@ pub struct FinalEval {
     /// The int8 model, when `refine.quantize = "int8"`.
     #[serde(default)]
     pub int8: Option<Int8Eval>,
+    /// The distilled student, when `refine.distill.enabled`.
+    #[serde(default)]
+    pub student: Option<crate::export::Variant>,
 }
 
 /// The int8 post-training quantization of the final model.
@@ -152,6 +155,11 @@ pub fn eval_batches<'a>(
         let (ids, labels) = data.gather(&rows);
         TextBatch::new(&ids, &labels, data.seq, device)
     })
+}
+
+/// The batch evaluation runs in (no gradients: twice the training batch, at least 32).
+pub fn eval_batch(recipe: &Recipe) -> usize {
+    (recipe.main.batch * 2).max(32)
 }
 
 /// Mean loss and accuracy of `model` on `data`, in batches of `batch`.

@@ -48,6 +48,19 @@ fn the_default_reaches_the_stated_holdout_accuracy() {
         "{}",
         e.holdout_accuracy
     );
+    // The README's student: far smaller, at most 2 points below the model it learned from.
+    let s = e.student.expect("the default distils a student");
+    eprintln!(
+        "student: holdout accuracy {:.4}, {} parameters",
+        s.holdout_accuracy, s.parameters
+    );
+    let teacher = contrai_recipe::plan::parameter_count(&Recipe::default(), 2) as usize;
+    assert!(s.parameters * 2 < teacher, "{} vs {teacher}", s.parameters);
+    assert!(
+        s.holdout_accuracy >= e.holdout_accuracy - 0.02,
+        "{}",
+        s.holdout_accuracy
+    );
 }
 
 /// `../shared/data/spamassassin.jsonl` from the workspace root, when present.

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Collect, demo_file, tiny_recipe, with_all_phases};
+use common::{Collect, demo_file, safetensor, tiny_recipe, with_all_phases, zeros_by_module};
 use contrai_data::Silent;
 use contrai_recipe::Recipe;
 use contrai_train::{Options, TrainError, train};
@@ -142,6 +142,24 @@ fn all_five_phases_run_in_order_and_the_holdout_is_read_last() {
         k.iter().any(|x| x == if q.kept { "int8" } else { "refuse_int8" }),
         "{k:?}"
     );
+    // The student: distilled before the holdout's one read, smaller, exported with its log.
+    let s = e.student.expect("refine distils a student by default");
+    let card: Value =
+        serde_json::from_slice(&std::fs::read(run.join("final/model-card.json")).unwrap()).unwrap();
+    assert!(
+        s.parameters < card["parameters"].as_u64().unwrap() as usize,
+        "{s:?}"
+    );
+    assert!(run.join("final/student.safetensors").is_file());
+    let names: Vec<&str> = card["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["f32", "int8", "student"]);
+    let distill = k.iter().position(|x| x == "distill").expect("a distill decision");
+    assert!(distill < k.len() - 1, "distilled before the holdout: {k:?}");
 }
 
 #[test]
@@ -372,38 +390,6 @@ fn a_pipeline_that_cannot_learn_fails_validate_before_main() {
     assert!(!run.join("checkpoints").exists());
 }
 
-/// Zero share per module (`blocks.0.ffn`) of the weight matrices in a safetensors file.
-fn zeros_by_module(path: &Path) -> std::collections::BTreeMap<String, f64> {
-    let bytes = std::fs::read(path).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    let mut acc: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
-    for (name, t) in &header {
-        if !name.ends_with(".weight")
-            || t["shape"].as_array().map(Vec::len) != Some(2)
-            || !name.starts_with("blocks.")
-        {
-            continue;
-        }
-        let off = t["data_offsets"].as_array().unwrap();
-        let (a, b) = (
-            off[0].as_u64().unwrap() as usize,
-            off[1].as_u64().unwrap() as usize,
-        );
-        let data = &bytes[8 + n + a..8 + n + b];
-        let zeros = data
-            .chunks(4)
-            .filter(|c| f32::from_le_bytes((*c).try_into().unwrap()) == 0.0)
-            .count();
-        let module = name.rsplitn(3, '.').nth(2).unwrap().to_string();
-        let e = acc.entry(module).or_default();
-        *e = (e.0 + zeros, e.1 + data.len() / 4);
-    }
-    acc.into_iter()
-        .map(|(m, (z, t))| (m, z as f64 / t as f64))
-        .collect()
-}
-
 #[test]
 fn gradual_pruning_reaches_its_capped_targets_and_the_zeros_are_real() {
     let tmp = tempfile::tempdir().unwrap();
@@ -466,4 +452,32 @@ fn gradual_pruning_reaches_its_capped_targets_and_the_zeros_are_real() {
         "cubic: fast early, slow late: {ffn:?}"
     );
     assert!(attn.iter().all(|&s| s <= 0.2 + 1e-9), "{attn:?}");
+}
+
+#[test]
+fn whole_heads_pruned_globally_in_contract_leave_dead_heads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 300);
+    let run = tmp.path().join("run");
+    let mut recipe = lifecycle_recipe(&data, 40);
+    recipe.contract.prune_heads = true;
+    recipe.contract.prune_scope = "global".into();
+    recipe.contract.prune[0].final_sparsity = 0.5; // one of the two heads of each block
+    recipe.contract.stable_checkpoints = 1000;
+    recipe.contract.patience = 1000;
+    recipe.contract.divergence = 1.0;
+    recipe.contract.prune_every = 2;
+    recipe.run.phases.retain(|p| p != "diagnose");
+    recipe.refine.distill.enabled = false;
+    let out = train(&Options::new(recipe, &run), &Silent, &Collect::default()).unwrap();
+    let e = out.eval.unwrap();
+    assert!(e.student.is_none());
+    assert_eq!(e.sparsity["blocks.0.attn"], 0.5, "whole heads: {:?}", e.sparsity);
+    // In the exported query matrix ([d_in, d_out]), one head's columns are all zero, the other's not.
+    let w = safetensor(&run.join("final/model.safetensors"), "blocks.0.attn.query.weight");
+    let d = 32;
+    let dead: Vec<bool> = (0..2)
+        .map(|h| (0..d).all(|r| (h * 16..(h + 1) * 16).all(|c| w[r * d + c] == 0.0)))
+        .collect();
+    assert_eq!(dead.iter().filter(|x| **x).count(), 1, "{dead:?}");
 }

@@ -51,6 +51,8 @@ pub fn with_all_phases(mut r: Recipe) -> Recipe {
         .collect();
     r.validate.lr = 5e-3;
     r.contract.batch = r.main.batch / 2;
+    let d = &mut r.refine.distill;
+    (d.steps, d.eval_every, d.d_model, d.ffn, d.batch) = (20, 10, 16, 32, 8);
     r
 }
 
@@ -82,4 +84,61 @@ pub fn without_wall(metrics: &str) -> Vec<String> {
 /// Reads a run's metrics without wall-clock fields.
 pub fn metrics_of(run: &Path) -> Vec<String> {
     without_wall(&std::fs::read_to_string(run.join("metrics.jsonl")).unwrap())
+}
+
+/// The header and data of a safetensors file: name → (shape, f32 values).
+pub fn safetensors(path: &Path) -> std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    header
+        .iter()
+        .filter(|(name, _)| name.as_str() != "__metadata__")
+        .map(|(name, t)| {
+            let off = t["data_offsets"].as_array().unwrap();
+            let (a, b) = (
+                off[0].as_u64().unwrap() as usize,
+                off[1].as_u64().unwrap() as usize,
+            );
+            let shape = t["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize)
+                .collect();
+            let data = bytes[8 + n + a..8 + n + b]
+                .chunks(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            (name.clone(), (shape, data))
+        })
+        .collect()
+}
+
+/// One f32 tensor of a safetensors file.
+pub fn safetensor(path: &Path, name: &str) -> Vec<f32> {
+    safetensors(path).remove(name).unwrap().1
+}
+
+/// (zeros, entries) per block module (`blocks.0.ffn`) of the weight matrices in a safetensors file.
+pub fn zero_counts(path: &Path) -> std::collections::BTreeMap<String, (usize, usize)> {
+    let mut acc: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+    for (name, (shape, data)) in safetensors(path) {
+        if !name.ends_with(".weight") || shape.len() != 2 || !name.starts_with("blocks.") {
+            continue;
+        }
+        let module = name.rsplitn(3, '.').nth(2).unwrap().to_string();
+        let e = acc.entry(module).or_default();
+        *e = (e.0 + data.iter().filter(|w| **w == 0.0).count(), e.1 + data.len());
+    }
+    acc
+}
+
+/// Zero share per block module of the weight matrices in a safetensors file.
+pub fn zeros_by_module(path: &Path) -> std::collections::BTreeMap<String, f64> {
+    zero_counts(path)
+        .into_iter()
+        .map(|(m, (z, t))| (m, z as f64 / t as f64))
+        .collect()
 }

@@ -1,0 +1,373 @@
+//! `contrai compress RUN_DIR`: pruning, int8 quantization and distillation of an existing run's
+//! best checkpoint, without retraining from scratch. Each variant is made from the same source
+//! model, measured side by side and written to `RUN_DIR/compress/`.
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::tensor::Device;
+use contrai_data::Silent;
+use contrai_recipe::{Decay, Recipe, Schedule};
+use serde::Serialize;
+
+use crate::batch::{Classes, Encoded};
+use crate::checkpoint::{self, Loaded};
+use crate::distill::{Fit, FitData, Fitted, distill, fit, log_evaluations};
+use crate::dropout::Dropout;
+use crate::error::{Result, TrainError};
+use crate::export::{LATENCY_BATCH, Measured, Variant};
+use crate::model::{TextBatch, TextClassifier, cross_entropy};
+use crate::prune::{Masks, Scope, Target, apply_masks, update_all};
+use crate::quantize::{quantize_int8, record_bytes};
+use crate::tokenizer::Tokenizer;
+use crate::trainer::{self, Log, evaluate, save_safetensors};
+
+/// What to make.
+#[derive(Debug, Clone)]
+pub struct CompressOptions {
+    /// Prune this share of the prunable weights (the recipe's `contract.prune` globs).
+    pub prune: Option<f64>,
+    /// One magnitude threshold over all prunable weights, or one per module.
+    pub scope: Scope,
+    /// Prune attention by whole heads.
+    pub heads: bool,
+    /// Fine-tuning steps after pruning (masks held), at `lr` decaying linearly to 0.
+    pub steps: u64,
+    /// Peak LR of the fine-tuning (default: main.lr / 10).
+    pub lr: Option<f64>,
+    /// Quantize the weights to int8.
+    pub int8: bool,
+    /// Distil into the recipe's `[refine.distill]` student.
+    pub distill: bool,
+    /// Use this checkpoint step instead of the run's best.
+    pub step: Option<u64>,
+}
+
+/// `compress/compress.json`.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct CompressReport {
+    /// The run directory.
+    pub run: PathBuf,
+    /// The checkpoint step the variants were made from.
+    pub source_step: u64,
+    /// Prunable weight-matrix entries (the share `prune` applies to).
+    pub prunable_entries: usize,
+    /// Samples of the holdout each variant was measured on.
+    pub holdout_samples: usize,
+    /// Samples a batch of the latency column.
+    pub latency_batch: usize,
+    /// The source model and each variant.
+    pub variants: Vec<Variant>,
+}
+
+/// Everything a compression works from: the recipe, the encoded partitions, the source model.
+struct Source {
+    recipe: Recipe,
+    train: Encoded,
+    val: Encoded,
+    hold: Encoded,
+    model: TextClassifier,
+    masks: Masks,
+    step: u64,
+    rows: Vec<usize>,
+}
+
+/// Makes the variants `opts` asks for from `run`'s best checkpoint and measures them.
+pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<CompressReport> {
+    let src = open(run, opts.step, log)?;
+    let out = run.join("compress");
+    std::fs::create_dir_all(&out).map_err(|e| TrainError::io(&out, e))?;
+    let plain = Device::flex();
+    let valid = src.model.valid();
+    let eb = trainer::eval_batch(&src.recipe);
+    let measure = |m: &TextClassifier, bytes: u64| Measured {
+        val_accuracy: evaluate(m, &src.val, eb, &plain).1,
+        holdout: evaluate(m, &src.hold, eb, &plain),
+        bytes,
+    };
+    let row = |name: &str, file: &str, m: &TextClassifier, bytes: u64, note: String| {
+        Variant::new(
+            name,
+            Some(format!("compress/{file}")),
+            m,
+            measure(m, bytes),
+            &src.val,
+            note,
+        )
+    };
+    let save = |m: &TextClassifier, file: &str| -> Result<u64> {
+        save_safetensors(m, &out.join(file))?;
+        Ok(std::fs::metadata(out.join(file)).map_or(0, |x| x.len()))
+    };
+    let bytes = save(&valid, "source.safetensors")?;
+    let mut variants = vec![row(
+        "dense",
+        "source.safetensors",
+        &valid,
+        bytes,
+        format!("checkpoint step {}", src.step),
+    )];
+    let prunable = prunable_paths(&src.recipe);
+    let entries: usize = crate::prune::weights(&valid, &|p| prunable(p))
+        .iter()
+        .map(|m| m.2.len())
+        .sum();
+    let pruned = match opts.prune {
+        Some(share) => {
+            log.info(&format!(
+                "pruning {:.0} % of {entries} prunable weights, then {} fine-tuning steps",
+                100.0 * share,
+                opts.steps
+            ));
+            let (m, note) = prune_and_tune(&src, opts, share, log)?;
+            let bytes = save(&m, "pruned.safetensors")?;
+            variants.push(row("pruned", "pruned.safetensors", &m, bytes, note));
+            Some(m)
+        }
+        None => None,
+    };
+    if opts.int8 {
+        for (name, model) in [("int8", Some(&valid)), ("pruned+int8", pruned.as_ref())] {
+            let Some(model) = model else { continue };
+            let q = quantize_int8(model.clone(), None);
+            let rec = record_bytes(&q)?;
+            let file = format!("{name}.bpk").replace('+', "-");
+            contrai_data::write::write_atomic(out.join(&file), &rec)?;
+            variants.push(row(
+                name,
+                &file,
+                &q,
+                rec.len() as u64,
+                "symmetric int8 weights, per tensor, min-max".into(),
+            ));
+        }
+    }
+    if opts.distill {
+        let d = &src.recipe.refine.distill;
+        log.info(&format!(
+            "distilling into a student of {} layer(s), d_model {}, for {} steps",
+            d.layers, d.d_model, d.steps
+        ));
+        let fitted = student(&src, &valid, log)?;
+        let bytes = save(&fitted.model, "student.safetensors")?;
+        let note = format!(
+            "{} layer(s), d_model {}, {} heads, ffn {}; best of {} steps at step {}",
+            d.layers, d.d_model, d.heads, d.ffn, d.steps, fitted.best.0
+        );
+        variants.push(row("student", "student.safetensors", &fitted.model, bytes, note));
+    }
+    let report = CompressReport {
+        run: run.to_path_buf(),
+        source_step: src.step,
+        prunable_entries: entries,
+        holdout_samples: src.hold.len(),
+        latency_batch: LATENCY_BATCH,
+        variants,
+    };
+    trainer::write_json(&out.join("compress.json"), &report)?;
+    Ok(report)
+}
+
+/// A finished run's recipe and its partitions encoded as it trained on them (the holdout read
+/// once here): what a tool working on the run afterwards needs.
+pub struct RunData {
+    /// The run's own recipe.
+    pub recipe: Recipe,
+    /// Its classes.
+    pub classes: Classes,
+    /// The train partition.
+    pub train: Encoded,
+    /// The validation partition.
+    pub val: Encoded,
+    /// The holdout.
+    pub holdout: Encoded,
+}
+
+impl RunData {
+    /// Reads `run`'s recipe, tokenizer, classes and split.
+    pub fn open(run: &Path) -> Result<RunData> {
+        let recipe_path = run.join("recipe.toml");
+        if !recipe_path.is_file() {
+            return Err(TrainError::Corrupt {
+                path: run.to_path_buf(),
+                message: "is not a run directory (no recipe.toml); give the directory `contrai train` wrote"
+                    .into(),
+            });
+        }
+        let recipe = Recipe::from_file(&recipe_path).map_err(|e| TrainError::Unsupported(e.to_string()))?;
+        let tok = Tokenizer::load(&run.join("tokenizer.json"))?;
+        let classes_path = run.join("classes.json");
+        let bytes = std::fs::read(&classes_path).map_err(|e| TrainError::io(&classes_path, e))?;
+        let classes: Classes = serde_json::from_slice(&bytes).map_err(|e| TrainError::Corrupt {
+            path: classes_path.clone(),
+            message: e.to_string(),
+        })?;
+        let mut prepared = crate::data::prepare(&recipe, run, &Silent, true)?;
+        let seq = recipe.model.seq_len;
+        Ok(RunData {
+            train: Encoded::new(&prepared.train, &tok, &classes, seq, "train")?,
+            val: Encoded::new(&prepared.val, &tok, &classes, seq, "val")?,
+            holdout: Encoded::new(&prepared.holdout.read_once()?, &tok, &classes, seq, "holdout")?,
+            recipe,
+            classes,
+        })
+    }
+
+    /// The model of checkpoint `dir` of this run.
+    pub fn model_at(&self, l: &Loaded) -> Result<TextClassifier> {
+        let device = Device::flex().autodiff();
+        let fresh = TextClassifier::new(
+            &self.recipe.model,
+            self.classes.names.len(),
+            self.recipe.run.seed,
+            &device,
+        )?;
+        l.weights_into(fresh)
+    }
+}
+
+impl Source {
+    /// All training rows, and validation to select the best evaluation.
+    fn fit_data(&self) -> FitData<'_> {
+        FitData {
+            train: &self.train,
+            rows: &self.rows,
+            val: &self.val,
+            eval_batch: trainer::eval_batch(&self.recipe),
+        }
+    }
+}
+
+/// Reads the run's data and the source checkpoint.
+fn open(run: &Path, step: Option<u64>, log: &dyn Log) -> Result<Source> {
+    let d = RunData::open(run)?;
+    let l = source_checkpoint(&run.join("checkpoints"), step, log)?;
+    let model = d.model_at(&l)?;
+    log.info(&format!("source: {} (step {})", l.dir.display(), l.state.step));
+    Ok(Source {
+        masks: l.masks()?,
+        step: l.state.step,
+        rows: (0..d.train.len()).collect(),
+        recipe: d.recipe,
+        train: d.train,
+        val: d.val,
+        hold: d.holdout,
+        model,
+    })
+}
+
+/// The checkpoint of `step`, or the run's best (the newest when it names none).
+fn source_checkpoint(root: &Path, step: Option<u64>, log: &dyn Log) -> Result<Loaded> {
+    let latest =
+        checkpoint::load_latest(root, &mut |w| log.warn(&w))?.ok_or_else(|| TrainError::Corrupt {
+            path: root.to_path_buf(),
+            message: "holds no valid checkpoint".into(),
+        })?;
+    let want = step.or(latest.state.best.map(|b| b.0));
+    match want {
+        Some(s) if s != latest.state.step => {
+            let dir = root.join(checkpoint::dir_name(s));
+            if !dir.is_dir() {
+                let have: Vec<String> = checkpoint::list(root)
+                    .iter()
+                    .map(|(s, _)| s.to_string())
+                    .collect();
+                return Err(TrainError::Corrupt {
+                    path: dir,
+                    message: format!("no such checkpoint; the run keeps steps {}", have.join(", ")),
+                });
+            }
+            checkpoint::load(&dir)
+        }
+        _ => Ok(latest),
+    }
+}
+
+/// Whether a parameter path is prunable: a weight matrix the recipe's `contract.prune` globs select.
+fn prunable_paths(recipe: &Recipe) -> impl Fn(&str) -> bool + use<> {
+    let globs: Vec<glob::Pattern> = recipe
+        .contract
+        .prune
+        .iter()
+        .filter_map(|r| glob::Pattern::new(&r.params).ok())
+        .collect();
+    move |p: &str| p.ends_with("weight") && globs.iter().any(|g| g.matches(p))
+}
+
+/// One-shot magnitude pruning to `share` (kept masks stay), then fine-tuning with the masks held.
+fn prune_and_tune(
+    src: &Source,
+    opts: &CompressOptions,
+    share: f64,
+    log: &dyn Log,
+) -> Result<(TextClassifier, String)> {
+    let prunable = prunable_paths(&src.recipe);
+    let target = |p: &str| prunable(p).then_some(Target::uncapped(share));
+    let mut masks = src.masks.clone();
+    let heads = opts.heads.then_some(src.recipe.model.heads);
+    update_all(&src.model, &mut masks, &target, opts.scope, heads);
+    let model = apply_masks(src.model.clone(), &masks);
+    let r = &src.recipe;
+    let lr = opts.lr.unwrap_or(r.main.lr / 10.0);
+    let data = src.fit_data();
+    let cfg = Fit {
+        steps: opts.steps,
+        batch: r.main.batch.min(src.rows.len()),
+        schedule: Schedule {
+            peak: lr,
+            floor: 0.0,
+            warmup: 0,
+            steps: opts.steps,
+            decay: Decay::Linear,
+        },
+        clip: r.main.clip_norm,
+        eval_every: (opts.steps / 5).max(1),
+        dropout: r.model.dropout,
+        seed: r.run.seed ^ 0xF1E,
+    };
+    let loss = |m: &TextClassifier, b: &TextBatch, _: &[usize], d: Option<&Dropout>| {
+        cross_entropy(m.forward(b, d), b.labels.clone())
+    };
+    let fitted = if opts.steps == 0 {
+        None
+    } else {
+        Some(fit(
+            model.clone(),
+            trainer::optimizer(r),
+            &cfg,
+            &data,
+            &masks,
+            &loss,
+            &mut log_evaluations(log),
+        )?)
+    };
+    let scope = match (opts.scope, opts.heads) {
+        (_, true) => "whole attention heads, magnitude elsewhere",
+        (Scope::Global, _) => "global magnitude",
+        (Scope::Module, _) => "magnitude per module",
+    };
+    let note = format!(
+        "{:.0} % of the prunable weights ({scope}), fine-tuned {} steps from LR {lr:.1e}{}",
+        100.0 * masks.overall(),
+        opts.steps,
+        fitted
+            .as_ref()
+            .map_or(String::new(), |f| format!(", best at step {}", f.best.0))
+    );
+    Ok((fitted.map_or_else(|| model.valid(), |f| f.model), note))
+}
+
+/// The recipe's student, distilled from `teacher` on all training rows.
+fn student(src: &Source, teacher: &TextClassifier, log: &dyn Log) -> Result<Fitted> {
+    let r = &src.recipe;
+    let data = src.fit_data();
+    distill(
+        teacher,
+        &r.model,
+        &r.refine.distill,
+        &data,
+        trainer::optimizer(r),
+        (r.run.seed, r.main.clip_norm),
+        &mut log_evaluations(log),
+    )
+}
