@@ -12,13 +12,13 @@ use serde::Serialize;
 
 use crate::batch::{Classes, Encoded};
 use crate::checkpoint::{self, Loaded};
-use crate::distill::{Fit, FitData, Fitted, distill, fit, log_evaluations};
+use crate::distill::{Fit, FitData, Fitted, distill, fit, log_evaluations, student_note};
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
-use crate::export::{LATENCY_BATCH, Measured, Variant};
+use crate::export::{LATENCY_BATCH, Measured, Variant, time_variants};
 use crate::model::{TextBatch, TextClassifier, cross_entropy};
 use crate::prune::{Masks, Scope, Target, apply_masks, update_all};
-use crate::quantize::{quantize_int8, record_bytes};
+use crate::quantize::{INT8_SCHEME, quantize_int8, record_bytes};
 use crate::tokenizer::Tokenizer;
 use crate::trainer::{self, Log, evaluate, save_safetensors};
 
@@ -86,14 +86,7 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
         bytes,
     };
     let row = |name: &str, file: &str, m: &TextClassifier, bytes: u64, note: String| {
-        Variant::new(
-            name,
-            Some(format!("compress/{file}")),
-            m,
-            measure(m, bytes),
-            &src.val,
-            note,
-        )
+        Variant::new(name, Some(format!("compress/{file}")), m, measure(m, bytes), note)
     };
     let save = |m: &TextClassifier, file: &str| -> Result<u64> {
         save_safetensors(m, &out.join(file))?;
@@ -126,6 +119,7 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
         }
         None => None,
     };
+    let mut models: Vec<TextClassifier> = std::iter::once(valid.clone()).chain(pruned.clone()).collect();
     if opts.int8 {
         for (name, model) in [("int8", Some(&valid)), ("pruned+int8", pruned.as_ref())] {
             let Some(model) = model else { continue };
@@ -133,13 +127,8 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
             let rec = record_bytes(&q)?;
             let file = format!("{name}.bpk").replace('+', "-");
             contrai_data::write::write_atomic(out.join(&file), &rec)?;
-            variants.push(row(
-                name,
-                &file,
-                &q,
-                rec.len() as u64,
-                "symmetric int8 weights, per tensor, min-max".into(),
-            ));
+            variants.push(row(name, &file, &q, rec.len() as u64, INT8_SCHEME.into()));
+            models.push(q);
         }
     }
     if opts.distill {
@@ -150,12 +139,12 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
         ));
         let fitted = student(&src, &valid, log)?;
         let bytes = save(&fitted.model, "student.safetensors")?;
-        let note = format!(
-            "{} layer(s), d_model {}, {} heads, ffn {}; best of {} steps at step {}",
-            d.layers, d.d_model, d.heads, d.ffn, d.steps, fitted.best.0
-        );
+        let note = student_note(d, &fitted);
         variants.push(row("student", "student.safetensors", &fitted.model, bytes, note));
+        models.push(fitted.model);
     }
+    log.info("timing every variant side by side");
+    time_variants(&mut variants, &models.iter().collect::<Vec<_>>(), &src.val);
     let report = CompressReport {
         run: run.to_path_buf(),
         source_step: src.step,

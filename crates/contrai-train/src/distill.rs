@@ -186,6 +186,14 @@ pub fn fit(
     })
 }
 
+/// What a student is, in words: its size and which of its evaluations was kept.
+pub fn student_note(d: &Distill, fitted: &Fitted) -> String {
+    format!(
+        "{} layer(s), d_model {}, {} heads, ffn {}; best of {} steps at step {}",
+        d.layers, d.d_model, d.heads, d.ffn, d.steps, fitted.best.0
+    )
+}
+
 /// Logs each evaluation of a short run through `log`.
 pub fn log_evaluations(log: &dyn Log) -> impl FnMut(&FitRow) + '_ {
     move |r: &FitRow| {

@@ -50,26 +50,45 @@ pub fn zero_share(model: &TextClassifier) -> f64 {
     if n == 0 { 0.0 } else { zeros as f64 / n as f64 }
 }
 
-/// Median milliseconds of a forward pass of `model` over the first [`LATENCY_BATCH`] samples of
-/// `data` (one warm-up, then 5 timed runs).
-pub fn latency_ms(model: &TextClassifier, data: &Encoded, device: &Device) -> Option<f64> {
+/// Median milliseconds of a forward pass of each model over the first [`LATENCY_BATCH`] samples
+/// of `data`: one warm-up pass each, then 7 rounds in which every model runs once, so that the
+/// machine's noise and warm-up fall on all of them alike.
+pub fn latencies(models: &[&TextClassifier], data: &Encoded, device: &Device) -> Vec<Option<f64>> {
     let n = data.len().min(LATENCY_BATCH);
     if n == 0 {
-        return None;
+        return vec![None; models.len()];
     }
     let rows: Vec<usize> = (0..n).collect();
     let (ids, labels) = data.gather(&rows);
     let b = TextBatch::new(&ids, &labels, data.seq, device);
-    let mut times: Vec<f64> = (0..6)
-        .map(|_| {
-            let t = Instant::now();
-            let _ = model.forward(&b, None).into_data();
-            t.elapsed().as_secs_f64() * 1000.0
+    let time = |m: &TextClassifier| {
+        let t = Instant::now();
+        let _ = m.forward(&b, None).into_data();
+        t.elapsed().as_secs_f64() * 1000.0
+    };
+    models.iter().for_each(|m| {
+        time(m);
+    });
+    let mut times = vec![Vec::new(); models.len()];
+    for _ in 0..7 {
+        for (m, t) in models.iter().zip(&mut times) {
+            t.push(time(m));
+        }
+    }
+    times
+        .into_iter()
+        .map(|mut t| {
+            t.sort_by(f64::total_cmp);
+            Some((t[t.len() / 2] * 100.0).round() / 100.0)
         })
-        .skip(1)
-        .collect();
-    times.sort_by(f64::total_cmp);
-    Some((times[times.len() / 2] * 100.0).round() / 100.0)
+        .collect()
+}
+
+/// Sets each variant's latency, measured side by side (`models[i]` is `variants[i]`'s model).
+pub fn time_variants(variants: &mut [Variant], models: &[&TextClassifier], data: &Encoded) {
+    for (v, l) in variants.iter_mut().zip(latencies(models, data, &Device::flex())) {
+        v.latency_ms = l;
+    }
 }
 
 /// A variant's row: what the model is, and what the caller measured.
@@ -83,13 +102,12 @@ pub struct Measured {
 }
 
 impl Variant {
-    /// The row of `model` named `name`, timed on `data`.
+    /// The row of `model` named `name` (its latency is set by [`time_variants`]).
     pub fn new(
         name: &str,
         file: Option<String>,
         model: &TextClassifier,
         m: Measured,
-        data: &Encoded,
         note: String,
     ) -> Variant {
         Variant {
@@ -101,7 +119,7 @@ impl Variant {
             val_accuracy: m.val_accuracy,
             holdout_accuracy: m.holdout.1,
             holdout_loss: m.holdout.0,
-            latency_ms: latency_ms(model, data, &Device::flex()),
+            latency_ms: None,
             note,
         }
     }

@@ -19,14 +19,14 @@ use crate::batch::{Batcher, Cursor, Encoded};
 use crate::checkpoint::{self, Loaded, MASKS, RngState, State};
 use crate::controller::{Action, Control, Decision, linear};
 use crate::data::Holdout;
-use crate::distill::{FitData, Fitted};
+use crate::distill::{FitData, Fitted, student_note};
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
-use crate::export::{LATENCY_BATCH, Measured, Variant};
+use crate::export::{LATENCY_BATCH, Measured, Variant, time_variants};
 use crate::metrics::{EvalRow, JsonLines, TrainRow, ValidateRow};
 use crate::model::{TextBatch, TextClassifier};
 use crate::prune::{Masks, Scope, Target, apply_masks, module_of, scheduled_sparsity, update_all};
-use crate::quantize::{quantize_int8, record_bytes};
+use crate::quantize::{INT8_SCHEME, quantize_int8, record_bytes};
 use crate::setup::Setup;
 use crate::trainer::record_err;
 use crate::trainer::{
@@ -1020,27 +1020,27 @@ impl<'a> Runner<'a> {
             Some("final/model.safetensors".into()),
             &valid,
             measured(&valid, size("model.safetensors")),
-            &self.val_set,
             "the refined model, masks applied".into(),
         )];
-        let int8 = match quantized {
-            Some(q) => Some(self.int8(fin, &valid, &q, val_accuracy, &hold, &mut variants)?),
+        let mut models = vec![&valid];
+        let int8 = match &quantized {
+            Some(q) => {
+                models.push(q);
+                Some(self.int8(fin, &valid, q, val_accuracy, &hold, &mut variants)?)
+            }
             None => None,
         };
-        if let Some((model, fitted)) = &student {
-            let d = &self.recipe.refine.distill;
+        if let Some(fitted) = &student {
             variants.push(Variant::new(
                 "student",
                 Some(format!("final/{STUDENT_MODEL}")),
-                model,
-                measured(model, size(STUDENT_MODEL)),
-                &self.val_set,
-                format!(
-                    "{} layer(s), d_model {}, {} heads, ffn {}; best of {} steps at step {}",
-                    d.layers, d.d_model, d.heads, d.ffn, d.steps, fitted.best.0
-                ),
+                &fitted.model,
+                measured(&fitted.model, size(STUDENT_MODEL)),
+                student_note(&self.recipe.refine.distill, fitted),
             ));
+            models.push(&fitted.model);
         }
+        time_variants(&mut variants, &models, &self.val_set);
         let card = json!({
             "model": self.recipe.model,
             "classes": x.classes.names,
@@ -1102,10 +1102,7 @@ impl<'a> Runner<'a> {
             bytes: e.bytes,
         };
         let (file, note) = match kept {
-            true => (
-                Some(format!("final/{INT8_MODEL}")),
-                "symmetric int8 weights, per tensor, min-max".to_string(),
-            ),
+            true => (Some(format!("final/{INT8_MODEL}")), INT8_SCHEME.to_string()),
             false => (
                 None,
                 format!(
@@ -1114,17 +1111,13 @@ impl<'a> Runner<'a> {
                 ),
             ),
         };
-        variants.push(Variant::new("int8", file, q, m, &self.val_set, note));
+        variants.push(Variant::new("int8", file, q, m, note));
         Ok(e)
     }
 
     /// Distils the refined model into the recipe's student on the filtered training data;
     /// writes `final/student.safetensors` and its log `final/student-metrics.jsonl`.
-    fn distill(
-        &mut self,
-        fin: &std::path::Path,
-        teacher: &TextClassifier,
-    ) -> Result<(TextClassifier, Fitted)> {
+    fn distill(&mut self, fin: &std::path::Path, teacher: &TextClassifier) -> Result<Fitted> {
         let d = self.recipe.refine.distill.clone();
         let dropped = &self.state.control.dropped;
         let rows: Vec<usize> = (0..self.train_set.len())
@@ -1173,8 +1166,7 @@ impl<'a> Runner<'a> {
                    "best_step": step, "val_loss": vl, "val_accuracy": va, "steps": d.steps,
                    "temperature": d.temperature, "w_ce": d.w_ce, "w_kd": d.w_kd}),
         ))?;
-        let model = fitted.model.clone();
-        Ok((model, fitted))
+        Ok(fitted)
     }
 
     // ---- plumbing -----------------------------------------------------------------------------

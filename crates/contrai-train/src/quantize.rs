@@ -7,6 +7,9 @@ use burn::tensor::quantization::{Calibration, QuantScheme, QuantStore, QuantValu
 use crate::error::{Result, TrainError};
 use crate::model::TextClassifier;
 
+/// How [`quantize_int8`] quantizes, in words (model cards, decisions).
+pub const INT8_SCHEME: &str = "symmetric int8 weights, per tensor, min-max";
+
 /// Symmetric int8 weights; `block` = Some(n) gives every n consecutive weights their own scale.
 pub fn scheme(block: Option<u8>) -> QuantScheme {
     let s = QuantScheme::default()
