@@ -414,7 +414,7 @@ impl Default for Distill {
             d_model: 64,
             heads: 2,
             ffn: 256,
-            steps: 300,
+            steps: 500,
             batch: 32,
             lr: 2e-3,
             warmup: 0.05,

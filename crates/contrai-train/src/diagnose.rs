@@ -9,7 +9,9 @@ use serde::Serialize;
 use crate::batch::Encoded;
 use crate::lifecycle::{ATTENTION_CAP, SENSITIVITY_LEVELS};
 use crate::model::{TextClassifier, per_sample_cross_entropy};
-use crate::prune::{prunable_modules, prune_module};
+use crate::prune::{
+    Masks, Scope, Target, apply_masks, module_of, prunable_modules, prune_module, update_masks,
+};
 use crate::trainer::{eval_batches, evaluate};
 
 /// The loss of every sample of `data` under `model` (no dropout), in row order.
@@ -84,6 +86,55 @@ pub fn caps(sens: &BTreeMap<String, Vec<Sensitivity>>, tolerance: f64) -> BTreeM
         .collect()
 }
 
+/// One evaluation of all modules pruned together.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Joint {
+    /// Each module's sparsity in this evaluation.
+    pub sparsity: BTreeMap<String, f64>,
+    /// Validation loss with all of them pruned at once.
+    pub val_loss: f32,
+    /// Relative increase over the unpruned validation loss.
+    pub increase: f64,
+}
+
+/// The sparsities contraction will reach (`planned`, each within its cap), checked together: the
+/// modules were measured one at a time, and their costs add up when all are pruned at once. While
+/// the joint validation-loss increase exceeds `tolerance`, every module steps down one level of
+/// [`SENSITIVITY_LEVELS`]. Returns the caps that pass (all 0 if none does) and each evaluation.
+pub fn joint_caps(
+    model: &TextClassifier,
+    val: &Encoded,
+    planned: BTreeMap<String, f64>,
+    tolerance: f64,
+    (batch, device, base): (usize, &Device, f32),
+) -> (BTreeMap<String, f64>, Vec<Joint>) {
+    let mut caps = planned;
+    let mut tried = Vec::new();
+    loop {
+        let mut masks = Masks::default();
+        let target = |p: &str| caps.get(&module_of(p)).map(|&c| Target::uncapped(c));
+        update_masks(model, &mut masks, &target, Scope::Module);
+        let (val_loss, _) = evaluate(&apply_masks(model.clone(), &masks), val, batch, device);
+        let increase = (f64::from(val_loss) - f64::from(base)) / f64::from(base).abs().max(1e-12);
+        tried.push(Joint {
+            sparsity: caps.clone(),
+            val_loss,
+            increase,
+        });
+        if increase <= tolerance || caps.values().all(|c| *c <= 0.0) {
+            return (caps, tried);
+        }
+        for c in caps.values_mut() {
+            *c = SENSITIVITY_LEVELS
+                .iter()
+                .rev()
+                .copied()
+                .find(|l| *l < *c - 1e-9)
+                .unwrap_or(0.0);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +164,51 @@ mod tests {
         );
         assert_eq!(c["blocks.0.attn"], ATTENTION_CAP);
         assert_eq!(c["blocks.1.ffn"], 0.0);
+    }
+
+    #[test]
+    fn joint_caps_step_every_module_down_until_the_joint_cost_fits() {
+        let device = Device::flex();
+        let spec = contrai_recipe::recipe::Model {
+            vocab: 64,
+            seq_len: 8,
+            d_model: 16,
+            layers: 1,
+            heads: 2,
+            ffn: 32,
+            ..Default::default()
+        };
+        let model = TextClassifier::new(&spec, 2, 5, &device).unwrap();
+        let val = Encoded {
+            ids: (0..8 * 40).map(|i| i * 7 % 63 + 1).collect(),
+            labels: (0..40).map(|i| i % 2).collect(),
+            seq: 8,
+        };
+        let (base, _) = evaluate(&model, &val, 16, &device);
+        let planned: BTreeMap<String, f64> = [
+            ("blocks.0.attn".to_string(), 0.2),
+            ("blocks.0.ffn".to_string(), 0.5),
+        ]
+        .into();
+        let (caps, tried) = joint_caps(&model, &val, planned.clone(), 10.0, (16, &device, base));
+        assert_eq!(
+            (caps, tried.len()),
+            (planned.clone(), 1),
+            "within a loose tolerance at once"
+        );
+        let (caps, tried) = joint_caps(&model, &val, planned, -1.0, (16, &device, base));
+        let steps: Vec<(f64, f64)> = tried
+            .iter()
+            .map(|j| (j.sparsity["blocks.0.attn"], j.sparsity["blocks.0.ffn"]))
+            .collect();
+        assert_eq!(
+            steps,
+            [(0.2, 0.5), (0.1, 0.3), (0.0, 0.2), (0.0, 0.1), (0.0, 0.0)]
+        );
+        assert!(
+            caps.values().all(|c| *c == 0.0),
+            "nothing fits a negative tolerance"
+        );
+        assert!((tried[4].increase).abs() < 1e-6, "unpruned: no increase");
     }
 }

@@ -915,20 +915,51 @@ impl<'a> Runner<'a> {
             &self.plain,
             base,
         );
-        let caps = crate::diagnose::caps(&sens, self.recipe.contract.tolerance);
+        let tolerance = self.recipe.contract.tolerance;
+        let alone = crate::diagnose::caps(&sens, tolerance);
+        let planned = alone
+            .iter()
+            .map(|(m, c)| (m.clone(), c.min(self.planned_sparsity(m))))
+            .collect();
+        let (caps, joint) = crate::diagnose::joint_caps(
+            &valid,
+            &self.val_set,
+            planned,
+            tolerance,
+            (self.eval_batch(), &self.plain, base),
+        );
         let table: Vec<String> = caps
             .iter()
             .map(|(m, c)| format!("{m} {:.0} %", 100.0 * c))
             .collect();
+        let last = joint.last().map_or(0.0, |j| j.increase);
         self.decide(Decision::new(
             step,
             "diagnose",
             "sensitivity",
-            format!("one-shot magnitude pruning per module (10/20/30/50 % on a copy): caps where the validation loss rises by at most {:.0} %: {}", 100.0 * self.recipe.contract.tolerance, table.join(", ")),
-            json!({"base_val_loss": base, "sensitivity": sens, "caps": caps}),
+            format!("one-shot magnitude pruning per module (10/20/30/50 % on a copy), then the planned sparsities all at once (+{:.1} % validation loss after {} check(s)): caps within {:.0} %: {}", 100.0 * last, joint.len(), 100.0 * tolerance, table.join(", ")),
+            json!({"base_val_loss": base, "sensitivity": sens, "caps_alone": alone, "joint": joint, "caps": caps}),
         ))?;
         self.state.control.caps = caps;
         Ok(())
+    }
+
+    /// The sparsity a module reaches at the end of contraction by the recipe's rules alone: its
+    /// rule's `final`, attention within [`ATTENTION_CAP`] unless whole heads are pruned.
+    fn planned_sparsity(&self, module: &str) -> f64 {
+        let c = &self.recipe.contract;
+        let attention = module.ends_with("attn");
+        let probe = format!("{module}.{}.weight", if attention { "query" } else { "up" });
+        let rule = c
+            .prune
+            .iter()
+            .find(|r| glob::Pattern::new(&r.params).is_ok_and(|g| g.matches(&probe)));
+        let fin = rule.map_or(0.0, |r| r.final_sparsity);
+        if attention && !c.prune_heads {
+            fin.min(ATTENTION_CAP)
+        } else {
+            fin
+        }
     }
 
     /// The holdout, read once, and the final weights.
