@@ -39,6 +39,9 @@ pub struct CompressArgs {
     /// Quantize to int8 (the source model, and the pruned one when pruning).
     #[arg(long)]
     int8: bool,
+    /// With --int8: a scale every N weights of a row (e.g. 32) instead of one a weight matrix.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..))]
+    int8_block: Option<u8>,
     /// Distil into the recipe's [refine.distill] student.
     #[arg(long)]
     distill: bool,
@@ -73,7 +76,8 @@ pub fn run(args: CompressArgs) -> anyhow::Result<ExitCode> {
         heads: args.heads,
         steps: args.steps,
         lr: args.lr,
-        int8: all || args.int8,
+        int8: all || args.int8 || args.int8_block.is_some(),
+        int8_block: args.int8_block,
         distill: all || args.distill,
         step: args.step,
     };

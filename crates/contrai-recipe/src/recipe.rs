@@ -358,6 +358,8 @@ pub struct Refine {
     pub quantize: String,
     /// Largest accuracy drop (points) a quantized model may cost before it is refused.
     pub max_drop: f64,
+    /// 0: one int8 scale a weight matrix; N (1–255): a scale every N weights of a row.
+    pub quantize_block: u8,
     /// Knowledge distillation of the refined model into a smaller student.
     pub distill: Distill,
 }
@@ -368,6 +370,7 @@ impl Default for Refine {
             budget: 0.05,
             quantize: "int8".into(),
             max_drop: 1.0,
+            quantize_block: 0,
             distill: Distill::default(),
         }
     }

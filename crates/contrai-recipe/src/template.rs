@@ -81,6 +81,7 @@ prune = [                # weight matrices by glob over parameter paths; caps: a
 budget = 0.05            # share of all steps for the final anneal
 quantize = "int8"        # int8 | none
 max_drop = 1.0           # accuracy points a quantized model may lose before it is refused
+quantize_block = 0       # 0: one scale a weight matrix | N (≤ 255): a scale every N weights
 
 [refine.distill]         # a smaller student taught by the refined model (final/student.safetensors)
 enabled = true

@@ -18,7 +18,7 @@ use crate::error::{Result, TrainError};
 use crate::export::{LATENCY_BATCH, Measured, Variant, time_variants};
 use crate::model::{TextBatch, TextClassifier, cross_entropy};
 use crate::prune::{Masks, Scope, Target, apply_masks, update_all};
-use crate::quantize::{INT8_SCHEME, quantize_int8, record_bytes};
+use crate::quantize::{quantize_int8, record_bytes, scheme_text};
 use crate::tokenizer::Tokenizer;
 use crate::trainer::{self, Log, evaluate, save_safetensors};
 
@@ -37,6 +37,8 @@ pub struct CompressOptions {
     pub lr: Option<f64>,
     /// Quantize the weights to int8.
     pub int8: bool,
+    /// Int8 with a scale every N weights of a row instead of one a matrix.
+    pub int8_block: Option<u8>,
     /// Distil into the recipe's `[refine.distill]` student.
     pub distill: bool,
     /// Use this checkpoint step instead of the run's best.
@@ -123,11 +125,17 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
     if opts.int8 {
         for (name, model) in [("int8", Some(&valid)), ("pruned+int8", pruned.as_ref())] {
             let Some(model) = model else { continue };
-            let q = quantize_int8(model.clone(), None);
+            let q = quantize_int8(model.clone(), opts.int8_block);
             let rec = record_bytes(&q)?;
             let file = format!("{name}.bpk").replace('+', "-");
             contrai_data::write::write_atomic(out.join(&file), &rec)?;
-            variants.push(row(name, &file, &q, rec.len() as u64, INT8_SCHEME.into()));
+            variants.push(row(
+                name,
+                &file,
+                &q,
+                rec.len() as u64,
+                scheme_text(opts.int8_block),
+            ));
             models.push(q);
         }
     }

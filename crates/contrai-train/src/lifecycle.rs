@@ -26,7 +26,7 @@ use crate::export::{LATENCY_BATCH, Measured, Variant, time_variants};
 use crate::metrics::{EvalRow, JsonLines, TrainRow, ValidateRow};
 use crate::model::{TextBatch, TextClassifier};
 use crate::prune::{Masks, Scope, Target, apply_masks, module_of, scheduled_sparsity, update_all};
-use crate::quantize::{INT8_SCHEME, quantize_int8, record_bytes};
+use crate::quantize::{quantize_int8, record_bytes, scheme_text};
 use crate::setup::Setup;
 use crate::trainer::record_err;
 use crate::trainer::{
@@ -989,7 +989,8 @@ impl<'a> Runner<'a> {
                 &phase,
                 kind,
                 format!(
-                    "int8 weights (symmetric, per tensor, min-max): validation accuracy {:.2} % → {:.2} % ({:+.2} points, limit −{} points), {} → {} bytes ({:.1}x smaller); {what}",
+                    "int8 ({}): validation accuracy {:.2} % → {:.2} % ({:+.2} points, limit −{} points), {} → {} bytes ({:.1}x smaller); {what}",
+                    scheme_text(self.int8_block()),
                     100.0 * eval.val_accuracy,
                     100.0 * q.val_accuracy,
                     -q.drop_points,
@@ -1031,8 +1032,8 @@ impl<'a> Runner<'a> {
         let eb = self.eval_batch();
         let (val_loss, val_accuracy) = evaluate(&valid, &self.val_set, eb, &self.plain);
         let refine = self.recipe.run.has_phase("refine");
-        let quantized =
-            (self.recipe.refine.quantize == "int8" && refine).then(|| quantize_int8(valid.clone(), None));
+        let quantized = (self.recipe.refine.quantize == "int8" && refine)
+            .then(|| quantize_int8(valid.clone(), self.int8_block()));
         let student = match self.recipe.refine.distill.enabled && refine {
             true => Some(self.distill(fin, &valid)?),
             false => None,
@@ -1133,7 +1134,10 @@ impl<'a> Runner<'a> {
             bytes: e.bytes,
         };
         let (file, note) = match kept {
-            true => (Some(format!("final/{INT8_MODEL}")), INT8_SCHEME.to_string()),
+            true => (
+                Some(format!("final/{INT8_MODEL}")),
+                scheme_text(self.int8_block()),
+            ),
             false => (
                 None,
                 format!(
@@ -1274,6 +1278,10 @@ impl<'a> Runner<'a> {
             "contract" | "refine" => self.recipe.contract.batch,
             _ => self.recipe.main.batch,
         }
+    }
+
+    fn int8_block(&self) -> Option<u8> {
+        Some(self.recipe.refine.quantize_block).filter(|b| *b > 0)
     }
 
     fn eval_batch(&self) -> usize {
