@@ -1047,11 +1047,16 @@ impl<'a> Runner<'a> {
             holdout: evaluate(model, &hold, eb, &self.plain),
             bytes,
         };
+        let dense = Measured {
+            val_accuracy,
+            holdout: (holdout_loss, holdout_accuracy),
+            bytes: size("model.safetensors"),
+        };
         let mut variants = vec![Variant::new(
             "f32",
             Some("final/model.safetensors".into()),
             &valid,
-            measured(&valid, size("model.safetensors")),
+            dense,
             "the refined model, masks applied".into(),
         )];
         let mut models = vec![&valid];
@@ -1154,10 +1159,7 @@ impl<'a> Runner<'a> {
     /// writes `final/student.safetensors` and its log `final/student-metrics.jsonl`.
     fn distill(&mut self, fin: &std::path::Path, teacher: &TextClassifier) -> Result<Fitted> {
         let d = self.recipe.refine.distill.clone();
-        let dropped = &self.state.control.dropped;
-        let rows: Vec<usize> = (0..self.train_set.len())
-            .filter(|i| dropped.binary_search(i).is_err())
-            .collect();
+        let rows = self.rows_kept();
         let data = FitData {
             train: &self.train_set,
             rows: &rows,
@@ -1254,11 +1256,10 @@ impl<'a> Runner<'a> {
 
     /// The batcher of the current phase over the rows it trains on, at the state's cursor.
     fn rebuild_batcher(&mut self) -> Result<()> {
-        let dropped = &self.state.control.dropped;
-        let filtered = matches!(self.state.phase.as_str(), "contract" | "refine");
-        self.rows = (0..self.train_set.len())
-            .filter(|i| !filtered || dropped.binary_search(i).is_err())
-            .collect();
+        self.rows = match self.state.phase.as_str() {
+            "contract" | "refine" => self.rows_kept(),
+            _ => (0..self.train_set.len()).collect(),
+        };
         let salt = match self.state.phase.as_str() {
             "contract" => 0xC0,
             "refine" => 0x7E,
@@ -1271,6 +1272,14 @@ impl<'a> Runner<'a> {
             self.state.cursor,
         )?;
         Ok(())
+    }
+
+    /// The training rows the noisy-sample filter kept (all before it ran).
+    fn rows_kept(&self) -> Vec<usize> {
+        let dropped = &self.state.control.dropped;
+        (0..self.train_set.len())
+            .filter(|i| dropped.binary_search(i).is_err())
+            .collect()
     }
 
     fn batcher_batch(&self) -> usize {

@@ -309,7 +309,7 @@ pub fn update_masks<M: Module>(
         for (path, _, v) in &pool.members {
             let next: Vec<bool> = pool.scores[offset..offset + v.len()]
                 .iter()
-                .map(|s| *s > threshold)
+                .map(|s| *s >= 0.0 && *s > threshold)
                 .collect();
             offset += v.len();
             masks.set(path, &next);
