@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Collect, demo_file, safetensor, tiny_recipe, with_all_phases, zeros_by_module};
+use common::{Collect, demo_file, safetensor, safetensors, tiny_recipe, with_all_phases, zeros_by_module};
 use contrai_data::Silent;
 use contrai_recipe::Recipe;
 use contrai_train::{Options, TrainError, train};
@@ -480,4 +480,65 @@ fn whole_heads_pruned_globally_in_contract_leave_dead_heads() {
         .map(|h| (0..d).all(|r| (h * 16..(h + 1) * 16).all(|c| w[r * d + c] == 0.0)))
         .collect();
     assert_eq!(dead.iter().filter(|x| **x).count(), 1, "{dead:?}");
+}
+
+#[test]
+fn masks_survive_a_checkpoint_a_resume_and_every_optimizer_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 300);
+    let mut recipe = lifecycle_recipe(&data, 40);
+    recipe.contract.stable_checkpoints = 1000; // contraction forced at main's end
+    recipe.contract.patience = 1000; // never rolled back
+    recipe.contract.divergence = 1.0; // never frozen
+    recipe.contract.prune_every = 2;
+    recipe.refine.distill.enabled = false;
+    let whole = tmp.path().join("whole");
+    train(
+        &Options::new(recipe.clone(), &whole),
+        &Silent,
+        &Collect::default(),
+    )
+    .unwrap();
+    let entry = decisions(&whole)
+        .into_iter()
+        .find(|d| d["kind"] == "enter_contract")
+        .unwrap()["step"]
+        .as_u64()
+        .unwrap();
+
+    // Stop inside contract, after the masks of its first checkpoint (entry + 5), then resume.
+    let run = tmp.path().join("resumed");
+    let mut opts = Options::new(recipe, &run);
+    opts.stop_after = Some(entry + 7);
+    let out = train(&opts, &Silent, &Collect::default()).unwrap();
+    assert!(!out.finished);
+    let ck = run
+        .join("checkpoints")
+        .join(contrai_train::checkpoint::dir_name(entry + 5));
+    let masks: contrai_train::prune::Masks =
+        serde_json::from_slice(&std::fs::read(ck.join("masks.json")).unwrap()).unwrap();
+    assert!(
+        masks.overall() > 0.0,
+        "pruning had begun: {:?}",
+        masks.by_module()
+    );
+    opts.resume = true;
+    opts.stop_after = None;
+    train(&opts, &Silent, &Collect::default()).unwrap();
+
+    // The resumed run ends with the same weights as the one never stopped ...
+    let weights = |r: &Path| safetensors(&r.join("final/model.safetensors"));
+    assert!(weights(&run) == weights(&whole), "resumed weights differ");
+    // ... and every weight masked at that checkpoint is still exactly zero after all the
+    // optimizer steps of contract and refine that followed.
+    for (path, (len, _)) in &masks.keep {
+        let w = safetensor(&run.join("final/model.safetensors"), path);
+        let flags = masks.keep_flags(path, *len);
+        let revived = w
+            .iter()
+            .zip(&flags)
+            .filter(|(v, keep)| !**keep && **v != 0.0)
+            .count();
+        assert_eq!(revived, 0, "{path}: {revived} masked weights are not zero");
+    }
 }

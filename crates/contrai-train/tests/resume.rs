@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{Collect, demo_file, metrics_of, tiny_recipe, with_all_phases};
+use common::{Collect, demo_file, metrics_of, safetensors, tiny_recipe, with_all_phases};
 use contrai_data::Silent;
 use contrai_train::{Options, train};
 
@@ -137,21 +137,12 @@ fn sigkill_at_random_steps_then_resume_matches_an_uninterrupted_run() {
         kills.windows(2).all(|w| w[0] <= w[1]) && kills[0] < total,
         "kills after steps {kills:?}"
     );
-    let a = tensors(&reference.join("final/model.safetensors"));
+    let a = safetensors(&reference.join("final/model.safetensors"));
     assert!(
-        a == tensors(&run.join("final/model.safetensors")),
+        a == safetensors(&run.join("final/model.safetensors")),
         "final weights differ"
     );
     eprintln!("killed after steps {kills:?}; resumed run identical");
-}
-
-/// A safetensors file's tensor table and data, without its free-form metadata.
-fn tensors(path: &Path) -> (serde_json::Value, Vec<u8>) {
-    let bytes = std::fs::read(path).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    header.as_object_mut().unwrap().remove("__metadata__");
-    (header, bytes[8 + n..].to_vec())
 }
 
 #[test]
