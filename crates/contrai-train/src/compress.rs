@@ -77,33 +77,12 @@ struct Source {
 /// Makes the variants `opts` asks for from `run`'s best checkpoint and measures them.
 pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<CompressReport> {
     let src = open(run, opts.step, log)?;
-    let out = run.join("compress");
-    std::fs::create_dir_all(&out).map_err(|e| TrainError::io(&out, e))?;
-    let plain = Device::flex();
-    let valid = src.model.valid();
-    let eb = trainer::eval_batch(&src.recipe);
-    let measure = |m: &TextClassifier, bytes: u64| Measured {
-        val_accuracy: evaluate(m, &src.val, eb, &plain).1,
-        holdout: evaluate(m, &src.hold, eb, &plain),
-        bytes,
-    };
-    let row = |name: &str, file: &str, m: &TextClassifier, bytes: u64, note: String| {
-        Variant::new(name, Some(format!("compress/{file}")), m, measure(m, bytes), note)
-    };
-    let save = |m: &TextClassifier, file: &str| -> Result<u64> {
-        save_safetensors(m, &out.join(file))?;
-        Ok(std::fs::metadata(out.join(file)).map_or(0, |x| x.len()))
-    };
-    let bytes = save(&valid, "source.safetensors")?;
-    let mut variants = vec![row(
-        "dense",
-        "source.safetensors",
-        &valid,
-        bytes,
-        format!("checkpoint step {}", src.step),
-    )];
+    let mut shelf = Shelf::new(&src, run.join("compress"))?;
+    let dense = src.model.valid();
+    let note = format!("checkpoint step {}", src.step);
+    shelf.safetensors("dense", "source.safetensors", dense.clone(), note)?;
     let prunable = prunable_paths(&src.recipe);
-    let entries: usize = crate::prune::weights(&valid, &|p| prunable(p))
+    let entries: usize = crate::prune::weights(&dense, &|p| prunable(p))
         .iter()
         .map(|m| m.2.len())
         .sum();
@@ -115,28 +94,16 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
                 opts.steps
             ));
             let (m, note) = prune_and_tune(&src, opts, share, log)?;
-            let bytes = save(&m, "pruned.safetensors")?;
-            variants.push(row("pruned", "pruned.safetensors", &m, bytes, note));
+            shelf.safetensors("pruned", "pruned.safetensors", m.clone(), note)?;
             Some(m)
         }
         None => None,
     };
-    let mut models: Vec<TextClassifier> = std::iter::once(valid.clone()).chain(pruned.clone()).collect();
     if opts.int8 {
-        for (name, model) in [("int8", Some(&valid)), ("pruned+int8", pruned.as_ref())] {
-            let Some(model) = model else { continue };
-            let q = quantize_int8(model.clone(), opts.int8_block);
-            let rec = record_bytes(&q)?;
-            let file = format!("{name}.bpk").replace('+', "-");
-            contrai_data::write::write_atomic(out.join(&file), &rec)?;
-            variants.push(row(
-                name,
-                &file,
-                &q,
-                rec.len() as u64,
-                scheme_text(opts.int8_block),
-            ));
-            models.push(q);
+        for (name, model) in [("int8", Some(&dense)), ("pruned+int8", pruned.as_ref())] {
+            if let Some(model) = model {
+                shelf.int8(name, model, opts.int8_block)?;
+            }
         }
     }
     if opts.distill {
@@ -145,13 +112,17 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
             "distilling into a student of {} layer(s), d_model {}, for {} steps",
             d.layers, d.d_model, d.steps
         ));
-        let fitted = student(&src, &valid, log)?;
-        let bytes = save(&fitted.model, "student.safetensors")?;
+        let fitted = student(&src, &dense, log)?;
         let note = student_note(d, &fitted);
-        variants.push(row("student", "student.safetensors", &fitted.model, bytes, note));
-        models.push(fitted.model);
+        shelf.safetensors("student", "student.safetensors", fitted.model, note)?;
     }
     log.info("timing every variant side by side");
+    let Shelf {
+        out,
+        mut variants,
+        models,
+        ..
+    } = shelf;
     time_variants(&mut variants, &models.iter().collect::<Vec<_>>(), &src.val);
     let report = CompressReport {
         run: run.to_path_buf(),
@@ -163,6 +134,58 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
     };
     trainer::write_json(&out.join("compress.json"), &report)?;
     Ok(report)
+}
+
+/// The variants made so far, their models, and the directory their files go to.
+struct Shelf<'a> {
+    src: &'a Source,
+    out: PathBuf,
+    variants: Vec<Variant>,
+    models: Vec<TextClassifier>,
+}
+
+impl<'a> Shelf<'a> {
+    fn new(src: &'a Source, out: PathBuf) -> Result<Self> {
+        std::fs::create_dir_all(&out).map_err(|e| TrainError::io(&out, e))?;
+        Ok(Shelf {
+            src,
+            out,
+            variants: Vec::new(),
+            models: Vec::new(),
+        })
+    }
+
+    /// Measures `model` (validation and holdout accuracy) and puts it on the shelf.
+    fn add(&mut self, name: &str, file: &str, model: TextClassifier, bytes: u64, note: String) {
+        let (src, eb, plain) = (self.src, trainer::eval_batch(&self.src.recipe), Device::flex());
+        let m = Measured {
+            val_accuracy: evaluate(&model, &src.val, eb, &plain).1,
+            holdout: evaluate(&model, &src.hold, eb, &plain),
+            bytes,
+        };
+        let file = Some(format!("compress/{file}"));
+        self.variants.push(Variant::new(name, file, &model, m, note));
+        self.models.push(model);
+    }
+
+    /// Writes `model` as safetensors and adds it.
+    fn safetensors(&mut self, name: &str, file: &str, model: TextClassifier, note: String) -> Result<()> {
+        let path = self.out.join(file);
+        save_safetensors(&model, &path)?;
+        let bytes = std::fs::metadata(&path).map_or(0, |x| x.len());
+        self.add(name, file, model, bytes, note);
+        Ok(())
+    }
+
+    /// Quantizes `model` to int8, writes its record and adds it.
+    fn int8(&mut self, name: &str, model: &TextClassifier, block: Option<u8>) -> Result<()> {
+        let q = quantize_int8(model.clone(), block);
+        let rec = record_bytes(&q)?;
+        let file = format!("{name}.bpk").replace('+', "-");
+        contrai_data::write::write_atomic(self.out.join(&file), &rec)?;
+        self.add(name, &file, q, rec.len() as u64, scheme_text(block));
+        Ok(())
+    }
 }
 
 /// A finished run's recipe and its partitions encoded as it trained on them (the holdout read
