@@ -67,6 +67,11 @@ pub fn run(args: CompressArgs) -> anyhow::Result<ExitCode> {
     {
         anyhow::bail!("--prune {s}: expected a share in [0, 1), e.g. 0.5");
     }
+    if let Some(lr) = args.lr
+        && !(lr > 0.0 && lr < 1.0)
+    {
+        anyhow::bail!("--lr {lr}: expected a learning rate in (0, 1), e.g. 5e-5");
+    }
     let opts = CompressOptions {
         prune: if all { Some(0.5) } else { args.prune },
         scope: match args.scope {
