@@ -74,6 +74,22 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             );
         }
         println!("weights: {}", run_dir.join("final/model.safetensors").display());
+        if let Some(q) = e.int8.as_ref().filter(|q| q.kept) {
+            println!(
+                "int8: holdout accuracy {:.2} %, {:.1}x smaller: {}",
+                q.holdout_accuracy * 100.0,
+                q.dense_bytes as f64 / q.bytes.max(1) as f64,
+                run_dir.join("final/model-int8.bpk").display()
+            );
+        }
+        if let Some(s) = &e.student {
+            println!(
+                "student: holdout accuracy {:.2} %, {} parameters: {}",
+                s.holdout_accuracy * 100.0,
+                s.parameters,
+                run_dir.join("final/student.safetensors").display()
+            );
+        }
     }
     let report = run_dir.join("report.html");
     contrai_data::write::write_atomic(&report, contrai_report::render(&run_dir, None)?.as_bytes())?;

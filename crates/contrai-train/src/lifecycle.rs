@@ -676,7 +676,13 @@ impl<'a> Runner<'a> {
         };
         let dir = self.run.join("checkpoints").join(checkpoint::dir_name(best));
         let l = checkpoint::load(&dir)?;
-        self.restore(l, false, true)
+        let pruned = !self.masks.is_empty();
+        self.restore(l, false, true)?;
+        // The masks went back with the weights: the sparsity series shows it.
+        if pruned {
+            self.record_sparsity()?;
+        }
+        Ok(())
     }
 
     /// Writes the end-of-phase decision and moves the state to the next phase.
@@ -843,6 +849,11 @@ impl<'a> Runner<'a> {
         );
         self.masks = masks;
         self.model = apply_masks(self.model.clone(), &self.masks);
+        self.record_sparsity()
+    }
+
+    /// A `metrics.jsonl` row of the overall and per-module sparsity at this step.
+    fn record_sparsity(&mut self) -> Result<()> {
         let mut row = serde_json::Map::new();
         row.insert("step".into(), json!(self.state.step));
         row.insert("phase".into(), json!(self.state.phase));

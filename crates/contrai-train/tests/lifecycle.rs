@@ -355,6 +355,15 @@ fn a_contraction_that_hurts_validation_rolls_back_to_the_best_checkpoint() {
         "enter_refine",
         "contraction ends, refine follows: {k:?}"
     );
+    // The masks went back with the weights, and the sparsity series says so.
+    let last = rows(&run.join("metrics.jsonl"))
+        .into_iter()
+        .rfind(|r| r.get("sparsity").is_some())
+        .unwrap();
+    let e = out.eval.unwrap();
+    for (m, s) in &e.sparsity {
+        assert_eq!(last[format!("sparsity/{m}")].as_f64(), Some(*s), "{m}: {last}");
+    }
 }
 
 #[test]
