@@ -319,6 +319,15 @@ impl Recipe {
                 );
             }
         }
+        if !(c.noisy_loss >= 0.0 && c.noisy_loss.is_finite()) {
+            return err(
+                "contract.noisy_loss",
+                format!(
+                    "is {}, expected a loss ≥ 0 (ln 2 = 0.693 by default)",
+                    c.noisy_loss
+                ),
+            );
+        }
         unit("refine.budget", self.refine.budget)?;
         positive("contract.eval_every", c.eval_every)?;
         positive("contract.prune_every", c.prune_every)?;

@@ -265,8 +265,11 @@ pub struct Contract {
     pub batch: usize,
     /// Dropout multiplier.
     pub dropout_scale: f64,
-    /// Share of the training samples with the highest loss dropped.
+    /// Share of the training samples with the highest loss dropped (at most).
     pub drop_noisiest: f64,
+    /// Only samples whose loss is above this count as noisy (ln 2: the model gives their label
+    /// less than even odds).
+    pub noisy_loss: f64,
     /// Relative change of validation loss between checkpoints that counts as stable.
     pub stable_delta: f64,
     /// Stable checkpoints in a row required to enter.
@@ -303,6 +306,7 @@ impl Default for Contract {
             batch: 16,
             dropout_scale: 0.5,
             drop_noisiest: 0.02,
+            noisy_loss: std::f64::consts::LN_2,
             stable_delta: 0.02,
             stable_checkpoints: 2,
             tolerance: 0.02,

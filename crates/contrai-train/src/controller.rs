@@ -68,6 +68,8 @@ pub struct Control {
     pub contract_best: Option<(u64, f32)>,
     /// Train rows dropped as the noisiest, sorted.
     pub dropped: Vec<usize>,
+    /// Whether the noisiest samples were looked for (possibly none was dropped).
+    pub noisy_checked: bool,
     /// Sparsity caps per module measured by `diagnose`.
     pub caps: BTreeMap<String, f64>,
     /// Modules whose pruning stopped (train/val divergence).
@@ -99,6 +101,7 @@ impl Default for Control {
             worse_run: 0,
             contract_best: None,
             dropped: Vec::new(),
+            noisy_checked: false,
             caps: BTreeMap::new(),
             frozen: Vec::new(),
             gap0: None,

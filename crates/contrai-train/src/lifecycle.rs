@@ -747,7 +747,7 @@ impl<'a> Runner<'a> {
     fn enter(&mut self, phase: &str) -> Result<()> {
         let unscaled = self.state.lr / self.state.control.lr_scale;
         self.state.phase = phase.into();
-        if self.state.control.dropped.is_empty() && self.recipe.contract.drop_noisiest > 0.0 {
+        if !self.state.control.noisy_checked && self.recipe.contract.drop_noisiest > 0.0 {
             self.drop_noisiest()?;
         }
         let steps = if phase == "contract" {
@@ -873,22 +873,37 @@ impl<'a> Runner<'a> {
             self.eval_batch(),
             &self.plain,
         );
-        let share = self.recipe.contract.drop_noisiest;
-        let n = ((losses.len() as f64) * share).round() as usize;
+        let c = &self.recipe.contract;
+        let (share, floor) = (c.drop_noisiest, c.noisy_loss);
         let mut order: Vec<usize> = (0..losses.len()).collect();
         order.sort_by(|&a, &b| losses[b].total_cmp(&losses[a]).then(a.cmp(&b)));
+        // At most the share, and only samples the model gives their label poor odds: on clean,
+        // well-fitted data the top 2 % by loss are hard examples, not noise.
+        let n = order
+            .iter()
+            .take(((losses.len() as f64) * share).round() as usize)
+            .take_while(|&&i| f64::from(losses[i]) > floor)
+            .count();
         let mut dropped: Vec<usize> = order[..n].to_vec();
         dropped.sort_unstable();
         let ids: Vec<&str> = dropped.iter().map(|&i| self.train_ids[i].as_str()).collect();
-        let cutoff = order.get(n.saturating_sub(1)).map(|&i| losses[i]);
+        let cutoff = n.checked_sub(1).map(|k| losses[order[k]]);
+        let above = losses.iter().filter(|l| f64::from(**l) > floor).count();
+        let reason = format!(
+            "dropped the {n} training samples ({:.1} %, at most {:.1} %) with the highest loss, all above {floor:.3} ({above} samples are), from contract and refine",
+            100.0 * n as f64 / losses.len().max(1) as f64,
+            100.0 * share
+        );
         self.decide(Decision::new(
             self.state.step,
             &self.state.phase.clone(),
             "drop_noisiest",
-            format!("dropped the {n} training samples ({:.1} %) with the highest loss (≥ {:.3}) from contract and refine", 100.0 * share, cutoff.unwrap_or(0.0)),
-            json!({"count": n, "share": share, "loss_cutoff": cutoff, "ids": ids}),
+            reason,
+            json!({"count": n, "share": share, "noisy_loss": floor, "above_floor": above,
+                   "loss_cutoff": cutoff, "ids": ids}),
         ))?;
         self.state.control.dropped = dropped;
+        self.state.control.noisy_checked = true;
         Ok(())
     }
 

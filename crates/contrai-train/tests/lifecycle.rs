@@ -112,6 +112,9 @@ fn all_five_phases_run_in_order_and_the_holdout_is_read_last() {
     let n = drop["evidence"]["count"].as_u64().unwrap();
     assert_eq!(drop["evidence"]["ids"].as_array().unwrap().len() as u64, n);
     assert!(n > 0);
+    // Only samples above the noisy-loss floor (ln 2), looked for once.
+    assert!(drop["evidence"]["loss_cutoff"].as_f64().unwrap() > std::f64::consts::LN_2);
+    assert_eq!(k.iter().filter(|x| *x == "drop_noisiest").count(), 1, "{k:?}");
     // Contract trains at its own batch with the LR annealed from main's last value, no warmup.
     let m = rows(&run.join("metrics.jsonl"));
     let train_rows: Vec<&Value> = m.iter().filter(|r| r.get("train_loss").is_some()).collect();
@@ -550,4 +553,31 @@ fn masks_survive_a_checkpoint_a_resume_and_every_optimizer_step() {
             .count();
         assert_eq!(revived, 0, "{path}: {revived} masked weights are not zero");
     }
+}
+
+#[test]
+fn no_sample_is_dropped_as_noisy_when_none_is_above_the_loss_floor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 300);
+    let run = tmp.path().join("run");
+    let mut recipe = lifecycle_recipe(&data, 40);
+    recipe.contract.noisy_loss = 50.0; // no sample's loss is that high
+    recipe.refine.distill.enabled = false;
+    train(&Options::new(recipe, &run), &Silent, &Collect::default()).unwrap();
+    let d = decisions(&run);
+    let drops: Vec<&Value> = d.iter().filter(|d| d["kind"] == "drop_noisiest").collect();
+    assert_eq!(drops.len(), 1, "looked for once, not again on entering refine");
+    assert_eq!(drops[0]["evidence"]["count"], 0);
+    let train_rows =
+        |kind: &str| d.iter().find(|d| d["kind"] == kind).unwrap()["evidence"]["train_samples"].as_u64();
+    let all = std::fs::read_to_string(run.join("data/train.jsonl"))
+        .unwrap()
+        .lines()
+        .count() as u64;
+    assert_eq!(
+        train_rows("enter_contract"),
+        Some(all),
+        "contract trains on every sample"
+    );
+    assert_eq!(train_rows("enter_refine"), Some(all));
 }

@@ -5,6 +5,7 @@
 # cosine main phase of main + contract + refine's planned steps with the controller off.
 #
 #   bash scripts/bench/lifecycle/bench.sh          # SEEDS="42" by default; OUT=/tmp/contrai-lifecycle
+#   DATASETS=spamassassin SEEDS="3 5" bash scripts/bench/lifecycle/bench.sh   # one data set
 #
 # "After main" evaluates the lifecycle's main-end checkpoint on the holdout with the bench-only
 # example `holdout_at` (the run itself reads its holdout once, at the very end).
@@ -20,8 +21,11 @@ cp "$ROOT/target/release/contrai" "$ROOT/target/release/examples/holdout_at" "$O
 BIN="$OUT/bin/contrai"
 AT="$OUT/bin/holdout_at"
 echo "contrai $(git -C "$ROOT" rev-parse --short HEAD); $(nproc) cores"
-datasets=(default)
-[[ -f "$SPAM" ]] && datasets+=(spamassassin) || echo "skipping spamassassin: $SPAM is absent"
+datasets=()
+for ds in ${DATASETS:-default spamassassin}; do
+  if [[ $ds == spamassassin && ! -f "$SPAM" ]]; then echo "skipping spamassassin: $SPAM is absent"; continue; fi
+  datasets+=("$ds")
+done
 
 planned() { python3 -c "import json;p=json.load(open('$1/plan.json'));print(p['total_steps'])"; }
 field() { python3 -c "import json,sys;v=json.load(open('$1'));print(eval('v'+sys.argv[1]))" "$2"; }
