@@ -118,7 +118,8 @@ pub fn prepare(recipe: &Recipe, run_dir: &Path, progress: &dyn Progress, reuse: 
     let dir = if reuse && own.join("manifest.json").is_file() {
         own
     } else if !recipe.data.path.is_empty() && given.join("manifest.json").is_file() {
-        given
+        copy_split(&given, &own)?;
+        own
     } else {
         let source = if recipe.data.path.is_empty() {
             contrai_data::demo::generate(contrai_data::demo::DemoConfig::default()).source()
@@ -129,13 +130,7 @@ pub fn prepare(recipe: &Recipe, run_dir: &Path, progress: &dyn Progress, reuse: 
         own
     };
     let manifest = read_manifest(&dir)?;
-    if !manifest.guard.passed {
-        return Err(TrainError::Leak {
-            dir,
-            shared: manifest.guard.shared_content_hashes,
-            near: manifest.guard.cross_partition_near_pairs,
-        });
-    }
+    refuse_leaks(&dir, &manifest)?;
     let fields = FieldSpec {
         explicit: true,
         ..fields(recipe)
@@ -170,6 +165,52 @@ pub fn prepare(recipe: &Recipe, run_dir: &Path, progress: &dyn Progress, reuse: 
         val,
         holdout,
     })
+}
+
+/// A split whose guard found leaks is refused before anything trains on it.
+fn refuse_leaks(dir: &Path, manifest: &Manifest) -> Result<()> {
+    if manifest.guard.passed {
+        return Ok(());
+    }
+    Err(TrainError::Leak {
+        dir: dir.to_path_buf(),
+        shared: manifest.guard.shared_content_hashes,
+        near: manifest.guard.cross_partition_near_pairs,
+    })
+}
+
+/// Copies an existing split directory into the run's `data/` (the run keeps what it trained on,
+/// whatever happens to the original), each file checked against the manifest's xxh3-128 and
+/// written atomically, the manifest last. A leaking split is refused before any copy.
+fn copy_split(from: &Path, to: &Path) -> Result<()> {
+    let manifest = read_manifest(from)?;
+    refuse_leaks(from, &manifest)?;
+    std::fs::create_dir_all(to).map_err(|e| TrainError::io(to, e))?;
+    for p in manifest.partitions.iter().filter(|p| p.count > 0) {
+        let src = from.join(&p.file);
+        if Path::new(&p.file).file_name().and_then(|n| n.to_str()) != Some(p.file.as_str()) {
+            return Err(TrainError::Corrupt {
+                path: from.join("manifest.json"),
+                message: format!("partition file `{}` is not a plain file name", p.file),
+            });
+        }
+        let bytes = std::fs::read(&src).map_err(|e| TrainError::io(&src, e))?;
+        let sum = contrai_data::text::hash_hex(xxhash_rust::xxh3::xxh3_128(&bytes));
+        if sum != p.file_xxh3 {
+            return Err(TrainError::Corrupt {
+                path: src,
+                message: format!(
+                    "xxh3-128 {sum} differs from the manifest's {} for the {} partition: the file changed after the split",
+                    p.file_xxh3, p.name
+                ),
+            });
+        }
+        contrai_data::write::write_atomic(to.join(&p.file), &bytes)?;
+    }
+    let m = from.join("manifest.json");
+    let bytes = std::fs::read(&m).map_err(|e| TrainError::io(&m, e))?;
+    contrai_data::write::write_atomic(to.join("manifest.json"), &bytes)?;
+    Ok(())
 }
 
 fn read_manifest(dir: &Path) -> Result<Manifest> {

@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor};
 use common::{Collect, demo_file, tiny_recipe};
@@ -218,20 +220,61 @@ fn nothing_reads_the_holdout_before_the_end() {
     assert!(err.to_string().contains("holdout"), "{err}");
 }
 
+/// The demo file split by `contrai data split`'s library into `dir`, with the tiny recipe's config.
+fn split_into(data: &Path, dir: &Path) {
+    let cfg = contrai_train::data::split_config(&tiny_recipe(data, 5)).unwrap();
+    contrai_data::split::split(
+        contrai_data::Source::file(data, None).unwrap(),
+        dir,
+        &cfg,
+        &Silent,
+    )
+    .unwrap();
+}
+
+#[test]
+fn an_existing_split_is_copied_into_the_run_and_checked_against_its_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 200);
+    let split_dir = tmp.path().join("split");
+    split_into(&data, &split_dir);
+    let mut recipe = tiny_recipe(&data, 5);
+    recipe.data.path = split_dir.display().to_string();
+    let run = tmp.path().join("run");
+    train(&Options::new(recipe.clone(), &run), &Silent, &Collect::default()).unwrap();
+    for f in ["manifest.json", "train.jsonl", "val.jsonl", "holdout.jsonl"] {
+        let (a, b) = (split_dir.join(f), run.join("data").join(f));
+        assert_eq!(
+            std::fs::read(a).unwrap(),
+            std::fs::read(b).unwrap(),
+            "{f} copied as is"
+        );
+    }
+    // A partition changed after the split is refused, naming the file.
+    let val = split_dir.join("val.jsonl");
+    let mut bytes = std::fs::read(&val).unwrap();
+    bytes.extend_from_slice(b"{\"id\":\"x\",\"text\":\"late\",\"label\":\"positive\"}\n");
+    std::fs::write(&val, bytes).unwrap();
+    let err = train(
+        &Options::new(recipe, tmp.path().join("run2")),
+        &Silent,
+        &Collect::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("val.jsonl") && err.contains("changed after the split"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_leaking_split_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let data = demo_file(tmp.path(), 200);
     let split_dir = tmp.path().join("split");
     let recipe = tiny_recipe(&data, 5);
-    let cfg = contrai_train::data::split_config(&recipe).unwrap();
-    contrai_data::split::split(
-        contrai_data::Source::file(&data, None).unwrap(),
-        &split_dir,
-        &cfg,
-        &Silent,
-    )
-    .unwrap();
+    split_into(&data, &split_dir);
     let mpath = split_dir.join("manifest.json");
     let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
     m["guard"]["passed"] = false.into();
