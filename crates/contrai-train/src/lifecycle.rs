@@ -672,7 +672,7 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// Restores the weights, optimizer and masks of the best checkpoint (counters run on): the
+    /// Restores the weights, optimizer, masks and LR of the best checkpoint (counters run on): the
     /// run's best in main, the contraction's best in contract.
     fn rollback_to_best(&mut self) -> Result<()> {
         let best = match self.state.phase.as_str() {
@@ -685,7 +685,11 @@ impl<'a> Runner<'a> {
         let dir = self.run.join("checkpoints").join(checkpoint::dir_name(best));
         let l = checkpoint::load(&dir)?;
         let pruned = !self.masks.is_empty();
+        // The next phase anneals from the LR the restored weights were trained at, not from the
+        // abandoned steps' lower one.
+        let lr = l.state.lr;
         self.restore(l, false, true)?;
+        self.state.lr = lr;
         // The masks went back with the weights: the sparsity series shows it.
         if pruned {
             self.record_sparsity()?;
