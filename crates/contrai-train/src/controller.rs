@@ -35,23 +35,6 @@ impl Decision {
     }
 }
 
-/// The relative noise of a validation-loss series: the median absolute relative change between
-/// consecutive evaluations over its second half (where the trend has flattened); 0 with fewer
-/// than three evaluations there.
-pub fn relative_noise(vals: &[f64]) -> f64 {
-    let tail = &vals[vals.len() / 2..];
-    let mut changes: Vec<f64> = tail
-        .windows(2)
-        .filter(|w| w[0] > 0.0)
-        .map(|w| ((w[1] - w[0]) / w[0]).abs())
-        .collect();
-    if changes.len() < 2 {
-        return 0.0;
-    }
-    changes.sort_by(f64::total_cmp);
-    changes[changes.len() / 2]
-}
-
 /// What the controller carries from step to step; saved in every checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -83,9 +66,6 @@ pub struct Control {
     /// The best validation loss since contraction began (its entry value first) and its step,
     /// whose checkpoint a contraction rollback restores.
     pub contract_best: Option<(u64, f32)>,
-    /// Relative noise of main's validation loss between evaluations (median absolute relative
-    /// change over its second half), measured on entering contract.
-    pub val_noise: Option<f64>,
     /// Train rows dropped as the noisiest, sorted.
     pub dropped: Vec<usize>,
     /// Whether the noisiest samples were looked for (possibly none was dropped).
@@ -122,7 +102,6 @@ impl Default for Control {
             contract_best: None,
             dropped: Vec::new(),
             noisy_checked: false,
-            val_noise: None,
             caps: BTreeMap::new(),
             frozen: Vec::new(),
             gap0: None,
@@ -197,11 +176,7 @@ impl Control {
         if val < reference {
             self.contract_best = Some((step, val));
         }
-        // Worse only beyond what evaluation noise alone produces: with a small validation set a
-        // few samples move the loss by more than `tolerance` from one evaluation to the next.
-        let noise = self.val_noise.unwrap_or(0.0);
-        let tolerance = c.tolerance.max(2.0 * noise);
-        let worse = f64::from(val) > f64::from(reference) * (1.0 + tolerance);
+        let worse = f64::from(val) > f64::from(reference) * (1.0 + c.tolerance);
         self.worse_run = if worse { self.worse_run + 1 } else { 0 };
         if self.worse_run < c.patience {
             return Action::Continue;
@@ -211,15 +186,12 @@ impl Control {
             "contract",
             "rollback_contract",
             format!(
-                "validation loss {val:.4} is more than {:.1} % above the contraction's best {reference:.4} (step {best_step}) for {} evaluations (tolerance {:.0} %, main's evaluation noise {:.1} %): the contraction hurts generalisation; back to that checkpoint, contraction ends",
-                100.0 * tolerance,
-                self.worse_run,
+                "validation loss {val:.4} is more than {:.0} % above the contraction's best {reference:.4} (step {best_step}) for {} evaluations: the contraction hurts generalisation; back to that checkpoint, contraction ends",
                 100.0 * c.tolerance,
-                100.0 * noise
+                self.worse_run
             ),
             json!({"val_loss": val, "best_val_loss": reference, "best_step": best_step,
-                   "tolerance": c.tolerance, "val_noise": noise, "tolerance_used": tolerance,
-                   "evaluations_worse": self.worse_run}),
+                   "tolerance": c.tolerance, "evaluations_worse": self.worse_run}),
         ))
     }
 
@@ -455,41 +427,6 @@ mod tests {
             Action::RollbackToBest(d) => assert_eq!(d.evidence["best_step"], 380, "the new reference"),
             a => panic!("{a:?}"),
         }
-    }
-
-    #[test]
-    fn evaluation_noise_widens_the_contraction_tolerance() {
-        let r = recipe();
-        let noise = relative_noise(&[0.5, 0.3, 0.2, 0.2, 0.22, 0.2, 0.23, 0.21]);
-        // Second half 0.22, 0.2, 0.23, 0.21: changes 9.1 %, 15 %, 8.7 % → median 9.1 %.
-        assert!((noise - 0.02 / 0.22).abs() < 1e-9, "{noise}");
-        let mut c = Control {
-            contract_best: Some((300, 0.20)),
-            val_noise: Some(noise),
-            ..Control::default()
-        };
-        for (s, v) in [(320, 0.22), (340, 0.23), (360, 0.235)] {
-            assert_eq!(
-                c.contract_eval(s, v, &r),
-                Action::Continue,
-                "{v}: within 2 × 9.1 %"
-            );
-        }
-        let mut worse = Action::Continue;
-        for s in [380, 400, 420] {
-            worse = c.contract_eval(s, 0.24, &r);
-        }
-        match worse {
-            Action::RollbackToBest(d) => {
-                assert!((d.evidence["tolerance_used"].as_f64().unwrap() - 2.0 * noise).abs() < 1e-9)
-            }
-            a => panic!("+20 % three times is beyond the noise: {a:?}"),
-        }
-        assert_eq!(
-            relative_noise(&[0.3, 0.2]),
-            0.0,
-            "too few evaluations: no widening"
-        );
     }
 
     #[test]

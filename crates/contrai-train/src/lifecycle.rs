@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::batch::{Batcher, Cursor, Encoded};
 use crate::checkpoint::{self, Loaded, MASKS, RngState, State};
-use crate::controller::{Action, Control, Decision, linear, relative_noise};
+use crate::controller::{Action, Control, Decision, linear};
 use crate::data::Holdout;
 use crate::distill::{FitData, Fitted, student_note};
 use crate::dropout::Dropout;
@@ -631,21 +631,13 @@ impl<'a> Runner<'a> {
     fn rebuild_watch(&mut self) -> Result<()> {
         self.doctor = self.fresh_doctor();
         self.plateau = self.fresh_doctor();
-        for line in self.metrics_lines(self.state.metrics_len) {
-            self.watch(&line, false)?;
+        let path = self.run.join("metrics.jsonl");
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        let upto = (self.state.metrics_len as usize).min(bytes.len());
+        for line in bytes[..upto].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            self.watch(line, false)?;
         }
         Ok(())
-    }
-
-    /// The lines of `metrics.jsonl` within its first `upto` bytes (what a state has written).
-    fn metrics_lines(&self, upto: u64) -> Vec<Vec<u8>> {
-        let bytes = std::fs::read(self.run.join("metrics.jsonl")).unwrap_or_default();
-        let upto = (upto as usize).min(bytes.len());
-        bytes[..upto]
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect()
     }
 
     /// A non-finite loss or gradient: back to the last good checkpoint with a lower LR, or give up.
@@ -771,9 +763,6 @@ impl<'a> Runner<'a> {
         // reference (after an overfitting rollback it is not main's last evaluation).
         let (entry_val, _) = evaluate(&self.model.valid(), &self.val_set, self.eval_batch(), &self.plain);
         self.state.val_loss = Some(entry_val);
-        if phase == "contract" {
-            self.state.control.val_noise = Some(relative_noise(&self.main_val_losses()?));
-        }
         let c = &mut self.state.control;
         c.phase_start = self.state.step;
         c.phase_steps = steps;
@@ -803,7 +792,6 @@ impl<'a> Runner<'a> {
                 self.recipe.contract.dropout_scale
             ),
             json!({"steps": steps, "lr_start": unscaled, "lr_end": lr_end, "batch": batch, "val_loss": entry_val,
-                   "val_noise": self.state.control.val_noise,
                    "prune": !self.recipe.contract.prune.is_empty() && phase == "contract",
                    "dropout": self.recipe.model.dropout * self.recipe.contract.dropout_scale,
                    "train_samples": self.rows.len()}),
@@ -813,18 +801,6 @@ impl<'a> Runner<'a> {
         }
         self.checkpoint()?;
         Ok(())
-    }
-
-    /// Main's validation losses, in order, as `metrics.jsonl` holds them.
-    fn main_val_losses(&mut self) -> Result<Vec<f64>> {
-        self.metrics.sync()?;
-        Ok(self
-            .metrics_lines(self.metrics.len())
-            .iter()
-            .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
-            .filter(|r| r["phase"] == "main")
-            .filter_map(|r| r.get("val_loss")?.as_f64())
-            .collect())
     }
 
     /// Gradual magnitude pruning: moves every selected module to its scheduled sparsity (capped
