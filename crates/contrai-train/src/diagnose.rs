@@ -52,7 +52,7 @@ pub fn sensitivity(
             .map(|&level| {
                 let pruned = prune_module(model.clone(), &module, level);
                 let (val_loss, _) = evaluate(&pruned, val, batch, device);
-                let increase = (f64::from(val_loss) - f64::from(base)) / f64::from(base).abs().max(1e-12);
+                let increase = relative_increase(val_loss, base);
                 Sensitivity {
                     level,
                     val_loss,
@@ -86,6 +86,11 @@ pub fn caps(sens: &BTreeMap<String, Vec<Sensitivity>>, tolerance: f64) -> BTreeM
         .collect()
 }
 
+/// How much `val_loss` is above `base`, relative to `base`.
+fn relative_increase(val_loss: f32, base: f32) -> f64 {
+    (f64::from(val_loss) - f64::from(base)) / f64::from(base).abs().max(1e-12)
+}
+
 /// One evaluation of all modules pruned together.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Joint {
@@ -115,7 +120,7 @@ pub fn joint_caps(
         let target = |p: &str| caps.get(&module_of(p)).map(|&c| Target::uncapped(c));
         update_masks(model, &mut masks, &target, Scope::Module);
         let (val_loss, _) = evaluate(&apply_masks(model.clone(), &masks), val, batch, device);
-        let increase = (f64::from(val_loss) - f64::from(base)) / f64::from(base).abs().max(1e-12);
+        let increase = relative_increase(val_loss, base);
         tried.push(Joint {
             sparsity: caps.clone(),
             val_loss,

@@ -15,7 +15,7 @@ use crate::dropout::Dropout;
 use crate::error::Result;
 use crate::model::{TextBatch, TextClassifier, cross_entropy};
 use crate::prune::{Masks, apply_masks};
-use crate::trainer::{Log, eval_batches, evaluate, grad_norm, scale_grads};
+use crate::trainer::{Log, clip_grads, eval_batches, evaluate, grad_norm};
 
 /// The distillation loss of a batch: `w_ce · CE(student, labels) + w_kd · T² · KL(p_t ‖ p_s)`,
 /// `p = softmax(logits / T)`, the KL summed over classes and averaged over the batch (Hinton et
@@ -156,9 +156,7 @@ pub fn fit(
         let train_loss = l.clone().into_scalar::<f32>();
         let mut grads = GradientsParams::from_grads(l.backward(), &model);
         let norm = grad_norm(&model, &grads);
-        if fit.clip > 0.0 && f64::from(norm) > fit.clip {
-            scale_grads(&model, &mut grads, fit.clip / (f64::from(norm) + 1e-6));
-        }
+        clip_grads(&model, &mut grads, norm, fit.clip);
         let lr = fit.schedule.lr(k);
         model = apply_masks(optim.step(lr, model, grads), masks);
         let mut row = FitRow {

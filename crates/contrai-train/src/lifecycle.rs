@@ -30,7 +30,7 @@ use crate::quantize::{quantize_int8, record_bytes, scheme_text};
 use crate::setup::Setup;
 use crate::trainer::record_err;
 use crate::trainer::{
-    self, FinalEval, Int8Eval, Log, Options, Outcome, evaluate, grad_norm, scale_grads, step_grads,
+    self, FinalEval, Int8Eval, Log, Options, Outcome, clip_grads, evaluate, grad_norm, step_grads,
 };
 
 /// Sparsity levels the `diagnose` phase prunes each module to, one at a time, on a copy.
@@ -422,10 +422,7 @@ impl<'a> Runner<'a> {
             self.on_nonfinite(loss, norm)?;
             return Ok(None);
         }
-        let clip = self.recipe.main.clip_norm;
-        if clip > 0.0 && f64::from(norm) > clip {
-            scale_grads(&self.model, &mut grads, clip / (f64::from(norm) + 1e-6));
-        }
+        clip_grads(&self.model, &mut grads, norm, self.recipe.main.clip_norm);
         self.model = apply_masks(self.optim.step(lr, self.model.clone(), grads), &self.masks);
         self.timing.step_s += t0.elapsed().as_secs_f64();
         self.timing.steps += 1;

@@ -221,6 +221,14 @@ pub fn grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> f32 {
     Tensor::cat(v.parts, 0).sum().into_scalar::<f32>().sqrt()
 }
 
+/// Global-norm clipping: scales the gradients down to norm `clip` when their norm `norm` is
+/// above it (`clip` 0: no clipping).
+pub fn clip_grads<M: Module>(model: &M, grads: &mut GradientsParams, norm: f32, clip: f64) {
+    if clip > 0.0 && f64::from(norm) > clip {
+        scale_grads(model, grads, clip / (f64::from(norm) + 1e-6));
+    }
+}
+
 /// Scales every gradient by `factor`.
 pub fn scale_grads<M: Module>(model: &M, grads: &mut GradientsParams, factor: f64) {
     model.visit(&mut Scale { grads, factor });
