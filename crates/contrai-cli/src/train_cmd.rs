@@ -12,7 +12,9 @@ use crate::progress::Bars;
 /// Train a model from a recipe: data audit and leakage-proof split, tokenizer fitted on train,
 /// the transformer classifier, step checkpoints, the holdout evaluated once at the end.
 ///
-/// With no recipe and no data it trains the built-in default on the demo dataset.
+/// With no recipe and no data it trains the built-in default on the demo dataset. With
+/// `model.kind = "mlp"` it trains an MLP on numeric features (the field `data.text` holding a
+/// JSON array of numbers, or numbers separated by commas or spaces), standardised on train.
 ///
 /// Example: contrai train spam.toml --data mail.jsonl --out runs
 #[derive(Args)]
@@ -52,10 +54,15 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let outcome = train(&opts, &Bars::default(), &Stderr)?;
     let planned = outcome.eval.as_ref().map_or(0, |e| e.planned_steps);
     eprintln!(
-        "{} steps (of {planned} planned) in {} ({:.0} ms a step, {:.0} ms a checkpoint, effective batch {})",
+        "{} steps (of {planned} planned) in {} ({} ms a step, {:.0} ms a checkpoint, effective batch {})",
         outcome.step,
         run_dir.display(),
-        outcome.ms_per_step,
+        // An MLP's step takes well under a millisecond.
+        if outcome.ms_per_step < 10.0 {
+            format!("{:.2}", outcome.ms_per_step)
+        } else {
+            format!("{:.0}", outcome.ms_per_step)
+        },
         outcome.ms_per_checkpoint,
         outcome.effective_batch
     );

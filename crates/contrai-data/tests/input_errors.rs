@@ -94,7 +94,9 @@ fn a_text_field_of_the_wrong_type_names_line_and_field() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("x.jsonl:2: field `text` (text) must be a string, found an array"),
+        err.contains(
+            "x.jsonl:2: field `text` (text) must be a string (or an array of numbers), found an array"
+        ),
         "{err}"
     );
 }

@@ -278,8 +278,9 @@ pub fn parameter_count(recipe: &Recipe, classes: u64) -> u64 {
     let m = &recipe.model;
     let (d, f, l) = (m.d_model as u64, m.ffn as u64, m.layers as u64);
     if m.kind == "mlp" {
-        // Input width is the feature count, unknown here: count the hidden stack and the head.
-        return l.saturating_sub(1) * (d * d + d) + d * classes + classes;
+        // Hidden width is `ffn`; the input width is the feature count, unknown here: count the
+        // hidden stack after the first layer and the head.
+        return l.saturating_sub(1) * (f * f + f) + f * classes + classes;
     }
     let embeddings = (m.vocab as u64 + m.seq_len as u64) * d;
     let attention = 4 * (d * d + d);

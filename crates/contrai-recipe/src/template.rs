@@ -14,7 +14,7 @@ phases = ["validate", "main", "diagnose", "contract", "refine"]   # drop any but
 
 [data]
 path = ""                # JSONL / CSV / Parquet file, or a split directory; "" = built-in demo
-text = "text"            # field holding the text
+text = "text"            # field holding the text (mlp: numeric features, [1.5, 0, 2] or "1.5 0 2")
 label = "label"          # field holding the label
 id = "id"                # field holding a unique id (line numbers when absent)
 on_label_conflict = "drop"   # duplicate clusters with disagreeing labels: drop | majority | keep
@@ -29,19 +29,19 @@ holdout = 0.05
 threshold = 0.8          # Jaccard similarity of word 5-grams that makes two texts near-duplicates
 
 [model]
-kind = "transformer"     # transformer (text) | mlp (numeric features)
+kind = "transformer"     # transformer (text) | mlp (numeric features, standardised on train)
 vocab = 8192             # tokenizer vocabulary, fitted on the train partition only
 seq_len = 128            # tokens a sample
 d_model = 128            # width
-layers = 2               # pre-LayerNorm blocks
+layers = 2               # pre-LayerNorm blocks (mlp: hidden GELU layers)
 heads = 4                # attention heads
-ffn = 512                # feed-forward width
+ffn = 512                # feed-forward width (mlp: hidden width)
 dropout = 0.1
 
 [validate]               # prove the pipeline before the main compute is spent
 steps = 30               # steps of overfitting one batch ...
 batch = 8                # ... of this many samples, dropout off
-lr = 1e-3                # constant LR of the check
+lr = 1e-3                # constant LR of the check (mlp: 3e-3)
 min_fall = 0.9           # the batch's loss must fall by more than this share
 
 [main]
@@ -49,7 +49,7 @@ steps = 400              # optimizer steps
 batch = 32               # samples a micro-batch, per device
 accumulate = 1           # micro-batches an optimizer step (effective batch 16–64 recommended)
 devices = 1
-lr = 5e-4                # peak learning rate
+lr = 5e-4                # peak learning rate (mlp: 1e-3)
 min_lr = 1e-5            # floor of the decay
 warmup = 0.03            # linear warmup, as a fraction of the steps (2–5 %)
 schedule = "cosine"      # cosine | linear | constant
@@ -73,7 +73,7 @@ prune_span = 0.75        # ... over this share of contract; the rest recovers
 divergence = 0.1         # a module stops being pruned when (val − train loss) grows by this × val loss
 prune_scope = "module"   # module: each module to its own target | global: one magnitude threshold
 prune_heads = false      # prune attention by whole heads (their q/k/v columns and output rows)
-prune = [                # weight matrices by glob over parameter paths; caps: attention 20 %, and diagnose's
+prune = [                # weight matrices by glob over parameter paths (an MLP's default: "layers.*", 0.1 → 0.5); caps: attention 20 %, and diagnose's
     { params = "blocks.*.attn.*", init = 0.1, final = 0.2 },
     { params = "blocks.*.ffn.*", init = 0.1, final = 0.5 },
 ]

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use contrai_train::batch::Encoded;
+use contrai_train::batch::{Encoded, Inputs};
 use contrai_train::compress::RunData;
 use serde_json::json;
 
@@ -24,9 +24,12 @@ fn main() {
 
 fn export(run: &Path, out: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let d = RunData::open(run)?;
-    let part = |e: &Encoded| json!({"ids": e.ids, "labels": e.labels});
+    let part = |e: &Encoded| match &e.inputs {
+        Inputs::Tokens(ids) => json!({"ids": ids, "labels": e.labels}),
+        Inputs::Features(x) => json!({"features": x, "labels": e.labels}),
+    };
     let doc = json!({
-        "seq": d.train.seq,
+        "seq": d.train.width,
         "classes": d.classes.names,
         "train": part(&d.train),
         "val": part(&d.val),

@@ -1,4 +1,4 @@
-//! Encoded partitions and the seeded batch order, resumable from a two-number cursor.
+//! Encoded partitions (the fitted encoder, model inputs, batches) and the seeded batch order, resumable from a two-number cursor.
 
 use std::collections::BTreeMap;
 
@@ -7,37 +7,154 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use std::path::Path;
+
+use burn::tensor::Device;
+use contrai_recipe::Recipe;
+
 use crate::data::Samples;
 use crate::dropout::mix;
 use crate::error::{Result, TrainError};
+use crate::features::{self, Scaler};
+use crate::model::{Batch, TextBatch};
 use crate::tokenizer::Tokenizer;
 
-/// A partition as padded token ids (`seq` a sample) and class indices.
+/// How a partition's raw inputs become model inputs: fitted on train only, saved with the run.
+#[derive(Debug, Clone)]
+pub enum Encoder {
+    /// Word ids, `seq` a sample (`tokenizer.json`).
+    Text {
+        /// The tokenizer.
+        tokenizer: Tokenizer,
+        /// Tokens a sample.
+        seq: usize,
+    },
+    /// Standardised numeric features (`features.json`).
+    Features {
+        /// Means and deviations of train.
+        scaler: Scaler,
+        /// The field that holds them (for messages).
+        field: String,
+    },
+}
+
+impl Encoder {
+    /// The file the encoder of `recipe`'s model is saved in.
+    pub fn file_name(recipe: &Recipe) -> &'static str {
+        if recipe.model.kind == "mlp" {
+            "features.json"
+        } else {
+            "tokenizer.json"
+        }
+    }
+
+    /// Fits the encoder of `recipe`'s model on the train partition.
+    pub fn fit(recipe: &Recipe, train: &Samples) -> Result<Encoder> {
+        if recipe.model.kind == "mlp" {
+            let rows = features::rows(train, None, "train", &recipe.data.text)?;
+            let scaler = Scaler::fit(&rows)?;
+            return Ok(Encoder::Features {
+                scaler,
+                field: recipe.data.text.clone(),
+            });
+        }
+        let tokenizer = Tokenizer::fit(train.texts.iter().map(String::as_str), recipe.model.vocab)?;
+        Ok(Encoder::Text {
+            tokenizer,
+            seq: recipe.model.seq_len,
+        })
+    }
+
+    /// Reads the encoder a run saved in `dir`.
+    pub fn load(recipe: &Recipe, dir: &Path) -> Result<Encoder> {
+        let path = dir.join(Self::file_name(recipe));
+        if recipe.model.kind == "mlp" {
+            let scaler = Scaler::load(&path)?;
+            return Ok(Encoder::Features {
+                scaler,
+                field: recipe.data.text.clone(),
+            });
+        }
+        let tokenizer = Tokenizer::load(&path)?;
+        Ok(Encoder::Text {
+            tokenizer,
+            seq: recipe.model.seq_len,
+        })
+    }
+
+    /// Writes the encoder as `path`.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        match self {
+            Encoder::Text { tokenizer, .. } => tokenizer.save(path),
+            Encoder::Features { scaler, .. } => scaler.save(path),
+        }
+    }
+
+    /// The model's input width: tokens a sample, or features a sample.
+    pub fn width(&self) -> usize {
+        match self {
+            Encoder::Text { seq, .. } => *seq,
+            Encoder::Features { scaler, .. } => scaler.dim,
+        }
+    }
+
+    /// One line for the run's log.
+    pub fn describe(&self) -> String {
+        match self {
+            Encoder::Text { tokenizer, .. } => format!(
+                "tokenizer: {} ids ({} words) fitted on train",
+                tokenizer.size,
+                tokenizer.words.len()
+            ),
+            Encoder::Features { scaler, field } => {
+                format!(
+                    "features: {} numbers a sample in `{field}`, standardised on train",
+                    scaler.dim
+                )
+            }
+        }
+    }
+}
+
+/// A partition's model inputs, row-major.
+#[derive(Debug, Clone)]
+pub enum Inputs {
+    /// Padded token ids (`PAD` = 0).
+    Tokens(Vec<i32>),
+    /// Standardised features.
+    Features(Vec<f32>),
+}
+
+/// A partition as model inputs (`width` a sample) and class indices.
 #[derive(Debug, Clone)]
 pub struct Encoded {
-    /// Row-major ids, `len() * seq`.
-    pub ids: Vec<i32>,
+    /// The inputs, `len() * width`.
+    pub inputs: Inputs,
     /// Class index of each sample.
     pub labels: Vec<i32>,
-    /// Tokens a sample.
-    pub seq: usize,
+    /// Tokens or features a sample.
+    pub width: usize,
 }
 
 impl Encoded {
-    /// Encodes `samples` with `tok`, labels mapped through `classes`.
-    pub fn new(
-        samples: &Samples,
-        tok: &Tokenizer,
-        classes: &Classes,
-        seq: usize,
-        part: &str,
-    ) -> Result<Encoded> {
-        let mut ids = vec![0i32; samples.len() * seq];
-        for (row, text) in ids.chunks_mut(seq).zip(&samples.texts) {
-            for (slot, id) in row.iter_mut().zip(tok.encode(text, seq)) {
-                *slot = id as i32;
+    /// Encodes `samples` (the `part` partition) with `enc`, labels mapped through `classes`.
+    pub fn new(samples: &Samples, enc: &Encoder, classes: &Classes, part: &str) -> Result<Encoded> {
+        let width = enc.width();
+        let inputs = match enc {
+            Encoder::Text { tokenizer, seq } => {
+                let mut ids = vec![0i32; samples.len() * seq];
+                for (row, text) in ids.chunks_mut(*seq).zip(&samples.texts) {
+                    for (slot, id) in row.iter_mut().zip(tokenizer.encode(text, *seq)) {
+                        *slot = id as i32;
+                    }
+                }
+                Inputs::Tokens(ids)
             }
-        }
+            Encoder::Features { scaler, field } => {
+                let rows = features::rows(samples, Some(scaler.dim), part, field)?;
+                Inputs::Features(scaler.encode(&rows))
+            }
+        };
         let labels = samples
             .labels
             .iter()
@@ -50,7 +167,11 @@ impl Encoded {
                 })
             })
             .collect::<Result<Vec<i32>>>()?;
-        Ok(Encoded { ids, labels, seq })
+        Ok(Encoded {
+            inputs,
+            labels,
+            width,
+        })
     }
 
     /// Samples.
@@ -63,22 +184,30 @@ impl Encoded {
         self.labels.is_empty()
     }
 
-    /// Ids and labels of the samples `rows`.
-    pub fn gather(&self, rows: &[usize]) -> (Vec<i32>, Vec<i32>) {
-        let mut ids = Vec::with_capacity(rows.len() * self.seq);
-        for &r in rows {
-            ids.extend_from_slice(&self.ids[r * self.seq..(r + 1) * self.seq]);
-        }
-        (ids, rows.iter().map(|&r| self.labels[r]).collect())
-    }
-
     /// The samples `rows`, in that order.
     pub fn subset(&self, rows: &[usize]) -> Encoded {
-        let (ids, labels) = self.gather(rows);
+        fn pick<T: Copy>(v: &[T], rows: &[usize], w: usize) -> Vec<T> {
+            rows.iter()
+                .flat_map(|&r| v[r * w..(r + 1) * w].iter().copied())
+                .collect()
+        }
+        let inputs = match &self.inputs {
+            Inputs::Tokens(ids) => Inputs::Tokens(pick(ids, rows, self.width)),
+            Inputs::Features(x) => Inputs::Features(pick(x, rows, self.width)),
+        };
         Encoded {
-            ids,
-            labels,
-            seq: self.seq,
+            inputs,
+            labels: rows.iter().map(|&r| self.labels[r]).collect(),
+            width: self.width,
+        }
+    }
+
+    /// The samples `rows` as one batch on `device`.
+    pub fn batch(&self, rows: &[usize], device: &Device) -> Batch {
+        let part = self.subset(rows);
+        match &part.inputs {
+            Inputs::Tokens(ids) => Batch::Text(TextBatch::new(ids, &part.labels, self.width, device)),
+            Inputs::Features(x) => Batch::features(x, &part.labels, self.width, device),
         }
     }
 }

@@ -35,6 +35,13 @@ pub fn calibrate(recipe: &Recipe, steps: usize) -> Result<Calibration> {
             "calibration needs at least one step".into(),
         ));
     }
+    if recipe.model.kind == "mlp" {
+        return Err(TrainError::Unsupported(
+            "calibration times the transformer on random tokens; an MLP's step depends on its \
+             feature count, known only from the data: time a short `contrai train` instead"
+                .into(),
+        ));
+    }
     crate::alloc::keep_freed_memory();
     let spec = &recipe.model;
     let device = Device::flex().autodiff();

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::batch::Cursor;
 use crate::error::{Result, TrainError};
-use crate::model::TextClassifier;
+use crate::model::Classifier;
 use crate::prune::Masks;
 
 /// The checkpoint file of the pruning masks.
@@ -91,7 +91,7 @@ pub struct Loaded {
 
 impl Loaded {
     /// The checkpoint's weights loaded into `model` (the same architecture).
-    pub fn weights_into(&self, model: TextClassifier) -> Result<TextClassifier> {
+    pub fn weights_into(&self, model: Classifier) -> Result<Classifier> {
         use burn::module::Module;
         use burn::store::ModuleRecord;
         use burn::tensor::Bytes;

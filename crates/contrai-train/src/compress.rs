@@ -10,17 +10,16 @@ use contrai_data::Silent;
 use contrai_recipe::{Decay, Recipe, Schedule};
 use serde::Serialize;
 
-use crate::batch::{Classes, Encoded};
+use crate::batch::{Classes, Encoded, Encoder};
 use crate::checkpoint::{self, Loaded};
-use crate::distill::{Fit, FitData, Fitted, distill, fit, log_evaluations, student_note};
+use crate::distill::{Fit, FitData, Fitted, distill, fit, log_evaluations, student_note, student_size};
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
 use crate::export::{LATENCY_BATCH, Measured, Variant, time_variants};
-use crate::model::{TextBatch, TextClassifier, cross_entropy};
+use crate::model::{Batch, Classifier, cross_entropy};
 use crate::prune::{Masks, Scope, Target, apply_masks, update_all};
 use crate::quantize::{quantize_int8, record_bytes, scheme_text};
-use crate::tokenizer::Tokenizer;
-use crate::trainer::{self, Log, evaluate, save_safetensors};
+use crate::trainer::{self, Log, save_safetensors};
 
 /// What to make.
 #[derive(Debug, Clone)]
@@ -68,7 +67,7 @@ struct Source {
     train: Encoded,
     val: Encoded,
     hold: Encoded,
-    model: TextClassifier,
+    model: Classifier,
     masks: Masks,
     step: u64,
     rows: Vec<usize>,
@@ -77,6 +76,12 @@ struct Source {
 /// Makes the variants `opts` asks for from `run`'s best checkpoint and measures them.
 pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<CompressReport> {
     let src = open(run, opts.step, log)?;
+    if opts.heads && src.model.transformer().is_none() {
+        return Err(TrainError::Unsupported(format!(
+            "--heads prunes attention heads; {} is an MLP run, which has none",
+            run.display()
+        )));
+    }
     let mut shelf = Shelf::new(&src, run.join("compress"))?;
     let dense = src.model.valid();
     let note = format!("checkpoint step {}", src.step);
@@ -108,12 +113,14 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
     }
     if opts.distill {
         let d = &src.recipe.refine.distill;
+        let kind = &src.recipe.model.kind;
         log.info(&format!(
-            "distilling into a student of {} layer(s), d_model {}, for {} steps",
-            d.layers, d.d_model, d.steps
+            "distilling into a student ({}) for {} steps",
+            student_size(d, kind),
+            d.steps
         ));
         let fitted = student(&src, &dense, log)?;
-        let note = student_note(d, &fitted);
+        let note = student_note(d, kind, &fitted);
         shelf.safetensors("student", "student.safetensors", fitted.model, note)?;
     }
     log.info("timing every variant side by side");
@@ -141,7 +148,7 @@ struct Shelf<'a> {
     src: &'a Source,
     out: PathBuf,
     variants: Vec<Variant>,
-    models: Vec<TextClassifier>,
+    models: Vec<Classifier>,
 }
 
 impl<'a> Shelf<'a> {
@@ -156,20 +163,22 @@ impl<'a> Shelf<'a> {
     }
 
     /// Measures `model` (validation and holdout accuracy) and puts it on the shelf.
-    fn add(&mut self, name: &str, file: &str, model: TextClassifier, bytes: u64, note: String) {
-        let (src, eb, plain) = (self.src, trainer::eval_batch(&self.src.recipe), Device::flex());
-        let m = Measured {
-            val_accuracy: evaluate(&model, &src.val, eb, &plain).1,
-            holdout: evaluate(&model, &src.hold, eb, &plain),
+    fn add(&mut self, name: &str, file: &str, model: Classifier, bytes: u64, note: String) {
+        let src = self.src;
+        let m = Measured::of(
+            &model,
+            &src.val,
+            &src.hold,
+            trainer::eval_batch(&src.recipe),
             bytes,
-        };
+        );
         let file = Some(format!("compress/{file}"));
         self.variants.push(Variant::new(name, file, &model, m, note));
         self.models.push(model);
     }
 
     /// Writes `model` as safetensors and adds it.
-    fn safetensors(&mut self, name: &str, file: &str, model: TextClassifier, note: String) -> Result<()> {
+    fn safetensors(&mut self, name: &str, file: &str, model: Classifier, note: String) -> Result<()> {
         let path = self.out.join(file);
         save_safetensors(&model, &path)?;
         let bytes = std::fs::metadata(&path).map_or(0, |x| x.len());
@@ -178,7 +187,7 @@ impl<'a> Shelf<'a> {
     }
 
     /// Quantizes `model` to int8, writes its record and adds it.
-    fn int8(&mut self, name: &str, model: &TextClassifier, block: Option<u8>) -> Result<()> {
+    fn int8(&mut self, name: &str, model: &Classifier, block: Option<u8>) -> Result<()> {
         let q = quantize_int8(model.clone(), block);
         let rec = record_bytes(&q)?;
         let file = format!("{name}.bpk").replace('+', "-");
@@ -204,7 +213,7 @@ pub struct RunData {
 }
 
 impl RunData {
-    /// Reads `run`'s recipe, tokenizer, classes and split.
+    /// Reads `run`'s recipe, encoder, classes and split.
     pub fn open(run: &Path) -> Result<RunData> {
         let recipe_path = run.join("recipe.toml");
         if !recipe_path.is_file() {
@@ -215,30 +224,25 @@ impl RunData {
             });
         }
         let recipe = Recipe::from_file(&recipe_path).map_err(|e| TrainError::Unsupported(e.to_string()))?;
-        let tok = Tokenizer::load(&run.join("tokenizer.json"))?;
-        let classes_path = run.join("classes.json");
-        let bytes = std::fs::read(&classes_path).map_err(|e| TrainError::io(&classes_path, e))?;
-        let classes: Classes = serde_json::from_slice(&bytes).map_err(|e| TrainError::Corrupt {
-            path: classes_path.clone(),
-            message: e.to_string(),
-        })?;
+        let enc = Encoder::load(&recipe, run)?;
+        let classes: Classes = trainer::read_json(&run.join("classes.json"))?;
         let mut prepared = crate::data::prepare(&recipe, run, &Silent, true)?;
-        let seq = recipe.model.seq_len;
         Ok(RunData {
-            train: Encoded::new(&prepared.train, &tok, &classes, seq, "train")?,
-            val: Encoded::new(&prepared.val, &tok, &classes, seq, "val")?,
-            holdout: Encoded::new(&prepared.holdout.read_once()?, &tok, &classes, seq, "holdout")?,
+            train: Encoded::new(&prepared.train, &enc, &classes, "train")?,
+            val: Encoded::new(&prepared.val, &enc, &classes, "val")?,
+            holdout: Encoded::new(&prepared.holdout.read_once()?, &enc, &classes, "holdout")?,
             recipe,
             classes,
         })
     }
 
     /// The model of checkpoint `dir` of this run.
-    pub fn model_at(&self, l: &Loaded) -> Result<TextClassifier> {
+    pub fn model_at(&self, l: &Loaded) -> Result<Classifier> {
         let device = Device::flex().autodiff();
-        let fresh = TextClassifier::new(
+        let fresh = Classifier::new(
             &self.recipe.model,
             self.classes.names.len(),
+            self.train.width,
             self.recipe.run.seed,
             &device,
         )?;
@@ -320,7 +324,7 @@ fn prune_and_tune(
     opts: &CompressOptions,
     share: f64,
     log: &dyn Log,
-) -> Result<(TextClassifier, String)> {
+) -> Result<(Classifier, String)> {
     let prunable = prunable_paths(&src.recipe);
     let target = |p: &str| prunable(p).then_some(Target::uncapped(share));
     let mut masks = src.masks.clone();
@@ -345,8 +349,8 @@ fn prune_and_tune(
         dropout: r.model.dropout,
         seed: r.run.seed ^ 0xF1E,
     };
-    let loss = |m: &TextClassifier, b: &TextBatch, _: &[usize], d: Option<&Dropout>| {
-        cross_entropy(m.forward(b, d), b.labels.clone())
+    let loss = |m: &Classifier, b: &Batch, _: &[usize], d: Option<&Dropout>| {
+        cross_entropy(m.forward(b, d), b.labels())
     };
     let fitted = if opts.steps == 0 {
         None
@@ -378,7 +382,7 @@ fn prune_and_tune(
 }
 
 /// The recipe's student, distilled from `teacher` on all training rows.
-fn student(src: &Source, teacher: &TextClassifier, log: &dyn Log) -> Result<Fitted> {
+fn student(src: &Source, teacher: &Classifier, log: &dyn Log) -> Result<Fitted> {
     let r = &src.recipe;
     let data = src.fit_data();
     distill(

@@ -8,17 +8,17 @@ use serde::Serialize;
 
 use crate::batch::Encoded;
 use crate::lifecycle::{ATTENTION_CAP, SENSITIVITY_LEVELS};
-use crate::model::{TextClassifier, per_sample_cross_entropy};
+use crate::model::{Classifier, per_sample_cross_entropy};
 use crate::prune::{
     Masks, Scope, Target, apply_masks, module_of, prunable_modules, prune_module, update_masks,
 };
 use crate::trainer::{eval_batches, evaluate};
 
 /// The loss of every sample of `data` under `model` (no dropout), in row order.
-pub fn per_sample_losses(model: &TextClassifier, data: &Encoded, batch: usize, device: &Device) -> Vec<f32> {
+pub fn per_sample_losses(model: &Classifier, data: &Encoded, batch: usize, device: &Device) -> Vec<f32> {
     let mut out = Vec::with_capacity(data.len());
     for b in eval_batches(data, batch, device) {
-        let losses = per_sample_cross_entropy(model.forward(&b, None), b.labels);
+        let losses = per_sample_cross_entropy(model.forward(&b, None), b.labels());
         out.extend(losses.into_data().try_to_vec::<f32>().unwrap_or_default());
     }
     out
@@ -38,15 +38,14 @@ pub struct Sensitivity {
 /// Prunes each module alone, on a copy, to every level of [`SENSITIVITY_LEVELS`] and measures the
 /// validation loss against `base` (the unpruned model's).
 pub fn sensitivity(
-    model: &TextClassifier,
+    model: &Classifier,
     val: &Encoded,
-    layers: usize,
     batch: usize,
     device: &Device,
     base: f32,
 ) -> BTreeMap<String, Vec<Sensitivity>> {
     let mut out = BTreeMap::new();
-    for module in prunable_modules(layers) {
+    for module in prunable_modules(model) {
         let rows = SENSITIVITY_LEVELS
             .iter()
             .map(|&level| {
@@ -107,7 +106,7 @@ pub struct Joint {
 /// the joint validation-loss increase exceeds `tolerance`, every module steps down one level of
 /// [`SENSITIVITY_LEVELS`]. Returns the caps that pass (all 0 if none does) and each evaluation.
 pub fn joint_caps(
-    model: &TextClassifier,
+    model: &Classifier,
     val: &Encoded,
     planned: BTreeMap<String, f64>,
     tolerance: f64,
@@ -183,11 +182,11 @@ mod tests {
             ffn: 32,
             ..Default::default()
         };
-        let model = TextClassifier::new(&spec, 2, 5, &device).unwrap();
+        let model = Classifier::new(&spec, 2, 0, 5, &device).unwrap();
         let val = Encoded {
-            ids: (0..8 * 40).map(|i| i * 7 % 63 + 1).collect(),
+            inputs: crate::batch::Inputs::Tokens((0..8 * 40).map(|i| i * 7 % 63 + 1).collect()),
             labels: (0..40).map(|i| i % 2).collect(),
-            seq: 8,
+            width: 8,
         };
         let (base, _) = evaluate(&model, &val, 16, &device);
         let planned: BTreeMap<String, f64> = [

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::batch::{Batcher, Cursor, Encoded};
 use crate::dropout::Dropout;
 use crate::error::Result;
-use crate::model::{TextBatch, TextClassifier, cross_entropy};
+use crate::model::{Batch, Classifier, cross_entropy};
 use crate::prune::{Masks, apply_masks};
 use crate::trainer::{Log, clip_grads, eval_batches, evaluate, grad_norm};
 
@@ -36,7 +36,7 @@ pub fn kd_loss(
 
 /// The teacher's logits for `rows` of `data` (no dropout), row-major `[rows, classes]`.
 pub fn teacher_logits(
-    teacher: &TextClassifier,
+    teacher: &Classifier,
     data: &Encoded,
     rows: &[usize],
     batch: usize,
@@ -107,7 +107,7 @@ pub struct FitRow {
 /// What a short run left: the best evaluation's weights (inference form) and the log.
 pub struct Fitted {
     /// The model of the best validation loss.
-    pub model: TextClassifier,
+    pub model: Classifier,
     /// Step, validation loss and accuracy of that model.
     pub best: (u64, f32, f32),
     /// Every step.
@@ -127,12 +127,12 @@ pub struct FitData<'a> {
 }
 
 /// The loss of a step: the model, the batch and the train rows it holds (to look up targets).
-pub type StepLoss<'a> = dyn Fn(&TextClassifier, &TextBatch, &[usize], Option<&Dropout>) -> Tensor<1> + 'a;
+pub type StepLoss<'a> = dyn Fn(&Classifier, &Batch, &[usize], Option<&Dropout>) -> Tensor<1> + 'a;
 
 /// Trains `model` for `fit.steps` with `loss`; `masks` are re-applied after every step so that
 /// pruned weights stay zero. `on_step` sees each row (progress).
 pub fn fit(
-    mut model: TextClassifier,
+    mut model: Classifier,
     mut optim: ModuleOptimizer,
     fit: &Fit,
     data: &FitData,
@@ -149,8 +149,7 @@ pub fn fit(
     let mut rows = Vec::with_capacity(fit.steps as usize);
     for k in 0..fit.steps {
         let picked: Vec<usize> = batcher.next_batch().into_iter().map(|i| data.rows[i]).collect();
-        let (ids, labels) = data.train.gather(&picked);
-        let batch = TextBatch::new(&ids, &labels, data.train.seq, &device);
+        let batch = data.train.batch(&picked, &device);
         let drop = (fit.dropout > 0.0).then(|| Dropout::new(fit.dropout, fit.seed, k, 0));
         let l = loss(&model, &batch, &picked, drop.as_ref());
         let train_loss = l.clone().into_scalar::<f32>();
@@ -185,11 +184,24 @@ pub fn fit(
 }
 
 /// What a student is, in words: its size and which of its evaluations was kept.
-pub fn student_note(d: &Distill, fitted: &Fitted) -> String {
+pub fn student_note(d: &Distill, kind: &str, fitted: &Fitted) -> String {
     format!(
-        "{} layer(s), d_model {}, {} heads, ffn {}; best of {} steps at step {}",
-        d.layers, d.d_model, d.heads, d.ffn, d.steps, fitted.best.0
+        "{}; best of {} steps at step {}",
+        student_size(d, kind),
+        d.steps,
+        fitted.best.0
     )
+}
+
+/// The student's size in words, for a teacher of model `kind`.
+pub fn student_size(d: &Distill, kind: &str) -> String {
+    match kind {
+        "mlp" => format!("{} hidden layer(s) of width {}", d.layers, d.ffn),
+        _ => format!(
+            "{} layer(s), d_model {}, {} heads, ffn {}",
+            d.layers, d.d_model, d.heads, d.ffn
+        ),
+    }
 }
 
 /// Logs each evaluation of a short run through `log`.
@@ -209,7 +221,7 @@ pub fn log_evaluations(log: &dyn Log) -> impl FnMut(&FitRow) + '_ {
 /// Distils `teacher` into a fresh student of `cfg`'s size, trained on `data.rows` with its own
 /// warmup-then-cosine schedule. `optim` is the recipe's AdamW.
 pub fn distill(
-    teacher: &TextClassifier,
+    teacher: &Classifier,
     teacher_spec: &ModelSpec,
     cfg: &Distill,
     data: &FitData,
@@ -218,7 +230,7 @@ pub fn distill(
     on_step: &mut dyn FnMut(&FitRow),
 ) -> Result<Fitted> {
     let plain = Device::flex();
-    let classes = teacher.head.weight.dims()[1];
+    let classes = teacher.classes();
     let targets = teacher_logits(teacher, data.train, data.rows, data.eval_batch, &plain);
     // Row of the train partition → its teacher logits.
     let mut at = vec![usize::MAX; data.train.len()];
@@ -226,7 +238,13 @@ pub fn distill(
         at[r] = i;
     }
     let spec = student_spec(teacher_spec, cfg);
-    let student = TextClassifier::new(&spec, classes, seed ^ 0x57D, &Device::flex().autodiff())?;
+    let student = Classifier::new(
+        &spec,
+        classes,
+        data.train.width,
+        seed ^ 0x57D,
+        &Device::flex().autodiff(),
+    )?;
     let fit_cfg = Fit {
         steps: cfg.steps,
         batch: cfg.batch.min(data.rows.len()),
@@ -242,14 +260,14 @@ pub fn distill(
         dropout: spec.dropout,
         seed: seed ^ 0xD157,
     };
-    let loss = |m: &TextClassifier, b: &TextBatch, rows: &[usize], d: Option<&Dropout>| {
+    let loss = |m: &Classifier, b: &Batch, rows: &[usize], d: Option<&Dropout>| {
         let t: Vec<f32> = rows
             .iter()
             .flat_map(|&r| targets[at[r] * classes..(at[r] + 1) * classes].iter().copied())
             .collect();
-        let device = b.keep.device();
-        let t = Tensor::<2>::from_data(TensorData::new(t, [rows.len(), classes]), &device);
-        kd_loss(m.forward(b, d), t, b.labels.clone(), cfg)
+        let labels = b.labels();
+        let t = Tensor::<2>::from_data(TensorData::new(t, [rows.len(), classes]), &labels.device());
+        kd_loss(m.forward(b, d), t, labels, cfg)
     };
     fit(student, optim, &fit_cfg, data, &Masks::default(), &loss, on_step)
 }

@@ -8,8 +8,9 @@ use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::batch::Encoded;
-use crate::model::{TextBatch, TextClassifier};
+use crate::model::Classifier;
 use crate::prune::weights;
+use crate::trainer::evaluate;
 
 /// Samples a batch the latency is measured on.
 pub const LATENCY_BATCH: usize = 32;
@@ -40,7 +41,7 @@ pub struct Variant {
 }
 
 /// Share of the weight-matrix entries of `model` that are exactly zero.
-pub fn zero_share(model: &TextClassifier) -> f64 {
+pub fn zero_share(model: &Classifier) -> f64 {
     let all = weights(model, &|_| true);
     let n: usize = all.iter().map(|(_, _, v)| v.len()).sum();
     let zeros: usize = all
@@ -53,15 +54,14 @@ pub fn zero_share(model: &TextClassifier) -> f64 {
 /// Median milliseconds of a forward pass of each model over the first [`LATENCY_BATCH`] samples
 /// of `data`: one warm-up pass each, then 7 rounds in which every model runs once, so that the
 /// machine's noise and warm-up fall on all of them alike.
-pub fn latencies(models: &[&TextClassifier], data: &Encoded, device: &Device) -> Vec<Option<f64>> {
+pub fn latencies(models: &[&Classifier], data: &Encoded, device: &Device) -> Vec<Option<f64>> {
     let n = data.len().min(LATENCY_BATCH);
     if n == 0 {
         return vec![None; models.len()];
     }
     let rows: Vec<usize> = (0..n).collect();
-    let (ids, labels) = data.gather(&rows);
-    let b = TextBatch::new(&ids, &labels, data.seq, device);
-    let time = |m: &TextClassifier| {
+    let b = data.batch(&rows, device);
+    let time = |m: &Classifier| {
         let t = Instant::now();
         let _ = m.forward(&b, None).into_data();
         t.elapsed().as_secs_f64() * 1000.0
@@ -85,7 +85,7 @@ pub fn latencies(models: &[&TextClassifier], data: &Encoded, device: &Device) ->
 }
 
 /// Sets each variant's latency, measured side by side (`models[i]` is `variants[i]`'s model).
-pub fn time_variants(variants: &mut [Variant], models: &[&TextClassifier], data: &Encoded) {
+pub fn time_variants(variants: &mut [Variant], models: &[&Classifier], data: &Encoded) {
     for (v, l) in variants.iter_mut().zip(latencies(models, data, &Device::flex())) {
         v.latency_ms = l;
     }
@@ -101,15 +101,21 @@ pub struct Measured {
     pub bytes: u64,
 }
 
+impl Measured {
+    /// `model` evaluated on validation and holdout (on the plain CPU device), `bytes` on disk.
+    pub fn of(model: &Classifier, val: &Encoded, holdout: &Encoded, batch: usize, bytes: u64) -> Measured {
+        let device = Device::flex();
+        Measured {
+            val_accuracy: evaluate(model, val, batch, &device).1,
+            holdout: evaluate(model, holdout, batch, &device),
+            bytes,
+        }
+    }
+}
+
 impl Variant {
     /// The row of `model` named `name` (its latency is set by [`time_variants`]).
-    pub fn new(
-        name: &str,
-        file: Option<String>,
-        model: &TextClassifier,
-        m: Measured,
-        note: String,
-    ) -> Variant {
+    pub fn new(name: &str, file: Option<String>, model: &Classifier, m: Measured, note: String) -> Variant {
         Variant {
             name: name.into(),
             file,

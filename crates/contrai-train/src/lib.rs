@@ -2,7 +2,8 @@
 //! contraction controller (`../shared/DESIGN.md` §1–3).
 //!
 //! [`train`] runs a recipe's lifecycle in a run directory: the data audit and leakage-proof split,
-//! a tokenizer fitted on train only, the transformer classifier on Burn's flex CPU backend, then
+//! a tokenizer (or, for the MLP, a feature standardiser) fitted on train only, the transformer
+//! classifier or the MLP on Burn's flex CPU backend, then
 //! `validate`, `main`, `diagnose`, `contract` and `refine` under the live doctor and the
 //! controller's guards, step checkpoints with exact resume, and the holdout evaluated once at the end.
 
@@ -20,6 +21,7 @@ pub mod distill;
 pub mod dropout;
 pub mod error;
 pub mod export;
+pub mod features;
 pub mod lifecycle;
 pub mod metrics;
 pub mod model;

@@ -15,16 +15,16 @@ use contrai_recipe::plan::{CONTRACT_FLOOR, PhaseSteps, main_schedule};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
-use crate::batch::{Batcher, Cursor, Encoded};
+use crate::batch::{Batcher, Cursor, Encoded, Encoder};
 use crate::checkpoint::{self, Loaded, MASKS, RngState, State};
 use crate::controller::{Action, Control, Decision, linear};
 use crate::data::Holdout;
-use crate::distill::{FitData, Fitted, student_note};
+use crate::distill::{FitData, Fitted, student_note, student_size};
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
 use crate::export::{LATENCY_BATCH, Measured, Variant, time_variants};
 use crate::metrics::{EvalRow, JsonLines, TrainRow, ValidateRow};
-use crate::model::{TextBatch, TextClassifier};
+use crate::model::Classifier;
 use crate::prune::{Masks, Scope, Target, apply_masks, module_of, scheduled_sparsity, update_all};
 use crate::quantize::{quantize_int8, record_bytes, scheme_text};
 use crate::setup::Setup;
@@ -78,7 +78,7 @@ struct Runner<'a> {
     val_set: Encoded,
     holdout: Holdout,
     setup_extras: crate::setup::Extras,
-    model: TextClassifier,
+    model: Classifier,
     optim: ModuleOptimizer,
     masks: Masks,
     state: State,
@@ -103,7 +103,14 @@ impl<'a> Runner<'a> {
         let recipe = setup.recipe;
         let device = Device::flex().autodiff();
         let seed = recipe.run.seed;
-        let model = TextClassifier::new(&recipe.model, setup.extras.classes.names.len(), seed, &device)?;
+        let classes = setup.extras.classes.names.len();
+        let model = Classifier::new(
+            &recipe.model,
+            classes,
+            setup.extras.encoder.width(),
+            seed,
+            &device,
+        )?;
         let first = recipe.run.phases[0].clone();
         let state = State {
             format: checkpoint::FORMAT,
@@ -249,8 +256,7 @@ impl<'a> Runner<'a> {
             self.recipe.run.seed ^ 0x5A1D,
             Cursor::default(),
         )?;
-        let (ids, labels) = self.train_set.gather(&pick.next_batch());
-        let batch = TextBatch::new(&ids, &labels, self.train_set.seq, &self.device);
+        let batch = self.train_set.batch(&pick.next_batch(), &self.device);
         let mut model = self.model.clone();
         let mut optim = trainer::optimizer(&self.recipe);
         let mut losses = Vec::with_capacity(v.steps as usize);
@@ -350,8 +356,7 @@ impl<'a> Runner<'a> {
             return Vec::new();
         }
         let rows: Vec<usize> = (0..n).collect();
-        let (ids, labels) = self.val_set.gather(&rows);
-        let b = TextBatch::new(&ids, &labels, self.val_set.seq, &self.plain);
+        let b = self.val_set.batch(&rows, &self.plain);
         self.model
             .valid()
             .forward(&b, None)
@@ -410,8 +415,7 @@ impl<'a> Runner<'a> {
                 .into_iter()
                 .map(|i| self.rows[i])
                 .collect();
-            let (ids, labels) = self.train_set.gather(&rows);
-            batches.push(TextBatch::new(&ids, &labels, self.train_set.seq, &self.device));
+            batches.push(self.train_set.batch(&rows, &self.device));
             drops.push((p > 0.0).then(|| Dropout::new(p, self.recipe.run.seed, step, micro as u64)));
         }
         let poison = self.opts.inject_nonfinite_at == Some(step + 1) && !self.injected;
@@ -934,14 +938,7 @@ impl<'a> Runner<'a> {
             val_loss: base,
             val_accuracy: acc,
         })?;
-        let sens = crate::diagnose::sensitivity(
-            &valid,
-            &self.val_set,
-            self.recipe.model.layers,
-            self.eval_batch(),
-            &self.plain,
-            base,
-        );
+        let sens = crate::diagnose::sensitivity(&valid, &self.val_set, self.eval_batch(), &self.plain, base);
         let tolerance = self.recipe.contract.tolerance;
         let alone = crate::diagnose::caps(&sens, tolerance);
         let planned = alone
@@ -1054,7 +1051,7 @@ impl<'a> Runner<'a> {
         let valid = self.model.valid();
         let x = self.setup_extras.clone();
         trainer::save_safetensors(&valid, &fin.join("model.safetensors"))?;
-        x.tokenizer.save(&fin.join("tokenizer.json"))?;
+        x.encoder.save(&fin.join(Encoder::file_name(&self.recipe)))?;
         trainer::write_json(&fin.join("classes.json"), &x.classes)?;
         let eb = self.eval_batch();
         let (val_loss, val_accuracy) = evaluate(&valid, &self.val_set, eb, &self.plain);
@@ -1066,19 +1063,10 @@ impl<'a> Runner<'a> {
             false => None,
         };
         let holdout = self.holdout.read_once()?;
-        let hold = Encoded::new(&holdout, &x.tokenizer, &x.classes, self.train_set.seq, "holdout")?;
-        let (holdout_loss, holdout_accuracy) = evaluate(&valid, &hold, eb, &self.plain);
+        let hold = Encoded::new(&holdout, &x.encoder, &x.classes, "holdout")?;
         let size = |f: &str| std::fs::metadata(fin.join(f)).map_or(0, |m| m.len());
-        let measured = |model: &TextClassifier, bytes: u64| Measured {
-            val_accuracy: evaluate(model, &self.val_set, eb, &self.plain).1,
-            holdout: evaluate(model, &hold, eb, &self.plain),
-            bytes,
-        };
-        let dense = Measured {
-            val_accuracy,
-            holdout: (holdout_loss, holdout_accuracy),
-            bytes: size("model.safetensors"),
-        };
+        let dense = Measured::of(&valid, &self.val_set, &hold, eb, size("model.safetensors"));
+        let (holdout_loss, holdout_accuracy) = dense.holdout;
         let mut variants = vec![Variant::new(
             "f32",
             Some("final/model.safetensors".into()),
@@ -1099,8 +1087,8 @@ impl<'a> Runner<'a> {
                 "student",
                 Some(format!("final/{STUDENT_MODEL}")),
                 &fitted.model,
-                measured(&fitted.model, size(STUDENT_MODEL)),
-                student_note(&self.recipe.refine.distill, fitted),
+                Measured::of(&fitted.model, &self.val_set, &hold, eb, size(STUDENT_MODEL)),
+                student_note(&self.recipe.refine.distill, &self.recipe.model.kind, fitted),
             ));
             models.push(&fitted.model);
         }
@@ -1137,16 +1125,15 @@ impl<'a> Runner<'a> {
     fn int8(
         &self,
         fin: &std::path::Path,
-        dense: &TextClassifier,
-        q: &TextClassifier,
+        dense: &Classifier,
+        q: &Classifier,
         val_accuracy: f32,
         hold: &Encoded,
         variants: &mut Vec<Variant>,
     ) -> Result<Int8Eval> {
-        let eb = self.eval_batch();
-        let (_, q_val) = evaluate(q, &self.val_set, eb, &self.plain);
-        let (q_loss, q_hold) = evaluate(q, hold, eb, &self.plain);
         let bytes = record_bytes(q)?;
+        let m = Measured::of(q, &self.val_set, hold, self.eval_batch(), bytes.len() as u64);
+        let (q_val, q_hold) = (m.val_accuracy, m.holdout.1);
         let drop_points = 100.0 * f64::from(val_accuracy - q_val);
         let kept = drop_points <= self.recipe.refine.max_drop;
         if kept {
@@ -1159,11 +1146,6 @@ impl<'a> Runner<'a> {
             drop_points,
             bytes: bytes.len() as u64,
             dense_bytes: record_bytes(dense)?.len() as u64,
-        };
-        let m = Measured {
-            val_accuracy: q_val,
-            holdout: (q_loss, q_hold),
-            bytes: e.bytes,
         };
         let (file, note) = match kept {
             true => (
@@ -1184,7 +1166,7 @@ impl<'a> Runner<'a> {
 
     /// Distils the refined model into the recipe's student on the filtered training data;
     /// writes `final/student.safetensors` and its log `final/student-metrics.jsonl`.
-    fn distill(&mut self, fin: &std::path::Path, teacher: &TextClassifier) -> Result<Fitted> {
+    fn distill(&mut self, fin: &std::path::Path, teacher: &Classifier) -> Result<Fitted> {
         let d = self.recipe.refine.distill.clone();
         let rows = self.rows_kept();
         let data = FitData {
@@ -1194,8 +1176,12 @@ impl<'a> Runner<'a> {
             eval_batch: self.eval_batch(),
         };
         self.say(&format!(
-            "distilling into a student ({} layer(s), d_model {}, {} heads, ffn {}) for {} steps: loss = {} · CE + {} · T² · KL, T = {}",
-            d.layers, d.d_model, d.heads, d.ffn, d.steps, d.w_ce, d.w_kd, d.temperature
+            "distilling into a student ({}) for {} steps: loss = {} · CE + {} · T² · KL, T = {}",
+            student_size(&d, &self.recipe.model.kind),
+            d.steps,
+            d.w_ce,
+            d.w_kd,
+            d.temperature
         ));
         let mut on_step = crate::distill::log_evaluations(self.log);
         let fitted = crate::distill::distill(

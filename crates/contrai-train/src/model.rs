@@ -108,6 +108,106 @@ impl TextBatch {
     }
 }
 
+/// One batch of numeric features on a device.
+#[derive(Debug, Clone)]
+pub struct FeatureBatch {
+    /// Standardised features, `[batch, features]`.
+    pub x: Tensor<2>,
+    /// Class indices, `[batch]`.
+    pub labels: Tensor<1, Int>,
+}
+
+/// A batch for either model: tokens for the transformer, features for the MLP.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // a handful live at once; boxing buys nothing
+pub enum Batch {
+    /// Token ids and their masks.
+    Text(TextBatch),
+    /// Numeric features.
+    Features(FeatureBatch),
+}
+
+impl Batch {
+    /// Numeric features `[batch, dim]` with their class indices.
+    pub fn features(x: &[f32], labels: &[i32], dim: usize, device: &Device) -> Batch {
+        let b = labels.len();
+        Batch::Features(FeatureBatch {
+            x: Tensor::from_data(TensorData::new(x.to_vec(), [b, dim]), device),
+            labels: Tensor::from_data(TensorData::new(labels.to_vec(), [b]), device),
+        })
+    }
+
+    /// Class indices, `[batch]`.
+    pub fn labels(&self) -> Tensor<1, Int> {
+        match self {
+            Batch::Text(b) => b.labels.clone(),
+            Batch::Features(b) => b.labels.clone(),
+        }
+    }
+
+    /// Samples in the batch.
+    pub fn len(&self) -> usize {
+        match self {
+            Batch::Text(b) => b.len(),
+            Batch::Features(b) => b.labels.dims()[0],
+        }
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The model a recipe's `model.kind` names: one type for the loop, the guards and the exports.
+#[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant)] // one model a run; Burn's derive needs the variant inline
+pub enum Classifier {
+    /// The text transformer.
+    Transformer(TextClassifier),
+    /// The MLP for numeric features.
+    Mlp(Mlp),
+}
+
+impl Classifier {
+    /// The recipe's model for `classes` classes; `inputs` is the MLP's input width (features a
+    /// sample; the transformer's comes from the recipe).
+    pub fn new(spec: &ModelSpec, classes: usize, inputs: usize, seed: u64, device: &Device) -> Result<Self> {
+        match spec.kind.as_str() {
+            "mlp" => Mlp::new(spec, inputs, classes, seed, device).map(Classifier::Mlp),
+            _ => TextClassifier::new(spec, classes, seed, device).map(Classifier::Transformer),
+        }
+    }
+
+    /// Class logits `[batch, classes]`; `drop` is `None` in evaluation.
+    ///
+    /// # Panics
+    /// When the batch is of the other model's kind (the run encodes its data for its model).
+    pub fn forward(&self, batch: &Batch, drop: Option<&Dropout>) -> Tensor<2> {
+        match (self, batch) {
+            (Classifier::Transformer(m), Batch::Text(b)) => m.forward(b, drop),
+            (Classifier::Mlp(m), Batch::Features(b)) => m.forward(b.x.clone(), drop),
+            _ => panic!("a batch of the other model's kind: the data was encoded for another model"),
+        }
+    }
+
+    /// Output classes.
+    pub fn classes(&self) -> usize {
+        match self {
+            Classifier::Transformer(m) => m.head.weight.dims()[1],
+            Classifier::Mlp(m) => m.head.weight.dims()[1],
+        }
+    }
+
+    /// The transformer, when this is one (head pruning needs its blocks).
+    pub fn transformer(&self) -> Option<&TextClassifier> {
+        match self {
+            Classifier::Transformer(m) => Some(m),
+            Classifier::Mlp(_) => None,
+        }
+    }
+}
+
 /// Multi-head self-attention.
 #[derive(Module, Debug)]
 pub struct Attention {

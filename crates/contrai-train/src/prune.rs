@@ -7,16 +7,23 @@ use std::collections::BTreeMap;
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 
+use crate::model::Classifier;
+
 /// Tracks the dotted path of the parameter being visited.
 #[derive(Default)]
 struct Path(Vec<String>);
 
 impl Path {
-    fn enter(&mut self, name: &str) {
-        self.0.push(name.to_string());
+    /// Enum variants (`Classifier::Transformer`) are not part of a path, as in the exported files.
+    fn enter(&mut self, name: &str, container: &str) {
+        if !container.starts_with("Enum:") {
+            self.0.push(name.to_string());
+        }
     }
-    fn exit(&mut self) {
-        self.0.pop();
+    fn exit(&mut self, container: &str) {
+        if !container.starts_with("Enum:") {
+            self.0.pop();
+        }
     }
 }
 
@@ -30,11 +37,15 @@ pub fn prune_module<M: Module>(model: M, module: &str, fraction: f64) -> M {
     apply_masks(model, &masks)
 }
 
-/// The modules whose weight matrices pruning addresses: each block's attention and feed-forward.
-pub fn prunable_modules(layers: usize) -> Vec<String> {
-    (0..layers)
-        .flat_map(|i| [format!("blocks.{i}.attn"), format!("blocks.{i}.ffn")])
-        .collect()
+/// The modules whose weight matrices pruning addresses: each block's attention and feed-forward,
+/// or each hidden layer of the MLP (embeddings and the head are never pruned).
+pub fn prunable_modules(model: &Classifier) -> Vec<String> {
+    match model {
+        Classifier::Transformer(m) => (0..m.blocks.len())
+            .flat_map(|i| [format!("blocks.{i}.attn"), format!("blocks.{i}.ffn")])
+            .collect(),
+        Classifier::Mlp(m) => (0..m.layers.len()).map(|i| format!("layers.{i}")).collect(),
+    }
 }
 
 /// The sparsity of a gradual schedule at `progress` in [0, 1]: cubic (Zhu & Gupta,
@@ -48,11 +59,13 @@ pub fn scheduled_sparsity(init: f64, fin: f64, progress: f64, cubic: bool) -> f6
     }
 }
 
-/// The module a weight belongs to: its path without the layer and parameter names
-/// (`blocks.0.attn.query.weight` → `blocks.0.attn`).
+/// The module a weight belongs to: its path without the parameter name and, below a block, the
+/// layer's name (`blocks.0.attn.query.weight` → `blocks.0.attn`, `layers.1.weight` → `layers.1`).
 pub fn module_of(path: &str) -> String {
     let parts: Vec<&str> = path.split('.').collect();
-    parts[..parts.len().saturating_sub(2).max(1)].join(".")
+    let owner = parts.len().saturating_sub(1).max(1);
+    let keep = if owner >= 3 { owner - 1 } else { owner };
+    parts[..keep].join(".")
 }
 
 /// Keep-masks of the pruned weight matrices, by parameter path; packed 64 entries a word.
@@ -126,11 +139,11 @@ struct Weights<'a> {
 }
 
 impl ModuleVisitor for Weights<'_> {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.enter(name);
+    fn enter_module(&mut self, name: &str, container: &str) {
+        self.path.enter(name, container);
     }
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.exit();
+    fn exit_module(&mut self, _: &str, container: &str) {
+        self.path.exit(container);
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let path = self.path.0.join(".");
@@ -165,11 +178,11 @@ struct Apply<'a> {
 }
 
 impl ModuleMapper for Apply<'_> {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.enter(name);
+    fn enter_module(&mut self, name: &str, container: &str) {
+        self.path.enter(name, container);
     }
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.exit();
+    fn exit_module(&mut self, _: &str, container: &str) {
+        self.path.exit(container);
     }
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let path = self.path.0.join(".");
@@ -451,6 +464,8 @@ mod tests {
     fn modules_and_masks() {
         assert_eq!(module_of("blocks.0.attn.query.weight"), "blocks.0.attn");
         assert_eq!(module_of("head.weight"), "head");
+        assert_eq!(module_of("layers.1.weight"), "layers.1");
+        assert_eq!(module_of("blocks.1.ln2.gamma"), "blocks.1");
         let mut m = Masks::default();
         let keep: Vec<bool> = (0..130).map(|i| i % 4 != 0).collect();
         m.set("blocks.0.ffn.up.weight", &keep);
@@ -468,10 +483,9 @@ mod tests {
 #[cfg(test)]
 mod scope_tests {
     use super::*;
-    use crate::model::TextClassifier;
     use burn::tensor::Device;
 
-    fn tiny() -> TextClassifier {
+    fn tiny() -> Classifier {
         let spec = contrai_recipe::recipe::Model {
             vocab: 16,
             seq_len: 4,
@@ -481,7 +495,7 @@ mod scope_tests {
             ffn: 16,
             ..Default::default()
         };
-        TextClassifier::new(&spec, 2, 3, &Device::flex()).unwrap()
+        Classifier::new(&spec, 2, 0, 3, &Device::flex()).unwrap()
     }
 
     fn is_ffn(p: &str) -> bool {
@@ -491,8 +505,11 @@ mod scope_tests {
     #[test]
     fn global_scope_prunes_the_smallest_overall_and_holds_a_cap() {
         let mut model = tiny();
+        let Classifier::Transformer(t) = &mut model else {
+            unreachable!()
+        };
         // Block 1's feed-forward weights are 10x larger: a global threshold reaches block 0 first.
-        let ffn = &mut model.blocks[1].ffn;
+        let ffn = &mut t.blocks[1].ffn;
         ffn.up.weight = ffn.up.weight.clone().map(|w| w * 10.0);
         ffn.down.weight = ffn.down.weight.clone().map(|w| w * 10.0);
         let target = |p: &str| {
@@ -540,8 +557,11 @@ mod scope_tests {
     #[test]
     fn whole_heads_go_together_weakest_first_and_stay_gone() {
         let mut model = tiny();
+        let Classifier::Transformer(t) = &mut model else {
+            unreachable!()
+        };
         // Head 1 of block 0 (output columns 4..8 of the query) gets much larger weights.
-        let q = &mut model.blocks[0].attn.query;
+        let q = &mut t.blocks[0].attn.query;
         let scale: Vec<f32> = (0..64).map(|i| if i % 8 >= 4 { 10.0 } else { 1.0 }).collect();
         let device = Device::flex();
         q.weight = q

@@ -1,11 +1,12 @@
 //! Int8 post-training quantization of a trained model's weight matrices (Burn's
 //! `quantize_weights`, symmetric int8, min-max calibration, per tensor or per block).
 
-use burn::module::{Module, ParamGroup, Quantizer};
+use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId, Quantizer};
+use burn::tensor::Tensor;
 use burn::tensor::quantization::{Calibration, QuantScheme, QuantStore, QuantValue, ScaleDtype};
 
 use crate::error::{Result, TrainError};
-use crate::model::TextClassifier;
+use crate::model::Classifier;
 
 /// How [`quantize_int8`] quantizes, in words (model cards, decisions).
 pub const INT8_SCHEME: &str = "symmetric int8 weights, per tensor, min-max";
@@ -24,21 +25,34 @@ pub fn scheme(block: Option<u8>) -> QuantScheme {
 /// The model with every 2-D weight matrix (embeddings, attention, feed-forward, head) stored as
 /// int8; biases and LayerNorm parameters stay f32. With `block`, a matrix whose rows do not split
 /// into blocks of that size (the classification head's) keeps one scale for the whole tensor.
-pub fn quantize_int8(model: TextClassifier, block: Option<u8>) -> TextClassifier {
+pub fn quantize_int8(model: Classifier, block: Option<u8>) -> Classifier {
     let Some(n) = block.filter(|n| *n > 0) else {
         let mut q = Quantizer::new(Calibration::MinMax, scheme(None));
         return model.quantize_weights_group(&mut q, ParamGroup::from_predicate("weight"));
     };
-    let (fits, rest): (Vec<_>, Vec<_>) = crate::prune::weights(&model, &|p| p.ends_with("weight"))
+    let mut matrices = Matrices(Vec::new());
+    model.visit(&mut matrices);
+    let (fits, rest): (Vec<_>, Vec<_>) = matrices
+        .0
         .into_iter()
-        .map(|(p, shape, _)| (p, shape))
-        .partition(|(_, shape)| shape[1].is_multiple_of(usize::from(n)));
-    let paths = |v: Vec<(String, [usize; 2])>| v.into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+        .partition(|(_, cols)| cols.is_multiple_of(usize::from(n)));
+    let ids = |v: Vec<(ParamId, usize)>| ParamGroup::from_ids(v.into_iter().map(|(id, _)| id).collect());
     let mut per_block = Quantizer::new(Calibration::MinMax, scheme(Some(n)));
     let mut per_tensor = Quantizer::new(Calibration::MinMax, scheme(None));
     model
-        .quantize_weights_group(&mut per_block, ParamGroup::from_paths(paths(fits)))
-        .quantize_weights_group(&mut per_tensor, ParamGroup::from_paths(paths(rest)))
+        .quantize_weights_group(&mut per_block, ids(fits))
+        .quantize_weights_group(&mut per_tensor, ids(rest))
+}
+
+/// The weight matrices (every 2-D parameter: biases and norms are 1-D) with their column counts.
+struct Matrices(Vec<(ParamId, usize)>);
+
+impl ModuleVisitor for Matrices {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if D == 2 {
+            self.0.push((param.id, param.val().dims()[1]));
+        }
+    }
 }
 
 /// How [`quantize_int8`] quantizes with `block`, in words (model cards, decisions).
@@ -50,7 +64,7 @@ pub fn scheme_text(block: Option<u8>) -> String {
 }
 
 /// Bytes of a model's burnpack record (what it takes on disk).
-pub fn record_bytes(model: &TextClassifier) -> Result<Vec<u8>> {
+pub fn record_bytes(model: &Classifier) -> Result<Vec<u8>> {
     model
         .clone()
         .into_record()
@@ -62,32 +76,37 @@ pub fn record_bytes(model: &TextClassifier) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::TextBatch;
+    use crate::model::{Batch, TextBatch};
     use burn::tensor::Device;
 
     #[test]
     fn int8_weights_round_trip_within_tolerance_and_shrink_the_record() {
         let device = Device::flex();
         let spec = contrai_recipe::Recipe::default().model;
-        let model = TextClassifier::new(&spec, 2, 7, &device).unwrap();
+        let model = Classifier::new(&spec, 2, 0, 7, &device).unwrap();
         let q = quantize_int8(model.clone(), None);
-        let w = model.blocks[0].ffn.up.weight.val();
-        let qw = q.blocks[0].ffn.up.weight.val();
+        let w = model.transformer().unwrap().blocks[0].ffn.up.weight.val();
+        let qw = q.transformer().unwrap().blocks[0].ffn.up.weight.val();
         assert!(
             matches!(qw.dtype(), burn::tensor::DType::QFloat(_)),
             "{:?}",
             qw.dtype()
         );
         assert!(!matches!(
-            q.blocks[0].ln1.gamma.val().dtype(),
+            q.transformer().unwrap().blocks[0].ln1.gamma.val().dtype(),
             burn::tensor::DType::QFloat(_)
         ));
-        let back = q.blocks[0].ffn.up.weight.val().dequantize();
+        let back = q.transformer().unwrap().blocks[0]
+            .ffn
+            .up
+            .weight
+            .val()
+            .dequantize();
         let max = w.clone().abs().max().into_scalar::<f32>();
         let err = (w - back).abs().max().into_scalar::<f32>();
         assert!(err <= max / 127.0 * 0.51, "error {err} vs step {}", max / 127.0);
         let ids: Vec<i32> = (0..2 * spec.seq_len as i32).map(|i| i % 100 + 4).collect();
-        let b = TextBatch::new(&ids, &[0, 1], spec.seq_len, &device);
+        let b = Batch::Text(TextBatch::new(&ids, &[0, 1], spec.seq_len, &device));
         let a: Vec<f32> = model.forward(&b, None).into_data().try_to_vec().unwrap();
         let c: Vec<f32> = q.forward(&b, None).into_data().try_to_vec().unwrap();
         for (x, y) in a.iter().zip(&c) {
@@ -104,16 +123,21 @@ mod tests {
     fn per_block_scales_track_the_weights_more_closely() {
         let device = Device::flex();
         let spec = contrai_recipe::Recipe::default().model;
-        let model = TextClassifier::new(&spec, 2, 7, &device).unwrap();
-        let err = |q: &TextClassifier| {
-            let w = model.blocks[0].ffn.up.weight.val();
-            let back = q.blocks[0].ffn.up.weight.val().dequantize();
+        let model = Classifier::new(&spec, 2, 0, 7, &device).unwrap();
+        let err = |q: &Classifier| {
+            let w = model.transformer().unwrap().blocks[0].ffn.up.weight.val();
+            let back = q.transformer().unwrap().blocks[0]
+                .ffn
+                .up
+                .weight
+                .val()
+                .dequantize();
             (w - back).abs().max().into_scalar::<f32>()
         };
         let tensor = quantize_int8(model.clone(), None);
         let block = quantize_int8(model.clone(), Some(32));
         assert!(err(&block) <= err(&tensor), "{} vs {}", err(&block), err(&tensor));
-        let bytes = |m: &TextClassifier| record_bytes(m).unwrap().len() as f64;
+        let bytes = |m: &Classifier| record_bytes(m).unwrap().len() as f64;
         assert!(
             bytes(&model) / bytes(&block) > 3.0,
             "{} vs {}",
@@ -121,7 +145,7 @@ mod tests {
             bytes(&block)
         );
         let ids: Vec<i32> = (0..2 * spec.seq_len as i32).map(|i| i % 100 + 4).collect();
-        let b = TextBatch::new(&ids, &[0, 1], spec.seq_len, &device);
+        let b = Batch::Text(TextBatch::new(&ids, &[0, 1], spec.seq_len, &device));
         let a: Vec<f32> = model.forward(&b, None).into_data().try_to_vec().unwrap();
         let c: Vec<f32> = block.forward(&b, None).into_data().try_to_vec().unwrap();
         assert!(

@@ -1,21 +1,21 @@
-//! A run's first stage: the resolved recipe, the data split (or an existing one), the tokenizer
-//! fitted on train only, the class list and the encoded partitions; `plan.json`.
+//! A run's first stage: the resolved recipe, the data split (or an existing one), the encoder
+//! (tokenizer or feature standardiser) fitted on train only, the class list and the encoded
+//! partitions; `plan.json`.
 
 use contrai_data::Progress;
 use contrai_recipe::Recipe;
 
-use crate::batch::{Classes, Encoded};
+use crate::batch::{Classes, Encoded, Encoder};
 use crate::data::{self, Holdout};
 use crate::error::{Result, TrainError};
 use crate::plan::RunPlan;
-use crate::tokenizer::Tokenizer;
-use crate::trainer::{Log, Options, write_json};
+use crate::trainer::{Log, Options, read_json, write_json};
 
 /// What the final export needs besides the model.
 #[derive(Debug, Clone)]
 pub struct Extras {
-    /// The tokenizer (saved with the run).
-    pub tokenizer: Tokenizer,
+    /// The tokenizer or feature standardiser (saved with the run).
+    pub encoder: Encoder,
     /// The classes, in index order.
     pub classes: Classes,
 }
@@ -32,7 +32,7 @@ pub struct Setup {
     pub val: Encoded,
     /// The sealed holdout.
     pub holdout: Holdout,
-    /// Tokenizer and classes.
+    /// Encoder and classes.
     pub extras: Extras,
 }
 
@@ -54,43 +54,34 @@ impl Setup {
             contrai_data::write::write_atomic(&recipe_path, recipe.to_toml().as_bytes())?;
         }
         let mut prepared = data::prepare(&recipe, run, data_progress, reuse)?;
-        let tok_path = run.join("tokenizer.json");
-        let tokenizer = if reuse && tok_path.is_file() {
-            Tokenizer::load(&tok_path)?
+        let enc_path = run.join(Encoder::file_name(&recipe));
+        let encoder = if reuse && enc_path.is_file() {
+            Encoder::load(&recipe, run)?
         } else {
-            let t = Tokenizer::fit(
-                prepared.train.texts.iter().map(String::as_str),
-                recipe.model.vocab,
-            )?;
-            t.save(&tok_path)?;
-            t
+            let e = Encoder::fit(&recipe, &prepared.train)?;
+            e.save(&enc_path)?;
+            e
         };
         let classes_path = run.join("classes.json");
         let classes = if reuse && classes_path.is_file() {
-            let bytes = std::fs::read(&classes_path).map_err(|e| TrainError::io(&classes_path, e))?;
-            serde_json::from_slice(&bytes).map_err(|e| TrainError::Corrupt {
-                path: classes_path.clone(),
-                message: e.to_string(),
-            })?
+            read_json(&classes_path)?
         } else {
             let c = Classes::from_labels(&prepared.train.labels);
             write_json(&classes_path, &c)?;
             c
         };
-        let seq = recipe.model.seq_len;
-        let train = Encoded::new(&prepared.train, &tokenizer, &classes, seq, "train")?;
-        let val = Encoded::new(&prepared.val, &tokenizer, &classes, seq, "val")?;
+        let train = Encoded::new(&prepared.train, &encoder, &classes, "train")?;
+        let val = Encoded::new(&prepared.val, &encoder, &classes, "val")?;
         let train_ids = std::mem::take(&mut prepared.train.ids);
         let plan = RunPlan::new(&recipe, train.len() as u64);
         write_json(&run.join("plan.json"), &plan)?;
         let m = &recipe.main;
         log.info(&format!(
-            "data: {} train / {} val samples, {} classes; tokenizer: {} ids ({} words) fitted on train",
+            "data: {} train / {} val samples, {} classes; {}",
             train.len(),
             val.len(),
             classes.names.len(),
-            tokenizer.size,
-            tokenizer.words.len()
+            encoder.describe()
         ));
         log.info(&format!(
             "phases: {}; effective batch {} = batch {} x devices {} x accumulate {}; main {} steps, warmup {}, {:?} to {:e}",
@@ -110,7 +101,7 @@ impl Setup {
             train_ids,
             val,
             holdout: prepared.holdout,
-            extras: Extras { tokenizer, classes },
+            extras: Extras { encoder, classes },
         })
     }
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::batch::Encoded;
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
-use crate::model::{TextBatch, TextClassifier, cross_entropy};
+use crate::model::{Batch, Classifier, cross_entropy};
 
 /// Where messages go (the CLI prints them; tests collect them).
 pub trait Log {
@@ -148,12 +148,11 @@ pub fn eval_batches<'a>(
     data: &'a Encoded,
     batch: usize,
     device: &'a Device,
-) -> impl Iterator<Item = TextBatch> + 'a {
+) -> impl Iterator<Item = Batch> + 'a {
     let batch = batch.max(1);
     (0..data.len()).step_by(batch).map(move |start| {
         let rows: Vec<usize> = (start..(start + batch).min(data.len())).collect();
-        let (ids, labels) = data.gather(&rows);
-        TextBatch::new(&ids, &labels, data.seq, device)
+        data.batch(&rows, device)
     })
 }
 
@@ -163,7 +162,7 @@ pub fn eval_batch(recipe: &Recipe) -> usize {
 }
 
 /// Mean loss and accuracy of `model` on `data`, in batches of `batch`.
-pub fn evaluate(model: &TextClassifier, data: &Encoded, batch: usize, device: &Device) -> (f32, f32) {
+pub fn evaluate(model: &Classifier, data: &Encoded, batch: usize, device: &Device) -> (f32, f32) {
     if data.is_empty() {
         return (f32::NAN, f32::NAN);
     }
@@ -173,8 +172,8 @@ pub fn evaluate(model: &TextClassifier, data: &Encoded, batch: usize, device: &D
         let n = b.len();
         let logits = model.forward(&b, None);
         let pred = logits.clone().argmax(1).reshape([n]);
-        correct += pred.equal(b.labels.clone()).int().sum().into_scalar::<i64>();
-        loss += f64::from(cross_entropy(logits, b.labels).into_scalar::<f32>()) * n as f64;
+        correct += pred.equal(b.labels()).int().sum().into_scalar::<i64>();
+        loss += f64::from(cross_entropy(logits, b.labels()).into_scalar::<f32>()) * n as f64;
     }
     (
         (loss / data.len() as f64) as f32,
@@ -238,18 +237,18 @@ pub fn scale_grads<M: Module>(model: &M, grads: &mut GradientsParams, factor: f6
 /// the mean over the effective batch. Returns the gradients and the mean loss. `poison` multiplies
 /// the loss by NaN (the test hook of the non-finite guard).
 pub fn step_grads(
-    model: &TextClassifier,
-    batches: &[TextBatch],
+    model: &Classifier,
+    batches: &[Batch],
     drops: &[Option<Dropout>],
     poison: bool,
 ) -> (GradientsParams, f32) {
-    let total: usize = batches.iter().map(TextBatch::len).sum();
-    let mut acc = GradientsAccumulator::<TextClassifier>::new();
+    let total: usize = batches.iter().map(Batch::len).sum();
+    let mut acc = GradientsAccumulator::<Classifier>::new();
     let mut single = None;
     let mut loss_sum = 0f64;
     for (b, d) in batches.iter().zip(drops) {
         let logits = model.forward(b, d.as_ref());
-        let loss = cross_entropy(logits, b.labels.clone());
+        let loss = cross_entropy(logits, b.labels());
         let w = if poison {
             f64::NAN
         } else {
@@ -280,18 +279,34 @@ pub fn check(recipe: &Recipe) -> Result<()> {
     recipe
         .validate()
         .map_err(|(k, m)| TrainError::Unsupported(format!("`{k}` {m}")))?;
-    if recipe.model.kind != "transformer" {
-        return Err(TrainError::Unsupported(format!(
-            "model.kind = \"{}\": `contrai train` trains the text transformer; the MLP for numeric \
-             features exists as a model but the data stage reads text only",
-            recipe.model.kind
-        )));
+    if recipe.model.kind == "mlp" {
+        check_mlp(recipe)?;
     }
     if recipe.main.devices != 1 {
         return Err(TrainError::Unsupported(format!(
             "main.devices = {}: data-parallel training is not available yet on the CPU backend; use 1",
             recipe.main.devices
         )));
+    }
+    Ok(())
+}
+
+/// What an MLP on numeric features cannot be asked for.
+fn check_mlp(recipe: &Recipe) -> Result<()> {
+    let refuse = |m: &str| Err(TrainError::Unsupported(format!("model.kind = \"mlp\": {m}")));
+    if recipe.data.path.is_empty() {
+        return refuse(
+            "set data.path to a file whose `data.text` field holds each sample's numeric features \
+             (the built-in demo is text)",
+        );
+    }
+    if recipe.data.dedup == "near" {
+        return refuse(
+            "data.dedup = \"near\" compares words; use \"exact\" or \"none\" for numeric features",
+        );
+    }
+    if recipe.contract.prune_heads {
+        return refuse("contract.prune_heads needs attention heads; an MLP has none");
     }
     Ok(())
 }
@@ -306,6 +321,15 @@ pub fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<()> {
     Ok(())
 }
 
+/// Reads JSON written by [`write_json`].
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let bytes = std::fs::read(path).map_err(|e| TrainError::io(path, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| TrainError::Corrupt {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
 /// A Burn record that could not be written or read at `path`.
 pub(crate) fn record_err(path: &Path, e: impl std::fmt::Display) -> TrainError {
     TrainError::Record {
@@ -315,9 +339,10 @@ pub(crate) fn record_err(path: &Path, e: impl std::fmt::Display) -> TrainError {
 }
 
 /// Writes the model's weights as safetensors, atomically.
-pub fn save_safetensors(model: &TextClassifier, path: &Path) -> Result<()> {
+pub fn save_safetensors(model: &Classifier, path: &Path) -> Result<()> {
     use burn::store::{ModuleSnapshot, SafetensorsStore};
-    let mut store = SafetensorsStore::from_bytes(None);
+    // Paths as the modules name them (`blocks.0.ffn.up.weight`), without the enum variant.
+    let mut store = SafetensorsStore::from_bytes(None).skip_enum_variants(true);
     model.save_into(&mut store).map_err(|e| record_err(path, e))?;
     let bytes = store.get_bytes().map_err(|e| record_err(path, e))?;
     contrai_data::write::write_atomic(path, &bytes)?;

@@ -9,7 +9,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor};
 use common::{Collect, demo_file, tiny_recipe};
 use contrai_data::Silent;
-use contrai_train::model::{TextBatch, TextClassifier};
+use contrai_train::model::{Batch, Classifier, TextBatch};
 use contrai_train::trainer::{grad_norm, optimizer, step_grads};
 use contrai_train::{Options, TrainError, train};
 
@@ -42,7 +42,7 @@ fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-fn values(m: &TextClassifier) -> Vec<Vec<f32>> {
+fn values(m: &Classifier) -> Vec<Vec<f32>> {
     let mut v = Values(Vec::new());
     m.visit(&mut v);
     v.0
@@ -53,7 +53,7 @@ fn eight_times_four_accumulated_equals_one_batch_of_32() {
     let device = Device::flex().autodiff();
     let mut recipe = tiny_recipe(std::path::Path::new("unused"), 1);
     recipe.model.dropout = 0.0;
-    let model = TextClassifier::new(&recipe.model, 2, 3, &device).unwrap();
+    let model = Classifier::new(&recipe.model, 2, 0, 3, &device).unwrap();
     let seq = recipe.model.seq_len;
     let ids: Vec<i32> = (0..32 * seq)
         .map(|i| {
@@ -66,15 +66,15 @@ fn eight_times_four_accumulated_equals_one_batch_of_32() {
         .collect();
     let labels: Vec<i32> = (0..32).map(|i| (i % 3 == 0) as i32).collect();
 
-    let whole = [TextBatch::new(&ids, &labels, seq, &device)];
-    let parts: Vec<TextBatch> = (0..4)
+    let whole = [Batch::Text(TextBatch::new(&ids, &labels, seq, &device))];
+    let parts: Vec<Batch> = (0..4)
         .map(|k| {
-            TextBatch::new(
+            Batch::Text(TextBatch::new(
                 &ids[k * 8 * seq..(k + 1) * 8 * seq],
                 &labels[k * 8..(k + 1) * 8],
                 seq,
                 &device,
-            )
+            ))
         })
         .collect();
     let (g1, l1) = step_grads(&model, &whole, &[None], false);

@@ -6,6 +6,7 @@
 #
 #   bash scripts/bench/lifecycle/bench.sh          # SEEDS="42" by default; OUT=/tmp/contrai-lifecycle
 #   DATASETS=spamassassin SEEDS="3 5" bash scripts/bench/lifecycle/bench.sh   # one data set
+#   EXTRA=$'[contract]\nbatch = 32' PLAIN=0 bash scripts/bench/lifecycle/bench.sh  # a variant, lifecycle only
 #
 # "After main" evaluates the lifecycle's main-end checkpoint on the holdout with the bench-only
 # example `holdout_at` (the run itself reads its holdout once, at the very end).
@@ -35,7 +36,7 @@ for ds in "${datasets[@]}"; do
   data_line=""; [[ $ds == spamassassin ]] && data_line="path = \"$SPAM\""
   for seed in $SEEDS; do
     d="$OUT/$ds-$seed"; mkdir -p "$d"
-    printf '[run]\nname = "lifecycle"\nseed = %s\nkeep_last = 1000\n[data]\n%s\n' "$seed" "$data_line" > "$d/lifecycle.toml"
+    printf '[run]\nname = "lifecycle"\nseed = %s\nkeep_last = 1000\n[data]\n%s\n%s\n' "$seed" "$data_line" "${EXTRA:-}" > "$d/lifecycle.toml"
     t0=$(date +%s.%N); "$BIN" train "$d/lifecycle.toml" --out "$d" > "$d/lifecycle.log" 2>&1; t1=$(date +%s.%N)
     run="$d/lifecycle"; budget=$(planned "$run")
     end=$(field "$run/final/eval.json" "['main_end'][0]"); why=$(field "$run/final/eval.json" "['main_end'][1]")
@@ -44,6 +45,7 @@ for ds in "${datasets[@]}"; do
     trained=$(grep -c '"train_loss"' "$run/metrics.jsonl")
     printf '| %s | %s | lifecycle | %s at %s | %s (of %s planned) | %.2f %% | %.2f %% | %.0f |\n' "$ds" "$seed" "$why" "$end" "$trained" "$budget" \
       "$(echo "$after_main*100" | bc -l)" "$(echo "$final*100" | bc -l)" "$(echo "$t1-$t0" | bc -l)" >> "$OUT/table.md"
+    if [[ ${PLAIN:-1} == 0 ]]; then cat "$OUT/table.md"; continue; fi
     printf '[run]\nname = "plain"\nseed = %s\nphases = ["main"]\n[main]\nsteps = %s\n[guards]\nenabled = false\n[data]\n%s\n' "$seed" "$budget" "$data_line" > "$d/plain.toml"
     t0=$(date +%s.%N); "$BIN" train "$d/plain.toml" --out "$d" > "$d/plain.log" 2>&1; t1=$(date +%s.%N)
     final=$(field "$d/plain/final/eval.json" "['holdout_accuracy']")

@@ -161,7 +161,8 @@ fn record(path: &Path, columns: &Columns, line: u64, obj: Map<String, Value>, ra
     })
 }
 
-/// Reads one field as a string: numbers and booleans as written, null or absent as `None`.
+/// Reads one field as a string: numbers and booleans as written, an array of numbers as compact
+/// JSON (numeric features), null or absent as `None`.
 fn field(
     path: &Path,
     line: u64,
@@ -174,10 +175,14 @@ fn field(
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(v @ (Value::Number(_) | Value::Bool(_))) => Ok(Some(v.to_string())),
+        Some(v @ Value::Array(a)) if a.iter().all(Value::is_number) => Ok(Some(v.to_string())),
         Some(other) => Err(row_error(
             path,
             line,
-            format!("field `{name}` ({role}) must be a string, found {}", kind(other)),
+            format!(
+                "field `{name}` ({role}) must be a string (or an array of numbers), found {}",
+                kind(other)
+            ),
         )),
     }
 }
