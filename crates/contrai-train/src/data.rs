@@ -39,22 +39,38 @@ pub struct Holdout {
     format: Format,
     fields: FieldSpec,
     reads: usize,
+    ledger: Option<PathBuf>,
 }
 
 impl Holdout {
+    /// Counts reads in `path` across sessions: a run killed after reading its holdout and resumed
+    /// reads it again, and says so.
+    pub fn with_ledger(mut self, path: PathBuf) -> Holdout {
+        self.ledger = Some(path);
+        self
+    }
+
     /// Reads the holdout; a second call is refused.
     pub fn read_once(&mut self) -> Result<Samples> {
         if self.reads > 0 {
             return Err(TrainError::HoldoutReadTwice);
         }
-        self.reads += 1;
+        self.reads = 1;
+        if let Some(ledger) = &self.ledger {
+            // Counted before the read, so a session that dies while reading is counted too.
+            let before =
+                std::fs::read_to_string(ledger).map_or(0, |s| s.trim().parse::<usize>().unwrap_or(0));
+            self.reads += before;
+            contrai_data::write::write_atomic(ledger, self.reads.to_string().as_bytes())?;
+        }
         match &self.file {
             Some(f) => read_partition(f, self.format, &self.fields),
             None => Ok(Samples::default()),
         }
     }
 
-    /// How many times the holdout was read (0 or 1).
+    /// How many times the holdout was read: 0 or 1, more when an earlier session of the run read
+    /// it and did not finish.
     pub fn reads(&self) -> usize {
         self.reads
     }
@@ -157,6 +173,7 @@ pub fn prepare(recipe: &Recipe, run_dir: &Path, progress: &dyn Progress, reuse: 
         format: manifest.format,
         fields,
         reads: 0,
+        ledger: None,
     };
     Ok(Prepared {
         dir,

@@ -1063,6 +1063,12 @@ impl<'a> Runner<'a> {
             false => None,
         };
         let holdout = self.holdout.read_once()?;
+        if self.holdout.reads() > 1 {
+            self.log.warn(&format!(
+                "the holdout was read {} times: an earlier session of this run read it and did not finish; the same final model is evaluated again (nothing was chosen on the earlier read)",
+                self.holdout.reads()
+            ));
+        }
         let hold = Encoded::new(&holdout, &x.encoder, &x.classes, "holdout")?;
         let size = |f: &str| std::fs::metadata(fin.join(f)).map_or(0, |m| m.len());
         let dense = Measured::of(&valid, &self.val_set, &hold, eb, size("model.safetensors"));

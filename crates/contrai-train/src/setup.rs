@@ -11,6 +11,9 @@ use crate::error::{Result, TrainError};
 use crate::plan::RunPlan;
 use crate::trainer::{Log, Options, read_json, write_json};
 
+/// The run's count of holdout reads, across sessions.
+pub const HOLDOUT_READS: &str = "holdout-reads";
+
 /// What the final export needs besides the model.
 #[derive(Debug, Clone)]
 pub struct Extras {
@@ -100,7 +103,7 @@ impl Setup {
             train,
             train_ids,
             val,
-            holdout: prepared.holdout,
+            holdout: prepared.holdout.with_ledger(run.join(HOLDOUT_READS)),
             extras: Extras { encoder, classes },
         })
     }

@@ -86,7 +86,7 @@ pub struct FinalEval {
     pub val_accuracy: f32,
     /// The best checkpoint's step and validation loss.
     pub best: Option<(u64, f32)>,
-    /// Times the holdout was read (always 1).
+    /// Times the holdout was read: 1, more when a session died after reading it (`holdout-reads`).
     pub holdout_reads: usize,
     /// The step at which main ended and why (`main_stable`, `end_main_overfitting`, `main_complete`).
     #[serde(default)]

@@ -218,6 +218,15 @@ fn nothing_reads_the_holdout_before_the_end() {
         "training finished first"
     );
     assert!(err.to_string().contains("holdout"), "{err}");
+    // That session began its read: the run's ledger says so, and the next session counts it.
+    split_into(&data, &tmp.path().join("fresh"));
+    let clean = std::fs::read(tmp.path().join("fresh/holdout.jsonl")).unwrap();
+    std::fs::write(run.join("data/holdout.jsonl"), clean).unwrap();
+    let log = Collect::default();
+    let eval = train(&opts, &Silent, &log).unwrap().eval.unwrap();
+    assert_eq!(eval.holdout_reads, 2);
+    let warnings = log.warnings.lock().unwrap().join("\n");
+    assert!(warnings.contains("the holdout was read 2 times"), "{warnings}");
 }
 
 /// The demo file split by `contrai data split`'s library into `dir`, with the tiny recipe's config.
