@@ -10,7 +10,7 @@ use contrai_recipe::Recipe;
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
 use crate::model::{TextBatch, TextClassifier, cross_entropy};
-use crate::trainer::{grad_norm, optimizer, scale_grads};
+use crate::trainer::{clip_grads, grad_norm, optimizer};
 
 /// Steps run before timing starts (allocation and caches settle).
 const WARMUP: usize = 3;
@@ -72,9 +72,7 @@ pub fn calibrate(recipe: &Recipe, steps: usize) -> Result<Calibration> {
         let mut grads = GradientsParams::from_grads(loss.backward(), &model);
         let t3 = Instant::now();
         let norm = grad_norm(&model, &grads);
-        if recipe.main.clip_norm > 0.0 && f64::from(norm) > recipe.main.clip_norm {
-            scale_grads(&model, &mut grads, recipe.main.clip_norm / f64::from(norm));
-        }
+        clip_grads(&model, &mut grads, norm, recipe.main.clip_norm);
         let t4 = Instant::now();
         model = optim.step(recipe.main.lr, model, grads);
         let _ = model.head.weight.val().into_data();
