@@ -408,6 +408,9 @@ impl<'a> Runner<'a> {
         };
         let mut batches = Vec::with_capacity(accumulate);
         let mut drops = Vec::with_capacity(accumulate);
+        // Masks are keyed by the training step, validate's checks not counted: main draws the same
+        // masks with or without `validate`, so a plain run is the lifecycle's paired comparison.
+        let key = step.saturating_sub(self.steps.validate);
         for micro in 0..accumulate {
             let rows: Vec<usize> = self
                 .batcher
@@ -416,7 +419,7 @@ impl<'a> Runner<'a> {
                 .map(|i| self.rows[i])
                 .collect();
             batches.push(self.train_set.batch(&rows, &self.device));
-            drops.push((p > 0.0).then(|| Dropout::new(p, self.recipe.run.seed, step, micro as u64)));
+            drops.push((p > 0.0).then(|| Dropout::new(p, self.recipe.run.seed, key, micro as u64)));
         }
         let poison = self.opts.inject_nonfinite_at == Some(step + 1) && !self.injected;
         self.injected |= poison;

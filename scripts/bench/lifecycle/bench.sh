@@ -2,7 +2,9 @@
 # The lifecycle against a plain run of the same total step budget, on the built-in default and on
 # ../shared/data/spamassassin.jsonl: holdout accuracy after main and after contract + refine,
 # steps trained, and the steps saved when the controller ends main early. The plain run is one
-# cosine main phase of main + contract + refine's planned steps with the controller off.
+# cosine main phase of main + contract + refine's planned steps with the controller off, the same
+# warmup steps and (dropout masks and batch order are keyed by the training step) the same random
+# draws: a paired comparison in which the two runs are identical until main's decay sets them apart.
 #
 #   bash scripts/bench/lifecycle/bench.sh          # SEEDS="42" by default; OUT=/tmp/contrai-lifecycle
 #   DATASETS=spamassassin SEEDS="3 5" bash scripts/bench/lifecycle/bench.sh   # one data set
@@ -46,7 +48,9 @@ for ds in "${datasets[@]}"; do
     printf '| %s | %s | lifecycle | %s at %s | %s (of %s planned) | %.2f %% | %.2f %% | %.0f |\n' "$ds" "$seed" "$why" "$end" "$trained" "$budget" \
       "$(echo "$after_main*100" | bc -l)" "$(echo "$final*100" | bc -l)" "$(echo "$t1-$t0" | bc -l)" >> "$OUT/table.md"
     if [[ ${PLAIN:-1} == 0 ]]; then cat "$OUT/table.md"; continue; fi
-    printf '[run]\nname = "plain"\nseed = %s\nphases = ["main"]\n[main]\nsteps = %s\n[guards]\nenabled = false\n[data]\n%s\n' "$seed" "$budget" "$data_line" > "$d/plain.toml"
+    # Warmed up over the lifecycle main's 12 steps (3 % of 400): the two differ only after them.
+    warmup=$(python3 -c "print(round(400 * 0.03) / $budget)")
+    printf '[run]\nname = "plain"\nseed = %s\nphases = ["main"]\n[main]\nsteps = %s\nwarmup = %s\n[guards]\nenabled = false\n[data]\n%s\n' "$seed" "$budget" "$warmup" "$data_line" > "$d/plain.toml"
     t0=$(date +%s.%N); "$BIN" train "$d/plain.toml" --out "$d" > "$d/plain.log" 2>&1; t1=$(date +%s.%N)
     final=$(field "$d/plain/final/eval.json" "['holdout_accuracy']")
     printf '| %s | %s | plain (no controller) | — | %s | — | %.2f %% | %.0f |\n' "$ds" "$seed" "$budget" "$(echo "$final*100" | bc -l)" "$(echo "$t1-$t0" | bc -l)" >> "$OUT/table.md"
