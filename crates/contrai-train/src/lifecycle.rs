@@ -754,6 +754,13 @@ impl<'a> Runner<'a> {
     /// Enters contract or refine: its LR, batch, the noisiest samples dropped; a checkpoint.
     fn enter(&mut self, phase: &str) -> Result<()> {
         let unscaled = self.state.lr / self.state.control.lr_scale;
+        // A contraction rolled back early leaves steps unspent: the final anneal takes them, so the
+        // budget still trains the restored model instead of being dropped with the contraction.
+        let c = &self.state.control;
+        let unspent = match self.state.phase.as_str() {
+            "contract" => (c.phase_start + c.phase_steps).saturating_sub(self.state.step),
+            _ => 0,
+        };
         self.state.phase = phase.into();
         if !self.state.control.noisy_checked && self.recipe.contract.drop_noisiest > 0.0 {
             self.drop_noisiest()?;
@@ -761,7 +768,7 @@ impl<'a> Runner<'a> {
         let steps = if phase == "contract" {
             self.steps.contract
         } else {
-            self.steps.refine
+            self.steps.refine + unspent
         };
         // The validation loss of the very model this phase starts from: the contraction's
         // reference (after an overfitting rollback it is not main's last evaluation).

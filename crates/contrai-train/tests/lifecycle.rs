@@ -333,6 +333,7 @@ fn a_contraction_that_hurts_validation_rolls_back_to_the_best_checkpoint() {
     recipe.contract.budget = 0.3;
     recipe.contract.drop_noisiest = 0.0;
     recipe.guards.overfit_patience = 10_000;
+    let planned = contrai_recipe::plan::PhaseSteps::new(&recipe);
     let out = train(&Options::new(recipe, &run), &Silent, &Collect::default()).unwrap();
     let k = kinds(&run);
     eprintln!("hurting contraction: {k:?}");
@@ -366,6 +367,17 @@ fn a_contraction_that_hurts_validation_rolls_back_to_the_best_checkpoint() {
         k[after + 1],
         "enter_refine",
         "contraction ends, refine follows: {k:?}"
+    );
+    // Its unspent steps go to the final anneal: the budget still trains the restored model.
+    let unspent = entry.0 + enter["evidence"]["steps"].as_u64().unwrap() - at;
+    assert!(unspent > 0, "rolled back before the contraction's end");
+    let refine = decisions(&run)
+        .into_iter()
+        .find(|d| d["kind"] == "enter_refine")
+        .unwrap();
+    assert_eq!(
+        refine["evidence"]["steps"].as_u64(),
+        Some(planned.refine + unspent)
     );
     // The masks went back with the weights, and the sparsity series says so.
     let last = rows(&run.join("metrics.jsonl"))
