@@ -1081,8 +1081,13 @@ impl<'a> Runner<'a> {
         }
         let hold = Encoded::new(&holdout, &x.encoder, &x.classes, "holdout")?;
         let size = |f: &str| std::fs::metadata(fin.join(f)).map_or(0, |m| m.len());
-        let dense = Measured::of(&valid, &self.val_set, &hold, eb, size("model.safetensors"));
-        let (holdout_loss, holdout_accuracy) = dense.holdout;
+        // Validation was evaluated above (its loss is reported too): only the holdout is new here.
+        let (holdout_loss, holdout_accuracy) = evaluate(&valid, &hold, eb, &self.plain);
+        let dense = Measured {
+            val_accuracy,
+            holdout: (holdout_loss, holdout_accuracy),
+            bytes: size("model.safetensors"),
+        };
         let mut variants = vec![Variant::new(
             "f32",
             Some("final/model.safetensors".into()),

@@ -79,6 +79,14 @@ mod tests {
     use crate::model::{Batch, TextBatch};
     use burn::tensor::Device;
 
+    /// The default model's logits on two fixed samples.
+    fn logits(model: &Classifier, device: &Device) -> Vec<f32> {
+        let seq = contrai_recipe::Recipe::default().model.seq_len;
+        let ids: Vec<i32> = (0..2 * seq as i32).map(|i| i % 100 + 4).collect();
+        let b = Batch::Text(TextBatch::new(&ids, &[0, 1], seq, device));
+        model.forward(&b, None).into_data().try_to_vec().unwrap()
+    }
+
     #[test]
     fn int8_weights_round_trip_within_tolerance_and_shrink_the_record() {
         let device = Device::flex();
@@ -105,10 +113,7 @@ mod tests {
         let max = w.clone().abs().max().into_scalar::<f32>();
         let err = (w - back).abs().max().into_scalar::<f32>();
         assert!(err <= max / 127.0 * 0.51, "error {err} vs step {}", max / 127.0);
-        let ids: Vec<i32> = (0..2 * spec.seq_len as i32).map(|i| i % 100 + 4).collect();
-        let b = Batch::Text(TextBatch::new(&ids, &[0, 1], spec.seq_len, &device));
-        let a: Vec<f32> = model.forward(&b, None).into_data().try_to_vec().unwrap();
-        let c: Vec<f32> = q.forward(&b, None).into_data().try_to_vec().unwrap();
+        let (a, c) = (logits(&model, &device), logits(&q, &device));
         for (x, y) in a.iter().zip(&c) {
             assert!((x - y).abs() < 0.05, "{a:?} vs {c:?}");
         }
@@ -144,10 +149,7 @@ mod tests {
             bytes(&model),
             bytes(&block)
         );
-        let ids: Vec<i32> = (0..2 * spec.seq_len as i32).map(|i| i % 100 + 4).collect();
-        let b = Batch::Text(TextBatch::new(&ids, &[0, 1], spec.seq_len, &device));
-        let a: Vec<f32> = model.forward(&b, None).into_data().try_to_vec().unwrap();
-        let c: Vec<f32> = block.forward(&b, None).into_data().try_to_vec().unwrap();
+        let (a, c) = (logits(&model, &device), logits(&block, &device));
         assert!(
             a.iter().zip(&c).all(|(x, y)| (x - y).abs() < 0.05),
             "{a:?} vs {c:?}"

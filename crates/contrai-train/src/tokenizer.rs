@@ -121,12 +121,7 @@ impl Tokenizer {
 
     /// Writes `tokenizer.json` atomically.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| TrainError::Corrupt {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        contrai_data::write::write_atomic(path, &json)?;
-        Ok(())
+        crate::trainer::write_json(path, self)
     }
 
     /// Reads a tokenizer written by [`Tokenizer::save`].
