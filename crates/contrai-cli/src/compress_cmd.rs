@@ -3,10 +3,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
+use contrai_recipe::PruneScope;
 use contrai_train::Stderr;
 use contrai_train::compress::{CompressOptions, CompressReport, compress};
-use contrai_train::prune::Scope;
+
+use crate::choice::choice;
 
 /// Make smaller models from a finished (or interrupted) run, without retraining from scratch:
 /// magnitude pruning with masked fine-tuning, int8 quantization, distillation into the recipe's
@@ -25,8 +27,8 @@ pub struct CompressArgs {
     #[arg(long, value_name = "SHARE")]
     prune: Option<f64>,
     /// Where one magnitude threshold applies: over all prunable weights, or within each module.
-    #[arg(long, value_enum, default_value_t = ScopeArg::Global)]
-    scope: ScopeArg,
+    #[arg(long, value_parser = choice::<PruneScope>(), default_value = "global")]
+    scope: PruneScope,
     /// Prune attention by whole heads (their query/key/value columns and output rows).
     #[arg(long)]
     heads: bool,
@@ -53,12 +55,6 @@ pub struct CompressArgs {
     json: bool,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum ScopeArg {
-    Global,
-    Module,
-}
-
 /// Runs `contrai compress`.
 pub fn run(args: CompressArgs) -> anyhow::Result<ExitCode> {
     let all = args.prune.is_none() && !args.int8 && !args.distill;
@@ -74,10 +70,7 @@ pub fn run(args: CompressArgs) -> anyhow::Result<ExitCode> {
     }
     let opts = CompressOptions {
         prune: if all { Some(0.5) } else { args.prune },
-        scope: match args.scope {
-            ScopeArg::Global => Scope::Global,
-            ScopeArg::Module => Scope::Module,
-        },
+        scope: args.scope,
         heads: args.heads,
         steps: args.steps,
         lr: args.lr,

@@ -7,6 +7,8 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use contrai_data::demo::{self, DemoConfig};
 use contrai_data::split::{Dedup, OnConflict, SplitConfig, split};
+
+use crate::choice::choice;
 use contrai_data::{Audit, AuditConfig, FieldSpec, Format, IndexConfig, Source};
 
 use crate::progress::Bars;
@@ -43,11 +45,11 @@ pub enum DataCommand {
         #[arg(long, default_value_t = 42)]
         seed: u64,
         /// Clusters whose members disagree on the label: drop them, keep the majority, or keep all.
-        #[arg(long, default_value = "drop", value_parser = ["drop", "majority", "keep"])]
-        on_conflict: String,
+        #[arg(long, default_value = "drop", value_parser = choice::<OnConflict>())]
+        on_conflict: OnConflict,
         /// Duplicates to drop: one per identical text (exact), one per cluster (near), or none.
-        #[arg(long, default_value = "exact", value_parser = ["exact", "near", "none"])]
-        dedup: String,
+        #[arg(long, default_value = "exact", value_parser = choice::<Dedup>())]
+        dedup: Dedup,
         /// An earlier split's manifest.json: its holdout stays holdout, and new near-duplicates of
         /// it stay out of train and val.
         #[arg(long)]
@@ -169,8 +171,8 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
             let cfg = SplitConfig {
                 ratios,
                 seed,
-                on_conflict: on_conflict.parse::<OnConflict>().map_err(anyhow::Error::msg)?,
-                dedup: dedup.parse::<Dedup>().map_err(anyhow::Error::msg)?,
+                on_conflict,
+                dedup,
                 audit: input.audit_config(),
                 previous: manifest,
             };

@@ -1,5 +1,6 @@
 //! `contrai`: data integrity, training under a live doctor, contraction, and diagnosis of any run.
 
+mod choice;
 mod compress_cmd;
 mod data_cmd;
 mod doctor_cmd;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use contrai_recipe::{DEFAULT_RECIPE, Recipe};
+use contrai_recipe::{Recipe, default_recipe};
 
 /// The `contrai recipe` subcommands.
 #[derive(Subcommand)]
@@ -23,7 +23,7 @@ pub enum RecipeCommand {
 /// Runs a `contrai recipe` subcommand.
 pub fn run(cmd: RecipeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        RecipeCommand::Init => print!("{DEFAULT_RECIPE}"),
+        RecipeCommand::Init => print!("{}", default_recipe()),
         RecipeCommand::Check { path } => {
             let recipe = Recipe::from_file(&path)?;
             print!("{}", recipe.to_toml());

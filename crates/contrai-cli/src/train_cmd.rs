@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use contrai_recipe::Recipe;
+use contrai_run::{FINAL_INT8, FINAL_MODEL, FINAL_STUDENT, RunDir};
 use contrai_train::{Options, Stderr, train};
 
 use crate::progress::Bars;
@@ -46,6 +47,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         recipe.run.out = o.display().to_string();
     }
     let run_dir = PathBuf::from(&recipe.run.out).join(&recipe.run.name);
+    let run = RunDir::new(&run_dir);
     let opts = Options {
         resume: args.resume,
         progress_bar: true,
@@ -77,16 +79,16 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         if let Some((step, why)) = &e.main_end {
             println!(
                 "main ended at step {step}: {why}; decisions: {}",
-                run_dir.join("decisions.jsonl").display()
+                run.decisions().display()
             );
         }
-        println!("weights: {}", run_dir.join("final/model.safetensors").display());
+        println!("weights: {}", run.final_file(FINAL_MODEL).display());
         if let Some(q) = e.int8.as_ref().filter(|q| q.kept) {
             println!(
                 "int8: holdout accuracy {:.2} %, {:.1}x smaller: {}",
                 q.holdout_accuracy * 100.0,
                 q.dense_bytes as f64 / q.bytes.max(1) as f64,
-                run_dir.join("final/model-int8.bpk").display()
+                run.final_file(FINAL_INT8).display()
             );
         }
         if let Some(s) = &e.student {
@@ -94,11 +96,11 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
                 "student: holdout accuracy {:.2} %, {} parameters: {}",
                 s.holdout_accuracy * 100.0,
                 s.parameters,
-                run_dir.join("final/student.safetensors").display()
+                run.final_file(FINAL_STUDENT).display()
             );
         }
     }
-    let report = run_dir.join("report.html");
+    let report = run.report();
     contrai_data::write::write_atomic(&report, contrai_report::render(&run_dir, None)?.as_bytes())?;
     println!("report: {}", report.display());
     Ok(ExitCode::SUCCESS)

@@ -10,8 +10,8 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_contrai"))
 }
 
-fn eval_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/eval/doctor/cases")
+fn eval_dir() -> Option<PathBuf> {
+    contrai_testkit::shared("eval/doctor/cases")
 }
 
 fn strings(v: &Value, key: &str) -> Vec<String> {
@@ -34,11 +34,7 @@ fn labels_of(run: &Value) -> Vec<String> {
 
 #[test]
 fn eval_cases_through_the_binary() {
-    let dir = eval_dir();
-    if !dir.is_dir() {
-        println!("skipping: {} is absent", dir.display());
-        return;
-    }
+    let Some(dir) = eval_dir() else { return };
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("list")
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
+use contrai_stats::median;
 use serde::Serialize;
 
 use crate::error::Result;
@@ -206,10 +207,8 @@ impl Audit {
             return LengthStats::default();
         }
         let logs: Vec<f64> = words.iter().map(|&w| (w as f64).ln()).collect();
-        let med = median(&logs);
-        let mut dev: Vec<f64> = logs.iter().map(|x| (x - med).abs()).collect();
-        dev.sort_by(f64::total_cmp);
-        let mad = median(&dev);
+        let med = median(&logs).unwrap_or(0.0);
+        let mad = contrai_stats::mad(&logs, med);
         let mut outliers: Vec<Outlier> = if mad > 0.0 {
             self.index
                 .samples
@@ -266,10 +265,6 @@ fn count_groups(keys: impl Iterator<Item = u128>) -> (u64, u64) {
         .values()
         .filter(|&&n| n > 1)
         .fold((0, 0), |(g, s), &n| (g + 1, s + n))
-}
-
-fn median(sorted: &[f64]) -> f64 {
-    sorted[sorted.len() / 2]
 }
 
 /// The audit's findings, ready to print or serialise.

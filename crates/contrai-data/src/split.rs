@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
@@ -22,8 +21,20 @@ pub const PARTITIONS: [&str; 3] = ["train", "val", "holdout"];
 pub const MANIFEST_VERSION: u32 = 1;
 
 /// What to do with a cluster whose members disagree on the label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantNames,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum OnConflict {
     /// Drop the whole cluster.
     Drop,
@@ -34,8 +45,20 @@ pub enum OnConflict {
 }
 
 /// Which duplicates to drop from the output (clusters always stay in one partition).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantNames,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Dedup {
     /// Keep one sample of each identical normalised text.
     Exact,
@@ -44,22 +67,6 @@ pub enum Dedup {
     /// Keep every sample.
     None,
 }
-
-macro_rules! parse_enum {
-    ($t:ty, $($s:literal => $v:expr),+) => {
-        impl FromStr for $t {
-            type Err = String;
-            fn from_str(s: &str) -> std::result::Result<Self, String> {
-                match s {
-                    $($s => Ok($v),)+
-                    other => Err(format!("`{other}` is not one of: {}", [$($s),+].join(", "))),
-                }
-            }
-        }
-    };
-}
-parse_enum!(OnConflict, "drop" => OnConflict::Drop, "majority" => OnConflict::Majority, "keep" => OnConflict::Keep);
-parse_enum!(Dedup, "exact" => Dedup::Exact, "near" => Dedup::Near, "none" => Dedup::None);
 
 /// How to split.
 #[derive(Debug, Clone)]

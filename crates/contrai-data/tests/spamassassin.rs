@@ -1,4 +1,5 @@
-//! The real SpamAssassin corpus from `../shared/data` (skipped with a message when absent).
+//! The real SpamAssassin corpus from `../shared/data` (skipped with a message when absent, a
+//! failure when `CONTRAI_REQUIRE_SHARED` is set).
 
 use std::path::PathBuf;
 
@@ -6,16 +7,7 @@ use contrai_data::split::{SplitConfig, split};
 use contrai_data::{Audit, AuditConfig, Silent, Source};
 
 fn corpus() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/spamassassin.jsonl");
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "skipped: {} is absent (it ships only with ../shared)",
-            p.display()
-        );
-        None
-    }
+    contrai_testkit::shared("data/spamassassin.jsonl")
 }
 
 #[test]

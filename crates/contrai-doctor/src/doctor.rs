@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::detect::{self, Ctx, Trigger};
 use crate::finding::{Finding, Label};
-use crate::series::{Point, Run, RunHints, Series, XUnit};
+use crate::series::{Point, Run, RunHints, Series};
 
 /// Thresholds of the detectors. Defaults follow general practice, not any one log.
 #[derive(Clone, Debug, PartialEq)]
@@ -119,11 +119,6 @@ impl Doctor {
     /// Sets run hints (x-axis unit, planned total steps, number of classes).
     pub fn set_hints(&mut self, hints: RunHints) {
         self.state.hints = hints;
-    }
-
-    /// Declares the x-axis unit.
-    pub fn set_x_unit(&mut self, unit: XUnit) {
-        self.state.hints.x_unit = unit;
     }
 
     /// Feeds one point; returns the findings it newly triggered.

@@ -11,7 +11,7 @@ pub mod doctor;
 pub mod finding;
 pub mod read;
 pub mod series;
-pub mod stats;
+pub use contrai_stats as stats;
 pub mod tags;
 
 pub use doctor::{Doctor, DoctorConfig, Report, diagnose, report_of};

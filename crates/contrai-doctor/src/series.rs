@@ -211,15 +211,4 @@ impl Run {
     pub fn points(&self, s: Series) -> &[Point] {
         self.series.get(&s).map(|d| d.points.as_slice()).unwrap_or(&[])
     }
-
-    /// All points of the run in replay order: by step, then by series.
-    pub fn replay_order(&self) -> Vec<(Series, Point)> {
-        let mut all: Vec<(Series, Point)> = self
-            .series
-            .iter()
-            .flat_map(|(s, d)| d.points.iter().map(move |p| (*s, *p)))
-            .collect();
-        all.sort_by_key(|(s, p)| (p.step, *s));
-        all
-    }
 }

@@ -1,13 +1,14 @@
 //! Every case of `../shared/eval/doctor/`: all labels reported, none of `must_not`
-//! (per run for multi-run files). Skips with a message when the folder is absent.
+//! (per run for multi-run files). Skips with a message when the folder is absent (fails when
+//! `CONTRAI_REQUIRE_SHARED` is set).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use contrai_doctor::{DoctorConfig, Label, Report, diagnose, read_path};
 use serde_json::Value;
 
-fn eval_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/eval/doctor/cases")
+fn eval_dir() -> Option<PathBuf> {
+    contrai_testkit::shared("eval/doctor/cases")
 }
 
 fn labels(report: &Report) -> Vec<&'static str> {
@@ -38,11 +39,7 @@ fn check(id: &str, name: &str, found: &[&str], want: &[String], must_not: &[Stri
 
 #[test]
 fn every_eval_case_passes() {
-    let dir = eval_dir();
-    if !dir.is_dir() {
-        println!("skipping: {} is absent", dir.display());
-        return;
-    }
+    let Some(dir) = eval_dir() else { return };
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("list cases")
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -176,11 +176,11 @@ fn exercise(path: &Path, format: Option<Format>) {
     }
 }
 
-fn file_case(name: &str, bytes: Vec<u8>, format: Format) -> (tempfile::TempDir, PathBuf) {
+/// `bytes` written as `name` in a fresh directory.
+fn file_case(name: &str, bytes: Vec<u8>) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = dir.path().join(name);
     fs::write(&p, bytes).expect("write");
-    let _ = format;
     (dir, p)
 }
 
@@ -193,7 +193,7 @@ proptest! {
 
     #[test]
     fn tensorboard_never_panics(cut in any::<usize>(), f in flips()) {
-        let (_d, p) = file_case("events.out.tfevents.1.host", mutate(tb_file(), cut, &f), Format::Tensorboard);
+        let (_d, p) = file_case("events.out.tfevents.1.host", mutate(tb_file(), cut, &f));
         exercise(&p, None);
         exercise(&p, Some(Format::Tensorboard));
     }
@@ -201,7 +201,7 @@ proptest! {
     #[test]
     fn tensorboard_truncated_tail_reads_cleanly(cut in any::<usize>()) {
         let full = tb_file();
-        let (_d, p) = file_case("events.out.tfevents.2.host", mutate(full, cut, &[]), Format::Tensorboard);
+        let (_d, p) = file_case("events.out.tfevents.2.host", mutate(full, cut, &[]));
         match read_path(&p, None) {
             Ok(runs) => prop_assert!(runs.iter().all(|r| r.points(contrai_doctor::Series::TrainLoss).len() <= 40)),
             // Only a cut before the first complete record leaves nothing to read.
@@ -211,33 +211,33 @@ proptest! {
 
     #[test]
     fn hf_never_panics(cut in any::<usize>(), f in flips()) {
-        let (_d, p) = file_case("trainer_state.json", mutate(hf_file(), cut, &f), Format::HfTrainerState);
+        let (_d, p) = file_case("trainer_state.json", mutate(hf_file(), cut, &f));
         exercise(&p, None);
     }
 
     #[test]
     fn lightning_csv_never_panics(cut in any::<usize>(), f in flips()) {
-        let (_d, p) = file_case("metrics.csv", mutate(lightning_file(), cut, &f), Format::Csv);
+        let (_d, p) = file_case("metrics.csv", mutate(lightning_file(), cut, &f));
         exercise(&p, None);
     }
 
     #[test]
     fn keras_csv_never_panics(cut in any::<usize>(), f in flips()) {
-        let (_d, p) = file_case("training.log", mutate(keras_file(), cut, &f), Format::Csv);
+        let (_d, p) = file_case("training.log", mutate(keras_file(), cut, &f));
         exercise(&p, None);
         exercise(&p, Some(Format::Csv));
     }
 
     #[test]
     fn wandb_never_panics(cut in any::<usize>(), f in flips()) {
-        let (_d, p) = file_case("wandb_export.csv", mutate(wandb_file(), cut, &f), Format::WandbCsv);
+        let (_d, p) = file_case("wandb_export.csv", mutate(wandb_file(), cut, &f));
         exercise(&p, None);
         exercise(&p, Some(Format::WandbCsv));
     }
 
     #[test]
     fn jsonl_never_panics(cut in any::<usize>(), f in flips()) {
-        let (_d, p) = file_case("metrics.jsonl", mutate(jsonl_file(), cut, &f), Format::Jsonl);
+        let (_d, p) = file_case("metrics.jsonl", mutate(jsonl_file(), cut, &f));
         exercise(&p, None);
     }
 
@@ -275,7 +275,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         for name in ["events.out.tfevents.3", "trainer_state.json", "x.jsonl", "x.csv", "blob"] {
-            let (_d, p) = file_case(name, bytes.clone(), Format::Csv);
+            let (_d, p) = file_case(name, bytes.clone());
             exercise(&p, None);
         }
     }
@@ -299,12 +299,12 @@ fn valid_samples_read() {
         ("metrics.jsonl", jsonl_file()),
     ];
     for (name, bytes) in cases {
-        let (_d, p) = file_case(name, bytes, Format::Csv);
+        let (_d, p) = file_case(name, bytes);
         let runs = read_path(&p, None).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(!runs.is_empty(), "{name}");
     }
     // Keras appended run restarting its epochs keeps a monotonic x-axis.
-    let (_d, p) = file_case("training.log", keras_file(), Format::Csv);
+    let (_d, p) = file_case("training.log", keras_file());
     let runs = read_path(&p, None).expect("keras");
     let steps: Vec<u64> = runs[0]
         .points(contrai_doctor::Series::TrainLoss)
@@ -314,7 +314,7 @@ fn valid_samples_read() {
     assert_eq!(steps.len(), 17);
     assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
     // HF NaN / Infinity tokens are kept as evidence.
-    let (_d, p) = file_case("trainer_state.json", hf_file(), Format::Csv);
+    let (_d, p) = file_case("trainer_state.json", hf_file());
     let runs = read_path(&p, None).expect("hf");
     assert!(
         runs[0]
@@ -324,7 +324,7 @@ fn valid_samples_read() {
     );
     assert_eq!(runs[0].hints.total_steps, Some(200));
     // W&B: one run per column group, __MIN/__MAX ignored.
-    let (_d, p) = file_case("wandb_export.csv", wandb_file(), Format::Csv);
+    let (_d, p) = file_case("wandb_export.csv", wandb_file());
     let runs = read_path(&p, None).expect("wandb");
     assert_eq!(runs.len(), 2);
 }
@@ -335,7 +335,7 @@ fn tensorboard_corruption_is_reported() {
     let mut bytes = tb_file();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
-    let (_d, p) = file_case("events.out.tfevents.4.host", bytes, Format::Tensorboard);
+    let (_d, p) = file_case("events.out.tfevents.4.host", bytes);
     match read_path(&p, None) {
         Err(e) => {
             let msg = e.to_string();
@@ -351,11 +351,7 @@ fn tensorboard_corruption_is_reported() {
 /// Regression: a huge step followed by a restart once overflowed the appended-run offset.
 #[test]
 fn regression_huge_step_then_restart() {
-    let (_d, p) = file_case(
-        "training.log",
-        b"epoch,loss\n1e300,1\n0,2\n1,3\n".to_vec(),
-        Format::Csv,
-    );
+    let (_d, p) = file_case("training.log", b"epoch,loss\n1e300,1\n0,2\n1,3\n".to_vec());
     exercise(&p, None);
 }
 

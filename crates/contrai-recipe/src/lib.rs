@@ -1,15 +1,16 @@
-//! Contrai's recipe: the TOML schema and its validation, learning-rate schedule math, and the
-//! phase plan (`../shared/DESIGN.md` §1 and §4).
+//! Contrai's recipe: the TOML schema, its typed choices and their validation, the learning-rate
+//! schedule math and the calendar of a long programme (`../shared/DESIGN.md` §1). The phase plan
+//! computed from a recipe is the conductor's (`contrai-lifecycle`).
 
 pub mod calendar;
+pub mod choice;
 pub mod load;
-pub mod plan;
 pub mod recipe;
 pub mod schedule;
 pub mod template;
 
+pub use choice::{Dedup, ModelKind, OnConflict, Phase, PruneSchedule, PruneScope, Quantize};
 pub use load::RecipeError;
-pub use plan::Plan;
 pub use recipe::Recipe;
 pub use schedule::{Decay, Schedule};
-pub use template::DEFAULT_RECIPE;
+pub use template::default_recipe;

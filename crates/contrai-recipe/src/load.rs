@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::recipe::{PHASES, Recipe};
+use crate::choice::{ModelKind, Phase};
+use crate::recipe::Recipe;
 
 /// Why a recipe was refused.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +74,7 @@ impl Recipe {
     /// pruned (`layers.*`, 0.1 → 0.5), and it trains at LR 1e-3 (validate 3e-3): a small MLP at
     /// the transformer's 5e-4 barely moves in the validate phase's 30 steps.
     fn model_defaults(&mut self, text: &str) {
-        if self.model.kind != "mlp" {
+        if self.model.kind != ModelKind::Mlp {
             return;
         }
         let table: toml::Table = toml::from_str(text).unwrap_or_default();
@@ -101,25 +102,15 @@ impl Recipe {
     /// Checks the phases, the validate check and the guards.
     fn validate_lifecycle(&self) -> Result<(), (String, String)> {
         let err = |k: &str, m: String| Err((k.to_string(), m));
-        let mut order = Vec::new();
-        for p in &self.run.phases {
-            match PHASES.iter().position(|q| q == p) {
-                Some(i) => order.push(i),
-                None => {
-                    return err(
-                        "run.phases",
-                        format!("names `{p}`, expected phases among {}", PHASES.join(", ")),
-                    );
-                }
-            }
-        }
-        if !order.windows(2).all(|w| w[0] < w[1]) || !self.run.has_phase("main") {
+        let phases = &self.run.phases;
+        if !phases.windows(2).all(|w| w[0] < w[1]) || !self.run.has_phase(Phase::Main) {
+            let names: Vec<String> = phases.iter().map(Phase::to_string).collect();
             return err(
                 "run.phases",
                 format!(
-                    "is {:?}, expected `main` and phases in the order {}, each once",
-                    self.run.phases,
-                    PHASES.join(", ")
+                    "is [{}], expected `main` and phases in the order {}, each once",
+                    names.join(", "),
+                    crate::choice::choices::<Phase>().replace(" |", ",")
                 ),
             );
         }
@@ -242,13 +233,6 @@ impl Recipe {
             "data.near_duplicates.threshold",
             self.data.near_duplicates.threshold,
         )?;
-        one_of(
-            "data.on_label_conflict",
-            &self.data.on_label_conflict,
-            &["drop", "majority", "keep"],
-        )?;
-        one_of("data.dedup", &self.data.dedup, &["exact", "near", "none"])?;
-        one_of("model.kind", &self.model.kind, &["transformer", "mlp"])?;
         let m = &self.model;
         for (k, v) in [
             ("model.vocab", m.vocab),
@@ -365,8 +349,6 @@ impl Recipe {
                 ),
             );
         }
-        one_of("contract.prune_schedule", &c.prune_schedule, &["cubic", "linear"])?;
-        one_of("contract.prune_scope", &c.prune_scope, &["module", "global"])?;
         self.validate_distill()?;
         unit("contract.prune_span", c.prune_span)?;
         unit("contract.divergence", c.divergence)?;
@@ -376,7 +358,6 @@ impl Recipe {
             }
         }
         self.validate_lifecycle()?;
-        one_of("refine.quantize", &self.refine.quantize, &["int8", "none"])?;
         if c.budget + self.refine.budget >= 0.9 {
             return err(
                 "refine.budget",
@@ -385,17 +366,6 @@ impl Recipe {
         }
         Ok(())
     }
-}
-
-fn one_of(key: &str, value: &str, allowed: &[&str]) -> Result<(), (String, String)> {
-    if allowed.contains(&value) {
-        return Ok(());
-    }
-    let hint = nearest(value, allowed).map_or(String::new(), |n| format!(" (did you mean `{n}`?)"));
-    Err((
-        key.to_string(),
-        format!("is `{value}`, expected one of {}{hint}", allowed.join(", ")),
-    ))
 }
 
 /// The closest of `candidates` to `word`, if it is close enough to be a likely typo.
@@ -466,7 +436,7 @@ fn locate(text: &str, dotted: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::template::DEFAULT_RECIPE;
+    use crate::template::default_recipe;
 
     fn parse(s: &str) -> Result<Recipe, RecipeError> {
         Recipe::parse(s, Path::new("r.toml"))
@@ -474,7 +444,7 @@ mod tests {
 
     #[test]
     fn the_template_is_the_default() {
-        assert_eq!(parse(DEFAULT_RECIPE).unwrap(), Recipe::default());
+        assert_eq!(parse(&default_recipe()).unwrap(), Recipe::default());
         assert_eq!(parse("").unwrap(), Recipe::default());
         let resolved = Recipe::default().to_toml();
         assert_eq!(

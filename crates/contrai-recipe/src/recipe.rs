@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::choice::{Dedup, ModelKind, OnConflict, Phase, PruneSchedule, PruneScope, Quantize};
 use crate::schedule::Decay;
 
 /// A whole run's settings (`contrai recipe init` prints the default with comments).
@@ -26,9 +27,6 @@ pub struct Recipe {
     pub guards: Guards,
 }
 
-/// The lifecycle's phases, in the only order they run.
-pub const PHASES: [&str; 5] = ["validate", "main", "diagnose", "contract", "refine"];
-
 /// `[run]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -46,13 +44,18 @@ pub struct Run {
     /// Checkpoints kept besides the best one.
     pub keep_last: u32,
     /// Phases to run, a subsequence of `validate, main, diagnose, contract, refine` holding `main`.
-    pub phases: Vec<String>,
+    pub phases: Vec<Phase>,
 }
 
 impl Run {
-    /// Whether the phase `name` runs.
-    pub fn has_phase(&self, name: &str) -> bool {
-        self.phases.iter().any(|p| p == name)
+    /// Whether `phase` runs.
+    pub fn has_phase(&self, phase: Phase) -> bool {
+        self.phases.contains(&phase)
+    }
+
+    /// The phase that runs after `phase` (diagnose included), if any.
+    pub fn after(&self, phase: Phase) -> Option<Phase> {
+        self.phases.iter().copied().find(|p| *p > phase)
     }
 }
 
@@ -65,7 +68,7 @@ impl Default for Run {
             eval_every: 50,
             checkpoint_every: 50,
             keep_last: 3,
-            phases: PHASES.iter().map(|p| p.to_string()).collect(),
+            phases: Phase::all(),
         }
     }
 }
@@ -86,10 +89,10 @@ pub struct Data {
     pub split: Split,
     /// Near-duplicate detection.
     pub near_duplicates: NearDuplicates,
-    /// `drop`, `majority` or `keep`.
-    pub on_label_conflict: String,
-    /// `exact`, `near` or `none`.
-    pub dedup: String,
+    /// Duplicate clusters whose labels disagree.
+    pub on_label_conflict: OnConflict,
+    /// Duplicates dropped before training.
+    pub dedup: Dedup,
 }
 
 impl Default for Data {
@@ -101,8 +104,8 @@ impl Default for Data {
             id: "id".into(),
             split: Split::default(),
             near_duplicates: NearDuplicates::default(),
-            on_label_conflict: "drop".into(),
-            dedup: "exact".into(),
+            on_label_conflict: OnConflict::Drop,
+            dedup: Dedup::Exact,
         }
     }
 }
@@ -147,8 +150,8 @@ impl Default for NearDuplicates {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Model {
-    /// `transformer` (text) or `mlp` (numeric features).
-    pub kind: String,
+    /// The transformer (text) or the MLP (numeric features).
+    pub kind: ModelKind,
     /// Tokenizer vocabulary size.
     pub vocab: usize,
     /// Tokens a sample (longer texts are cut, shorter padded).
@@ -168,7 +171,7 @@ pub struct Model {
 impl Default for Model {
     fn default() -> Self {
         Model {
-            kind: "transformer".into(),
+            kind: ModelKind::Transformer,
             vocab: 8192,
             seq_len: 128,
             d_model: 128,
@@ -284,16 +287,15 @@ pub struct Contract {
     pub prune: Vec<Prune>,
     /// Update the pruning masks every this many steps.
     pub prune_every: u64,
-    /// `cubic` (Zhu & Gupta) or `linear` growth of sparsity from `init` to `final`.
-    pub prune_schedule: String,
+    /// Growth of sparsity from `init` to `final`.
+    pub prune_schedule: PruneSchedule,
     /// Share of the contraction over which sparsity grows to `final` (the rest recovers).
     pub prune_span: f64,
     /// A module stops being pruned when the validation − training loss gap has grown by more
     /// than this share of the validation loss since contraction began.
     pub divergence: f64,
-    /// `module`: each module pruned to its own target; `global`: one magnitude threshold over all
-    /// selected weights (modules' caps still hold).
-    pub prune_scope: String,
+    /// One magnitude threshold a module, or one over all selected weights (modules' caps hold).
+    pub prune_scope: PruneScope,
     /// Prune attention by whole heads (the weakest heads' query/key/value columns and output rows)
     /// instead of single weights.
     pub prune_heads: bool,
@@ -313,10 +315,10 @@ impl Default for Contract {
             patience: 3,
             eval_every: 20,
             prune_every: 10,
-            prune_schedule: "cubic".into(),
+            prune_schedule: PruneSchedule::Cubic,
             prune_span: 0.75,
             divergence: 0.1,
-            prune_scope: "module".into(),
+            prune_scope: PruneScope::Module,
             prune_heads: false,
             prune: vec![
                 Prune {
@@ -358,8 +360,8 @@ fn default_prune_init() -> f64 {
 pub struct Refine {
     /// Share of all steps given to the final anneal.
     pub budget: f64,
-    /// `int8` or `none`.
-    pub quantize: String,
+    /// Post-training quantization.
+    pub quantize: Quantize,
     /// Largest accuracy drop (points) a quantized model may cost before it is refused.
     pub max_drop: f64,
     /// 0: one int8 scale a weight matrix; N (1–255): a scale every N weights of a row.
@@ -372,7 +374,7 @@ impl Default for Refine {
     fn default() -> Self {
         Refine {
             budget: 0.05,
-            quantize: "int8".into(),
+            quantize: Quantize::Int8,
             max_drop: 1.0,
             quantize_block: 0,
             distill: Distill::default(),

@@ -3,8 +3,20 @@
 use serde::{Deserialize, Serialize};
 
 /// How the learning rate falls after warmup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantNames,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Decay {
     /// Half a cosine from the peak to the floor.
     Cosine,

@@ -1,7 +1,22 @@
 //! The default recipe as commented TOML: what `contrai recipe init` prints.
 
-/// The default recipe, every key with a comment; it parses to [`crate::Recipe::default`].
-pub const DEFAULT_RECIPE: &str = r#"# Contrai recipe. Every key below is shown with its default; delete what you do not change.
+use crate::choice::{Dedup, ModelKind, OnConflict, PruneSchedule, PruneScope, Quantize, choices};
+use crate::schedule::Decay;
+
+/// The default recipe, every key with a comment; it parses to [`crate::Recipe::default`]. The
+/// lists of allowed values come from the types that define them.
+pub fn default_recipe() -> String {
+    TEMPLATE
+        .replace("@ON_CONFLICT@", &choices::<OnConflict>())
+        .replace("@DEDUP@", &choices::<Dedup>())
+        .replace("@MODEL_KIND@", &choices::<ModelKind>())
+        .replace("@DECAY@", &choices::<Decay>())
+        .replace("@PRUNE_SCHEDULE@", &choices::<PruneSchedule>())
+        .replace("@PRUNE_SCOPE@", &choices::<PruneScope>())
+        .replace("@QUANTIZE@", &choices::<Quantize>())
+}
+
+const TEMPLATE: &str = r#"# Contrai recipe. Every key below is shown with its default; delete what you do not change.
 
 [run]
 name = "demo"            # the run directory is <out>/<name>
@@ -17,8 +32,8 @@ path = ""                # JSONL / CSV / Parquet file, or a split directory; "" 
 text = "text"            # field holding the text (mlp: numeric features, [1.5, 0, 2] or "1.5 0 2")
 label = "label"          # field holding the label
 id = "id"                # field holding a unique id (line numbers when absent)
-on_label_conflict = "drop"   # duplicate clusters with disagreeing labels: drop | majority | keep
-dedup = "exact"          # duplicates dropped before training: exact | near | none
+on_label_conflict = "drop"   # duplicate clusters with disagreeing labels: @ON_CONFLICT@
+dedup = "exact"          # duplicates dropped before training: @DEDUP@
 
 [data.split]             # shares of each partition; the holdout is evaluated once, at the end
 train = 0.85
@@ -29,7 +44,7 @@ holdout = 0.05
 threshold = 0.8          # Jaccard similarity of word 5-grams that makes two texts near-duplicates
 
 [model]
-kind = "transformer"     # transformer (text) | mlp (numeric features, standardised on train)
+kind = "transformer"     # @MODEL_KIND@ (mlp: numeric features, standardised on train)
 vocab = 8192             # tokenizer vocabulary, fitted on the train partition only
 seq_len = 128            # tokens a sample
 d_model = 128            # width
@@ -52,7 +67,7 @@ devices = 1
 lr = 5e-4                # peak learning rate (mlp: 1e-3)
 min_lr = 1e-5            # floor of the decay
 warmup = 0.03            # linear warmup, as a fraction of the steps (2–5 %)
-schedule = "cosine"      # cosine | linear | constant
+schedule = "cosine"      # @DECAY@
 weight_decay = 0.01      # AdamW
 clip_norm = 1.0          # global gradient-norm clipping; 0 disables it
 
@@ -68,10 +83,10 @@ tolerance = 0.02         # roll back when validation loss worsens by more than t
 patience = 3             # ... for this many evaluations
 eval_every = 20          # evaluate and checkpoint this often while contracting
 prune_every = 10         # gradual magnitude pruning: masks updated every N steps ...
-prune_schedule = "cubic" # ... sparsity grows from init to final: cubic (Zhu & Gupta) | linear ...
+prune_schedule = "cubic" # ... sparsity grows from init to final: @PRUNE_SCHEDULE@ ...
 prune_span = 0.75        # ... over this share of contract; the rest recovers
 divergence = 0.1         # a module stops being pruned when (val − train loss) grows by this × val loss
-prune_scope = "module"   # module: each module to its own target | global: one magnitude threshold
+prune_scope = "module"   # @PRUNE_SCOPE@: a threshold a module, or one over all
 prune_heads = false      # prune attention by whole heads (their q/k/v columns and output rows)
 prune = [                # weight matrices by glob over parameter paths (an MLP's default: "layers.*", 0.1 → 0.5); caps: attention 20 %, and diagnose's
     { params = "blocks.*.attn.*", init = 0.1, final = 0.2 },
@@ -80,7 +95,7 @@ prune = [                # weight matrices by glob over parameter paths (an MLP'
 
 [refine]
 budget = 0.05            # share of all steps for the final anneal
-quantize = "int8"        # int8 | none
+quantize = "int8"        # @QUANTIZE@
 max_drop = 1.0           # accuracy points a quantized model may lose before it is refused
 quantize_block = 0       # 0: one scale a weight matrix | N (≤ 255): a scale every N weights
 

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use contrai_data::split::Manifest;
 use contrai_doctor::{DoctorConfig, Finding, Format, Label, Run, Series, XUnit, diagnose, read_path};
+use contrai_run::{Decision, FinalEval, MetricsRow, ModelCard, RunDir, RunError, RunFormat};
 
 use crate::chart::{Band, Chart, Line, Marker, PALETTE, fmt_num};
 use crate::page::{Page, classed};
@@ -14,16 +16,9 @@ pub enum ReportError {
     /// The log could not be read.
     #[error(transparent)]
     Read(#[from] contrai_doctor::ReadError),
-    /// A run-directory file is malformed.
-    #[error("{path}:{line}: {message}")]
-    RunFile {
-        /// The file.
-        path: String,
-        /// 1-based line.
-        line: usize,
-        /// What was wrong.
-        message: String,
-    },
+    /// A run-directory file is malformed, or of another format version.
+    #[error(transparent)]
+    RunFile(#[from] RunError),
 }
 
 /// A phase of a Contrai run: a name over a step range.
@@ -45,25 +40,24 @@ struct RunExtras {
     charts: Vec<Chart>,
 }
 
-/// A controller decision from `decisions.jsonl`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
-    /// The step.
-    pub step: u64,
-    /// What was decided.
-    pub kind: String,
-    /// Why.
-    pub reason: String,
+/// Whether `path` is a Contrai run directory (`run.json`, or `recipe.toml` before it existed),
+/// not just a folder of logs.
+fn is_run_dir(path: &Path) -> bool {
+    let run = RunDir::new(path);
+    path.is_dir() && (run.format().is_file() || run.recipe().is_file())
 }
 
 /// Renders the report of a log file or run directory (any format the doctor reads).
 pub fn render(path: &Path, format: Option<Format>) -> Result<String, ReportError> {
+    if is_run_dir(path) {
+        RunFormat::check(&RunDir::new(path))?;
+    }
     let runs = read_path(path, format)?;
     let RunExtras {
         phases,
         decisions,
         charts: extra,
-    } = if path.is_dir() {
+    } = if is_run_dir(path) {
         run_dir_extras(path)?
     } else {
         RunExtras::default()
@@ -76,7 +70,7 @@ pub fn render(path: &Path, format: Option<Format>) -> Result<String, ReportError
     for run in &runs {
         run_section(&mut page, run, &phases, &decisions, &extra);
     }
-    if path.is_dir() {
+    if is_run_dir(path) {
         data_section(&mut page, path)?;
         holdout_section(&mut page, path)?;
         compression_section(&mut page, path)?;
@@ -140,7 +134,7 @@ fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decisi
         page.heading("Controller decisions");
         let rows: Vec<Vec<String>> = decisions
             .iter()
-            .map(|d| vec![d.step.to_string(), d.kind.clone(), d.reason.clone()])
+            .map(|d| vec![d.step.to_string(), d.kind.to_string(), d.reason.clone()])
             .collect();
         page.table(&[unit, "decision", "reason"], &rows);
     }
@@ -186,7 +180,7 @@ fn explained_by_rollbacks(findings: &mut Vec<Finding>, decisions: &[Decision]) -
     let mut out = Vec::new();
     findings.retain(|f| {
         let after = decisions.iter().find(|d| {
-            d.kind.starts_with("rollback")
+            d.is_rollback()
                 && matches!(f.label, Label::LossSpike | Label::GradExplode)
                 && (d.step..=d.step + 5).contains(&f.step)
         });
@@ -262,7 +256,7 @@ fn charts(
         };
         markers.push(Marker {
             x: same[0].step as f64,
-            label: format!("{}{more}", same.last().map_or("", |d| d.kind.as_str())),
+            label: format!("{}{more}", same.last().map_or("", |d| d.kind.as_ref())),
             color: "#6a3d9a".into(),
         });
     }
@@ -299,42 +293,40 @@ fn charts(
 
 /// The split's partitions, what was dropped and the leak guard, from `data/manifest.json`.
 fn data_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
-    let Some(m) = json_file(&dir.join("data/manifest.json"))? else {
+    let Some(m) = contrai_run::read_json_if::<Manifest>(&RunDir::new(dir).data().join("manifest.json"))?
+    else {
         return Ok(());
     };
     page.heading("Data");
-    let parts = m["partitions"].as_array().cloned().unwrap_or_default();
-    let rows: Vec<Vec<String>> = parts
+    let rows: Vec<Vec<String>> = m
+        .partitions
         .iter()
-        .map(|p| vec![p["name"].as_str().unwrap_or("?").into(), p["count"].to_string()])
+        .map(|p| vec![p.name.clone(), p.count.to_string()])
         .collect();
     page.table(&["partition", "samples"], &rows);
-    if let Some(dropped) = m["dropped"].as_object() {
-        let parts: Vec<String> = dropped
-            .iter()
-            .filter(|(_, n)| n.as_u64() != Some(0))
-            .map(|(k, n)| format!("{n} {k}"))
-            .collect();
-        let guard = &m["guard"];
-        page.para(&format!(
-            "Dropped before training: {}. Leak guard: {} shared texts, {} cross-partition near-duplicate pairs ({}).",
-            if parts.is_empty() { "nothing".to_string() } else { parts.join(", ") },
-            guard["shared_content_hashes"],
-            guard["cross_partition_near_pairs"],
-            if guard["passed"] == true { "passed" } else { "FAILED" }
-        ));
-    }
+    let parts: Vec<String> = m
+        .dropped
+        .iter()
+        .filter(|(_, n)| **n != 0)
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    let g = &m.guard;
+    page.para(&format!(
+        "Dropped before training: {}. Leak guard: {} shared texts, {} cross-partition near-duplicate pairs ({}).",
+        if parts.is_empty() { "nothing".to_string() } else { parts.join(", ") },
+        g.shared_content_hashes,
+        g.cross_partition_near_pairs,
+        if g.passed { "passed" } else { "FAILED" }
+    ));
     Ok(())
 }
 
 /// The single holdout evaluation, from `final/eval.json`.
 fn holdout_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
-    let Some(e) = json_file(&dir.join("final/eval.json"))? else {
+    let Some(e) = contrai_run::read_json_if::<FinalEval>(&RunDir::new(dir).eval())? else {
         return Ok(());
     };
     page.heading("Holdout (evaluated once, at the end)");
-    let pct = |v| percent(v, "?");
-    let num = |v: &serde_json::Value| v.as_f64().map_or("?".into(), fmt_num);
     page.table(
         &[
             "holdout accuracy",
@@ -344,11 +336,11 @@ fn holdout_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
             "step",
         ],
         &[vec![
-            pct(&e["holdout_accuracy"]),
-            num(&e["holdout_loss"]),
-            e["holdout_samples"].to_string(),
-            pct(&e["val_accuracy"]),
-            e["step"].to_string(),
+            percent(e.holdout_accuracy),
+            fmt_num(f64::from(e.holdout_loss)),
+            e.holdout_samples.to_string(),
+            percent(e.val_accuracy),
+            e.step.to_string(),
         ]],
     );
     Ok(())
@@ -357,39 +349,29 @@ fn holdout_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
 /// The final models side by side, from `final/model-card.json`: accuracy, zero weights,
 /// parameters, bytes on disk and CPU latency of each variant (f32, int8, the student ...).
 fn compression_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
-    let Some(c) = json_file(&dir.join("final/model-card.json"))? else {
-        return Ok(());
-    };
-    let Some(variants) = c["variants"].as_array() else {
+    let Some(c) = contrai_run::read_json_if::<ModelCard>(&RunDir::new(dir).model_card())? else {
         return Ok(());
     };
     page.heading("Compression");
-    let text = |v: &serde_json::Value| match v {
-        serde_json::Value::Null => "—".to_string(),
-        serde_json::Value::Number(n) if n.is_u64() => n.to_string(),
-        serde_json::Value::Number(n) => fmt_num(n.as_f64().unwrap_or(f64::NAN)),
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    let rows: Vec<Vec<String>> = variants
+    let rows: Vec<Vec<String>> = c
+        .variants
         .iter()
         .map(|v| {
             vec![
-                text(&v["name"]),
-                percent(&v["holdout_accuracy"], "—"),
-                percent(&v["val_accuracy"], "—"),
-                percent(&v["zero_weights"], "—").replace(".00 %", " %"),
-                text(&v["parameters"]),
-                text(&v["bytes"]),
-                text(&v["latency_ms"]),
-                match &v["file"] {
-                    serde_json::Value::Null => text(&v["note"]),
-                    f => format!("{} — {}", text(f), text(&v["note"])),
+                v.name.clone(),
+                percent(v.holdout_accuracy),
+                percent(v.val_accuracy),
+                format!("{:.2} %", 100.0 * v.zero_weights).replace(".00 %", " %"),
+                v.parameters.to_string(),
+                v.bytes.to_string(),
+                v.latency_ms.map_or("—".into(), fmt_num),
+                match &v.file {
+                    None => v.note.clone(),
+                    Some(f) => format!("{f} — {}", v.note),
                 },
             ]
         })
         .collect();
-    let batch = text(&c["latency_batch"]);
     page.table(
         &[
             "model",
@@ -398,7 +380,7 @@ fn compression_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
             "zero weights",
             "parameters",
             "bytes",
-            &format!("CPU ms a batch of {batch}"),
+            &format!("CPU ms a batch of {}", c.latency_batch),
             "file",
         ],
         &rows,
@@ -406,49 +388,39 @@ fn compression_section(page: &mut Page, dir: &Path) -> Result<(), ReportError> {
     Ok(())
 }
 
-/// A fraction in a JSON value as a percentage with two decimals, or `missing`.
-fn percent(v: &serde_json::Value, missing: &str) -> String {
-    v.as_f64()
-        .map_or(missing.into(), |x| format!("{:.2} %", 100.0 * x))
-}
-
-/// A JSON file's value; `None` when the file does not exist.
-fn json_file(path: &Path) -> Result<Option<serde_json::Value>, ReportError> {
-    let Ok(bytes) = std::fs::read(path) else {
-        return Ok(None);
-    };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| ReportError::RunFile {
-            path: path.display().to_string(),
-            line: e.line(),
-            message: format!("invalid JSON: {e}"),
-        })
+/// A fraction as a percentage with two decimals ("—" when not a number).
+fn percent(v: f32) -> String {
+    if v.is_finite() {
+        format!("{:.2} %", 100.0 * v)
+    } else {
+        "—".into()
+    }
 }
 
 /// A Contrai run's phases (from `metrics.jsonl`'s `phase` field), decisions (from
 /// `decisions.jsonl`) and the charts only it has: batch size and sparsity against steps.
 fn run_dir_extras(dir: &Path) -> Result<RunExtras, ReportError> {
+    let run = RunDir::new(dir);
     let mut phases: Vec<Phase> = Vec::new();
     let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-    for (_, row) in jsonl_rows(&dir.join("metrics.jsonl"))? {
-        let (Some(step), Some(name)) = (
-            row.get("step").and_then(|v| v.as_u64()),
-            row.get("phase").and_then(|v| v.as_str()),
-        ) else {
-            continue;
-        };
-        for (k, v) in &row {
-            if (k == "batch_size" || k.starts_with("sparsity"))
-                && let Some(x) = v.as_f64()
-            {
-                series.entry(k.clone()).or_default().push((step as f64, x));
+    let mut point = |k: String, step: u64, x: f64| series.entry(k).or_default().push((step as f64, x));
+    for (_, row) in contrai_run::read_jsonl(&run.metrics(), None, MetricsRow::parse)? {
+        let step = row.step();
+        match &row {
+            MetricsRow::Train(r) => point("batch_size".into(), step, r.batch_size as f64),
+            MetricsRow::Sparsity(r) => {
+                point("sparsity".into(), step, r.overall);
+                for (m, x) in &r.modules {
+                    point(format!("sparsity/{m}"), step, *x);
+                }
             }
+            _ => {}
         }
+        let name = row.phase().to_string();
         match phases.last_mut() {
             Some(p) if p.name == name => p.to = p.to.max(step),
             _ => phases.push(Phase {
-                name: name.into(),
+                name,
                 from: step,
                 to: step,
             }),
@@ -482,52 +454,13 @@ fn run_dir_extras(dir: &Path) -> Result<RunExtras, ReportError> {
     .into_iter()
     .filter(Chart::has_data)
     .collect();
-    let mut decisions = Vec::new();
-    let path = dir.join("decisions.jsonl");
-    for (line, row) in jsonl_rows(&path)? {
-        let step = row.get("step").and_then(|v| v.as_u64());
-        let kind = row.get("kind").and_then(|v| v.as_str());
-        match (step, kind) {
-            (Some(step), Some(kind)) => decisions.push(Decision {
-                step,
-                kind: kind.into(),
-                reason: row.get("reason").and_then(|v| v.as_str()).unwrap_or("").into(),
-            }),
-            _ => {
-                return Err(ReportError::RunFile {
-                    path: path.display().to_string(),
-                    line,
-                    message: "expected an object with `step` (integer) and `kind` (string)".into(),
-                });
-            }
-        }
-    }
+    let decisions = contrai_run::journal::read_rows::<Decision>(&run.decisions())?
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect();
     Ok(RunExtras {
         phases,
         decisions,
         charts,
     })
-}
-
-/// A JSONL object and its 1-based line.
-type Row = (usize, BTreeMap<String, serde_json::Value>);
-
-/// The JSON objects of a JSONL file with their line numbers; a missing file has none.
-fn jsonl_rows(path: &Path) -> Result<Vec<Row>, ReportError> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(Vec::new());
-    };
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l)
-                .map(|row| (i + 1, row))
-                .map_err(|e| ReportError::RunFile {
-                    path: path.display().to_string(),
-                    line: i + 1,
-                    message: format!("invalid JSON: {e}"),
-                })
-        })
-        .collect()
 }

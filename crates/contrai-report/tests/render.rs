@@ -1,6 +1,6 @@
 //! Reports render for every eval log and for a run directory, as well-formed, offline HTML.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn check_offline_and_well_formed(html: &str) -> usize {
     assert!(html.starts_with("<!DOCTYPE html>"));
@@ -27,14 +27,10 @@ fn check_offline_and_well_formed(html: &str) -> usize {
 
 #[test]
 fn every_eval_case_renders() {
-    let cases = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/eval/doctor/cases");
-    let Ok(entries) = std::fs::read_dir(&cases) else {
-        eprintln!(
-            "skipped: {} is absent (it ships only with ../shared)",
-            cases.display()
-        );
+    let Some(cases) = contrai_testkit::shared("eval/doctor/cases") else {
         return;
     };
+    let entries = std::fs::read_dir(&cases).unwrap();
     let mut n = 0;
     for e in entries {
         let dir = e.unwrap().path();
@@ -48,7 +44,9 @@ fn every_eval_case_renders() {
     assert_eq!(n, 12);
 }
 
+/// Writes `lines` as `dir/name`, in a directory marked as a Contrai run (`run.json`).
 fn write(dir: &Path, name: &str, lines: &[String]) {
+    std::fs::write(dir.join("run.json"), r#"{"format": 1, "writer": "test"}"#).unwrap();
     std::fs::write(dir.join(name), lines.join("\n") + "\n").unwrap();
 }
 
@@ -82,7 +80,7 @@ fn a_run_directory_shows_phases_decisions_and_every_plot() {
         }
     }
     write(dir.path(), "metrics.jsonl", &metrics);
-    write(dir.path(), "decisions.jsonl", &[r#"{"step":300,"kind":"enter_contract","reason":"val loss stable < 2 % for 2 checkpoints","evidence":{"delta":0.01}}"#.to_string()]);
+    write(dir.path(), "decisions.jsonl", &[r#"{"step":300,"phase":"contract","kind":"enter_contract","reason":"val loss stable < 2 % for 2 checkpoints","evidence":{"delta":0.01}}"#.to_string()]);
     let html = contrai_report::render(dir.path(), None).unwrap();
     assert_eq!(
         check_offline_and_well_formed(&html),
@@ -107,11 +105,12 @@ fn a_loss_jump_right_after_a_rollback_is_explained_not_flagged() {
             0.01 * (1.0 + 0.01 * (step % 3) as f64)
         };
         metrics.push(format!(
-            r#"{{"step":{step},"phase":"contract","train_loss":{loss},"lr":1e-4,"grad_norm":1.0}}"#
+            r#"{{"step":{step},"phase":"contract","samples":{step},"train_loss":{loss},"lr":1e-4,"grad_norm":1.0,"batch_size":16,"wall_s":0.0}}"#
         ));
     }
     write(dir.path(), "metrics.jsonl", &metrics);
-    let rollback = r#"{"step":250,"kind":"rollback_contract","reason":"worse","evidence":{}}"#;
+    let rollback =
+        r#"{"step":250,"phase":"contract","kind":"rollback_contract","reason":"worse","evidence":{}}"#;
     write(dir.path(), "decisions.jsonl", &[rollback.to_string()]);
     let html = contrai_report::render(dir.path(), None).unwrap();
     assert!(
@@ -132,14 +131,17 @@ fn a_broken_decisions_file_names_file_and_line() {
         dir.path(),
         "metrics.jsonl",
         &[
-            r#"{"step":1,"train_loss":1.0}"#.into(),
-            r#"{"step":2,"train_loss":0.9}"#.into(),
+            r#"{"step":1,"phase":"main","samples":8,"train_loss":1.0,"lr":1e-3,"grad_norm":1.0,"batch_size":8,"wall_s":0.1}"#.into(),
+            r#"{"step":2,"phase":"main","samples":16,"train_loss":0.9,"lr":1e-3,"grad_norm":1.0,"batch_size":8,"wall_s":0.2}"#.into(),
         ],
     );
     write(
         dir.path(),
         "decisions.jsonl",
-        &[r#"{"step":1,"kind":"x"}"#.into(), "{oops".into()],
+        &[
+            r#"{"step":1,"phase":"main","kind":"main_complete","reason":"done","evidence":{}}"#.into(),
+            "{oops".into(),
+        ],
     );
     let err = contrai_report::render(dir.path(), None).unwrap_err().to_string();
     assert!(err.contains("decisions.jsonl:2: invalid JSON"), "{err}");
@@ -147,4 +149,17 @@ fn a_broken_decisions_file_names_file_and_line() {
 
 fn tempfile_dir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
+}
+
+#[test]
+fn a_run_directory_of_another_format_version_is_refused_naming_the_version() {
+    let dir = tempfile_dir();
+    write(dir.path(), "decisions.jsonl", &[]);
+    std::fs::write(
+        dir.path().join("run.json"),
+        r#"{"format": 99, "writer": "a later Contrai"}"#,
+    )
+    .unwrap();
+    let err = contrai_report::render(dir.path(), None).unwrap_err().to_string();
+    assert!(err.contains("run.json") && err.contains("format 99"), "{err}");
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use burn::module::Module;
 use burn::tensor::Device;
 use contrai_train::compress::RunData;
-use contrai_train::trainer::evaluate;
+use contrai_train::evaluate::evaluate;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

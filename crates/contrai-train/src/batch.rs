@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 use burn::tensor::Device;
-use contrai_recipe::Recipe;
+use contrai_recipe::{ModelKind, Recipe};
 
 use crate::data::Samples;
 use crate::dropout::mix;
@@ -41,7 +41,7 @@ pub enum Encoder {
 impl Encoder {
     /// The file the encoder of `recipe`'s model is saved in.
     pub fn file_name(recipe: &Recipe) -> &'static str {
-        if recipe.model.kind == "mlp" {
+        if recipe.model.kind == ModelKind::Mlp {
             "features.json"
         } else {
             "tokenizer.json"
@@ -50,7 +50,7 @@ impl Encoder {
 
     /// Fits the encoder of `recipe`'s model on the train partition.
     pub fn fit(recipe: &Recipe, train: &Samples) -> Result<Encoder> {
-        if recipe.model.kind == "mlp" {
+        if recipe.model.kind == ModelKind::Mlp {
             let rows = features::rows(train, None, "train", &recipe.data.text)?;
             let scaler = Scaler::fit(&rows)?;
             return Ok(Encoder::Features {
@@ -68,7 +68,7 @@ impl Encoder {
     /// Reads the encoder a run saved in `dir`.
     pub fn load(recipe: &Recipe, dir: &Path) -> Result<Encoder> {
         let path = dir.join(Self::file_name(recipe));
-        if recipe.model.kind == "mlp" {
+        if recipe.model.kind == ModelKind::Mlp {
             let scaler = Scaler::load(&path)?;
             return Ok(Encoder::Features {
                 scaler,

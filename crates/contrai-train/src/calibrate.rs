@@ -10,7 +10,7 @@ use contrai_recipe::Recipe;
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
 use crate::model::{TextBatch, TextClassifier, cross_entropy};
-use crate::trainer::{clip_grads, grad_norm, optimizer};
+use crate::step::{clip_grads, grad_norm, optimizer};
 
 /// Steps run before timing starts (allocation and caches settle).
 const WARMUP: usize = 3;
@@ -35,7 +35,7 @@ pub fn calibrate(recipe: &Recipe, steps: usize) -> Result<Calibration> {
             "calibration needs at least one step".into(),
         ));
     }
-    if recipe.model.kind == "mlp" {
+    if recipe.model.kind == contrai_recipe::ModelKind::Mlp {
         return Err(TrainError::Unsupported(
             "calibration times the transformer on random tokens; an MLP's step depends on its \
              feature count, known only from the data: time a short `contrai train` instead"
@@ -87,10 +87,10 @@ pub fn calibrate(recipe: &Recipe, steps: usize) -> Result<Calibration> {
             step_ms.push((t5 - t0).as_secs_f64() * 1e3);
         }
     }
-    step_ms.sort_by(f64::total_cmp);
+
     Ok(Calibration {
         steps,
-        ms_per_step: step_ms[step_ms.len() / 2],
+        ms_per_step: contrai_stats::median(&step_ms).unwrap_or(f64::NAN),
         ms_per_part: parts,
     })
 }

@@ -19,13 +19,13 @@ use crate::prune::Masks;
 /// The checkpoint file of the pruning masks.
 pub const MASKS: &str = "masks.json";
 
-/// Version of the checkpoint layout (2: the controller's state and `decisions.jsonl`'s length).
-pub const FORMAT: u32 = 2;
+/// Version of the checkpoint layout (3: the engine's state and the conductor's apart).
+pub const FORMAT: u32 = 3;
 /// The model's burnpack record.
 pub const MODEL: &str = "model.bpk";
 /// The optimizer's burnpack record.
 pub const OPTIMIZER: &str = "optimizer.bpk";
-/// Counters, cursor and RNG state.
+/// Counters, cursor, RNG state and the conductor's state.
 pub const STATE: &str = "state.json";
 /// Checksums of the other files.
 pub const SUMS: &str = "SHA256SUMS";
@@ -41,13 +41,9 @@ pub struct RngState {
     pub next_step: u64,
 }
 
-/// Everything but the tensors.
+/// What the engine itself carries between steps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct State {
-    /// Layout version ([`FORMAT`]).
-    pub format: u32,
-    /// Phase the checkpoint belongs to.
-    pub phase: String,
+pub struct EngineState {
     /// Optimizer steps done.
     pub step: u64,
     /// Training samples seen.
@@ -60,18 +56,19 @@ pub struct State {
     pub wall_s: f64,
     /// Bytes of `metrics.jsonl` at this step.
     pub metrics_len: u64,
-    /// The latest validation loss, when one was measured.
-    pub val_loss: Option<f32>,
-    /// The step and validation loss of the best checkpoint so far.
-    pub best: Option<(u64, f32)>,
-    /// The learning rate of the last step.
-    pub lr: f64,
     /// Bytes of `decisions.jsonl` at this step.
-    #[serde(default)]
     pub decisions_len: u64,
-    /// The lifecycle controller's state.
-    #[serde(default)]
-    pub control: crate::controller::Control,
+}
+
+/// Everything but the tensors: `state.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// Layout version ([`FORMAT`]).
+    pub format: u32,
+    /// The engine's counters and positions.
+    pub engine: EngineState,
+    /// The conductor's state.
+    pub conductor: contrai_lifecycle::State,
 }
 
 /// A checkpoint read back and verified.
@@ -95,7 +92,7 @@ impl Loaded {
         use burn::module::Module;
         use burn::store::ModuleRecord;
         use burn::tensor::Bytes;
-        let bad = |e: &dyn std::fmt::Display| crate::trainer::record_err(&self.dir, e);
+        let bad = |e: &dyn std::fmt::Display| crate::error::record_err(&self.dir, e);
         let rec = ModuleRecord::from_bytes(Bytes::from_bytes_vec(self.model.clone())).map_err(|e| bad(&e))?;
         model.try_load_record(rec).map_err(|e| bad(&e))
     }
@@ -103,7 +100,7 @@ impl Loaded {
     /// The pruning masks it holds (none before contraction).
     pub fn masks(&self) -> Result<Masks> {
         match self.extra.get(MASKS) {
-            Some(b) => serde_json::from_slice(b).map_err(|e| crate::trainer::record_err(&self.dir, e)),
+            Some(b) => serde_json::from_slice(b).map_err(|e| crate::error::record_err(&self.dir, e)),
             None => Ok(Masks::default()),
         }
     }
@@ -131,7 +128,7 @@ fn sync_dir(dir: &Path) {
     }
 }
 
-/// Writes checkpoint `state.step` under `root` atomically, with `extra` files beside the model
+/// Writes the checkpoint of `state`'s step under `root` atomically, with `extra` files beside the model
 /// and optimizer; returns its directory.
 pub fn save(
     root: &Path,
@@ -141,7 +138,7 @@ pub fn save(
     extra: &[(&str, &[u8])],
 ) -> Result<PathBuf> {
     std::fs::create_dir_all(root).map_err(|e| TrainError::io(root, e))?;
-    let name = dir_name(state.step);
+    let name = dir_name(state.engine.step);
     let tmp = root.join(format!(".tmp-{name}"));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
@@ -222,13 +219,17 @@ pub fn load(dir: &Path) -> Result<Loaded> {
     };
     let model = get(MODEL)?;
     let optimizer = get(OPTIMIZER)?;
-    let state: State = serde_json::from_slice(&get(STATE)?).map_err(|e| bad(format!("state.json: {e}")))?;
-    if state.format != FORMAT {
+    let raw = get(STATE)?;
+    let format = serde_json::from_slice::<serde_json::Value>(&raw)
+        .ok()
+        .and_then(|v| v["format"].as_u64());
+    if format != Some(u64::from(FORMAT)) {
         return Err(bad(format!(
-            "checkpoint format {} (expected {FORMAT})",
-            state.format
+            "checkpoint format {} (this Contrai reads format {FORMAT}): it was written by another version; resume with that version, or start a new run",
+            format.map_or("unknown".into(), |f| f.to_string())
         )));
     }
+    let state: State = serde_json::from_slice(&raw).map_err(|e| bad(format!("state.json: {e}")))?;
     let mut extra = std::collections::BTreeMap::new();
     for f in rest {
         extra.insert(f.clone(), get(&f)?);

@@ -15,11 +15,17 @@ use crate::checkpoint::{self, Loaded};
 use crate::distill::{Fit, FitData, Fitted, distill, fit, log_evaluations, student_note, student_size};
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
-use crate::export::{LATENCY_BATCH, Measured, Variant, time_variants};
+use crate::evaluate::eval_batch;
+use crate::export::{LATENCY_BATCH, Measured, save_safetensors, time_variants, variant};
 use crate::model::{Batch, Classifier, cross_entropy};
-use crate::prune::{Masks, Scope, Target, apply_masks, update_all};
+use crate::options::Log;
+use crate::prune::{Masks, apply_masks, update_all};
 use crate::quantize::{quantize_int8, record_bytes, scheme_text};
-use crate::trainer::{self, Log, save_safetensors};
+use crate::step::optimizer;
+use contrai_lifecycle::Target;
+use contrai_lifecycle::prune::PruneRules;
+use contrai_recipe::PruneScope;
+use contrai_run::Variant;
 
 /// What to make.
 #[derive(Debug, Clone)]
@@ -27,7 +33,7 @@ pub struct CompressOptions {
     /// Prune this share of the prunable weights (the recipe's `contract.prune` globs).
     pub prune: Option<f64>,
     /// One magnitude threshold over all prunable weights, or one per module.
-    pub scope: Scope,
+    pub scope: PruneScope,
     /// Prune attention by whole heads.
     pub heads: bool,
     /// Fine-tuning steps after pruning (masks held), at `lr` decaying linearly to 0.
@@ -113,7 +119,7 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
     }
     if opts.distill {
         let d = &src.recipe.refine.distill;
-        let kind = &src.recipe.model.kind;
+        let kind = src.recipe.model.kind;
         log.info(&format!(
             "distilling into a student ({}) for {} steps",
             student_size(d, kind),
@@ -139,7 +145,7 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
         latency_batch: LATENCY_BATCH,
         variants,
     };
-    trainer::write_json(&out.join("compress.json"), &report)?;
+    contrai_run::write_json(&out.join("compress.json"), &report)?;
     Ok(report)
 }
 
@@ -165,15 +171,9 @@ impl<'a> Shelf<'a> {
     /// Measures `model` (validation and holdout accuracy) and puts it on the shelf.
     fn add(&mut self, name: &str, file: &str, model: Classifier, bytes: u64, note: String) {
         let src = self.src;
-        let m = Measured::of(
-            &model,
-            &src.val,
-            &src.hold,
-            trainer::eval_batch(&src.recipe),
-            bytes,
-        );
+        let m = Measured::of(&model, &src.val, &src.hold, eval_batch(&src.recipe), bytes);
         let file = Some(format!("compress/{file}"));
-        self.variants.push(Variant::new(name, file, &model, m, note));
+        self.variants.push(variant(name, file, &model, m, note));
         self.models.push(model);
     }
 
@@ -225,7 +225,7 @@ impl RunData {
         }
         let recipe = Recipe::from_file(&recipe_path).map_err(|e| TrainError::Unsupported(e.to_string()))?;
         let enc = Encoder::load(&recipe, run)?;
-        let classes: Classes = trainer::read_json(&run.join("classes.json"))?;
+        let classes: Classes = contrai_run::read_json(&run.join(contrai_run::CLASSES))?;
         let mut prepared = crate::data::prepare(&recipe, run, &Silent, true)?;
         Ok(RunData {
             train: Encoded::new(&prepared.train, &enc, &classes, "train")?,
@@ -257,7 +257,7 @@ impl Source {
             train: &self.train,
             rows: &self.rows,
             val: &self.val,
-            eval_batch: trainer::eval_batch(&self.recipe),
+            eval_batch: eval_batch(&self.recipe),
         }
     }
 }
@@ -267,10 +267,14 @@ fn open(run: &Path, step: Option<u64>, log: &dyn Log) -> Result<Source> {
     let d = RunData::open(run)?;
     let l = source_checkpoint(&run.join("checkpoints"), step, log)?;
     let model = d.model_at(&l)?;
-    log.info(&format!("source: {} (step {})", l.dir.display(), l.state.step));
+    log.info(&format!(
+        "source: {} (step {})",
+        l.dir.display(),
+        l.state.engine.step
+    ));
     Ok(Source {
         masks: l.masks()?,
-        step: l.state.step,
+        step: l.state.engine.step,
         rows: (0..d.train.len()).collect(),
         recipe: d.recipe,
         train: d.train,
@@ -287,9 +291,9 @@ fn source_checkpoint(root: &Path, step: Option<u64>, log: &dyn Log) -> Result<Lo
             path: root.to_path_buf(),
             message: "holds no valid checkpoint".into(),
         })?;
-    let want = step.or(latest.state.best.map(|b| b.0));
+    let want = step.or(latest.state.conductor.best.map(|b| b.0));
     match want {
-        Some(s) if s != latest.state.step => {
+        Some(s) if s != latest.state.engine.step => {
             let dir = root.join(checkpoint::dir_name(s));
             if !dir.is_dir() {
                 let have: Vec<String> = checkpoint::list(root)
@@ -309,13 +313,8 @@ fn source_checkpoint(root: &Path, step: Option<u64>, log: &dyn Log) -> Result<Lo
 
 /// Whether a parameter path is prunable: a weight matrix the recipe's `contract.prune` globs select.
 fn prunable_paths(recipe: &Recipe) -> impl Fn(&str) -> bool + use<> {
-    let globs: Vec<glob::Pattern> = recipe
-        .contract
-        .prune
-        .iter()
-        .filter_map(|r| glob::Pattern::new(&r.params).ok())
-        .collect();
-    move |p: &str| p.ends_with("weight") && globs.iter().any(|g| g.matches(p))
+    let rules = PruneRules::new(&recipe.contract.prune);
+    move |p: &str| p.ends_with("weight") && rules.rule_for(p).is_some()
 }
 
 /// One-shot magnitude pruning to `share` (kept masks stay), then fine-tuning with the masks held.
@@ -357,7 +356,7 @@ fn prune_and_tune(
     } else {
         Some(fit(
             model.clone(),
-            trainer::optimizer(r),
+            optimizer(r),
             &cfg,
             &data,
             &masks,
@@ -367,8 +366,8 @@ fn prune_and_tune(
     };
     let scope = match (opts.scope, opts.heads) {
         (_, true) => "whole attention heads, magnitude elsewhere",
-        (Scope::Global, _) => "global magnitude",
-        (Scope::Module, _) => "magnitude per module",
+        (PruneScope::Global, _) => "global magnitude",
+        (PruneScope::Module, _) => "magnitude per module",
     };
     let note = format!(
         "{:.0} % of the prunable weights ({scope}), fine-tuned {} steps from LR {lr:.1e}{}",
@@ -390,7 +389,7 @@ fn student(src: &Source, teacher: &Classifier, log: &dyn Log) -> Result<Fitted> 
         &r.model,
         &r.refine.distill,
         &data,
-        trainer::optimizer(r),
+        optimizer(r),
         (r.run.seed, r.main.clip_norm),
         &mut log_evaluations(log),
     )

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use contrai_data::split::{Dedup, Manifest, OnConflict, SplitConfig, split};
+use contrai_data::split::{Manifest, SplitConfig, split};
 use contrai_data::{AuditConfig, FieldSpec, Format, IndexConfig, Progress, Source};
 use contrai_recipe::Recipe;
 
@@ -55,14 +55,11 @@ impl Holdout {
         if self.reads > 0 {
             return Err(TrainError::HoldoutReadTwice);
         }
-        self.reads = 1;
-        if let Some(ledger) = &self.ledger {
-            // Counted before the read, so a session that dies while reading is counted too.
-            let before =
-                std::fs::read_to_string(ledger).map_or(0, |s| s.trim().parse::<usize>().unwrap_or(0));
-            self.reads += before;
-            contrai_data::write::write_atomic(ledger, self.reads.to_string().as_bytes())?;
-        }
+        // Counted before the read, so a session that dies while reading is counted too.
+        self.reads = match &self.ledger {
+            Some(ledger) => contrai_run::holdout::record_read(ledger)?,
+            None => 1,
+        };
         match &self.file {
             Some(f) => read_partition(f, self.format, &self.fields),
             None => Ok(Samples::default()),
@@ -92,19 +89,13 @@ pub struct Prepared {
 }
 
 /// The split configuration a recipe asks for.
-pub fn split_config(recipe: &Recipe) -> Result<SplitConfig> {
+pub fn split_config(recipe: &Recipe) -> SplitConfig {
     let d = &recipe.data;
-    Ok(SplitConfig {
+    SplitConfig {
         ratios: [d.split.train, d.split.val, d.split.holdout],
         seed: recipe.run.seed,
-        on_conflict: d
-            .on_label_conflict
-            .parse::<OnConflict>()
-            .map_err(|e| TrainError::Unsupported(format!("data.on_label_conflict: {e}")))?,
-        dedup: d
-            .dedup
-            .parse::<Dedup>()
-            .map_err(|e| TrainError::Unsupported(format!("data.dedup: {e}")))?,
+        on_conflict: d.on_label_conflict,
+        dedup: d.dedup,
         audit: AuditConfig {
             index: IndexConfig {
                 threshold: d.near_duplicates.threshold,
@@ -114,7 +105,7 @@ pub fn split_config(recipe: &Recipe) -> Result<SplitConfig> {
             skip_bad: false,
         },
         previous: None,
-    })
+    }
 }
 
 fn fields(recipe: &Recipe) -> FieldSpec {
@@ -142,7 +133,7 @@ pub fn prepare(recipe: &Recipe, run_dir: &Path, progress: &dyn Progress, reuse: 
         } else {
             Source::file(&given, None)?
         };
-        split(source, &own, &split_config(recipe)?, progress)?;
+        split(source, &own, &split_config(recipe), progress)?;
         own
     };
     let manifest = read_manifest(&dir)?;

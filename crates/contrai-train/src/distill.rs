@@ -7,15 +7,17 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::activation::{log_softmax, softmax};
 use burn::tensor::{Device, Tensor, TensorData};
 use contrai_recipe::recipe::{Distill, Model as ModelSpec};
-use contrai_recipe::{Decay, Schedule};
+use contrai_recipe::{Decay, ModelKind, Schedule};
 use serde::Serialize;
 
 use crate::batch::{Batcher, Cursor, Encoded};
 use crate::dropout::Dropout;
 use crate::error::Result;
+use crate::evaluate::{eval_batches, evaluate};
 use crate::model::{Batch, Classifier, cross_entropy};
+use crate::options::Log;
 use crate::prune::{Masks, apply_masks};
-use crate::trainer::{Log, clip_grads, eval_batches, evaluate, grad_norm};
+use crate::step::{clip_grads, grad_norm};
 
 /// The distillation loss of a batch: `w_ce · CE(student, labels) + w_kd · T² · KL(p_t ‖ p_s)`,
 /// `p = softmax(logits / T)`, the KL summed over classes and averaged over the batch (Hinton et
@@ -184,7 +186,7 @@ pub fn fit(
 }
 
 /// What a student is, in words: its size and which of its evaluations was kept.
-pub fn student_note(d: &Distill, kind: &str, fitted: &Fitted) -> String {
+pub fn student_note(d: &Distill, kind: ModelKind, fitted: &Fitted) -> String {
     format!(
         "{}; best of {} steps at step {}",
         student_size(d, kind),
@@ -194,9 +196,9 @@ pub fn student_note(d: &Distill, kind: &str, fitted: &Fitted) -> String {
 }
 
 /// The student's size in words, for a teacher of model `kind`.
-pub fn student_size(d: &Distill, kind: &str) -> String {
+pub fn student_size(d: &Distill, kind: ModelKind) -> String {
     match kind {
-        "mlp" => format!("{} hidden layer(s) of width {}", d.layers, d.ffn),
+        ModelKind::Mlp => format!("{} hidden layer(s) of width {}", d.layers, d.ffn),
         _ => format!(
             "{} layer(s), d_model {}, {} heads, ffn {}",
             d.layers, d.d_model, d.heads, d.ffn

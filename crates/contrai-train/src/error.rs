@@ -58,6 +58,12 @@ pub enum TrainError {
     /// The holdout was asked for a second time.
     #[error("the holdout was already evaluated once; it is never read twice")]
     HoldoutReadTwice,
+    /// A run-directory file could not be read or written.
+    #[error(transparent)]
+    Run(#[from] contrai_run::RunError),
+    /// The conductor and the engine disagree (a bug, reported rather than hidden).
+    #[error(transparent)]
+    Conductor(#[from] contrai_lifecycle::ConductorError),
     /// A Burn record could not be written or read.
     #[error("{}: {message}", path.display())]
     Record {
@@ -75,6 +81,23 @@ impl TrainError {
             path: path.into(),
             source,
         }
+    }
+}
+
+impl From<contrai_lifecycle::Failure> for TrainError {
+    fn from(f: contrai_lifecycle::Failure) -> Self {
+        match f {
+            contrai_lifecycle::Failure::Validate(why) => TrainError::ValidateFailed(why),
+            contrai_lifecycle::Failure::Diverged(why) => TrainError::Diverged(why),
+        }
+    }
+}
+
+/// A Burn record that could not be written or read at `path`.
+pub(crate) fn record_err(path: &std::path::Path, e: impl std::fmt::Display) -> TrainError {
+    TrainError::Record {
+        path: path.to_path_buf(),
+        message: e.to_string(),
     }
 }
 

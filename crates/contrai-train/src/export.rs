@@ -1,44 +1,21 @@
 //! What `final/` and `contrai compress` report about each exported model: parameters, real zeros,
 //! bytes on disk, holdout and validation accuracy, CPU latency — one row a variant.
 
+use std::path::Path;
 use std::time::Instant;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use serde::{Deserialize, Serialize};
+use contrai_run::Variant;
 
 use crate::batch::Encoded;
+use crate::error::{Result, record_err};
+use crate::evaluate::evaluate;
 use crate::model::Classifier;
 use crate::prune::weights;
-use crate::trainer::evaluate;
 
 /// Samples a batch the latency is measured on.
 pub const LATENCY_BATCH: usize = 32;
-
-/// One exported model, as the model card and the compression table show it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Variant {
-    /// `f32`, `int8`, `pruned`, `student` ...
-    pub name: String,
-    /// Its file, relative to the run directory (None when it was not kept).
-    pub file: Option<String>,
-    /// Parameters (zeros included).
-    pub parameters: usize,
-    /// Share of the weight-matrix entries that are exactly zero.
-    pub zero_weights: f64,
-    /// Bytes on disk.
-    pub bytes: u64,
-    /// Validation accuracy.
-    pub val_accuracy: f32,
-    /// Holdout accuracy.
-    pub holdout_accuracy: f32,
-    /// Mean holdout loss.
-    pub holdout_loss: f32,
-    /// Median CPU milliseconds of a forward pass over [`LATENCY_BATCH`] validation samples.
-    pub latency_ms: Option<f64>,
-    /// Why it was refused, or how it was made.
-    pub note: String,
-}
 
 /// Share of the weight-matrix entries of `model` that are exactly zero.
 pub fn zero_share(model: &Classifier) -> f64 {
@@ -77,10 +54,7 @@ pub fn latencies(models: &[&Classifier], data: &Encoded, device: &Device) -> Vec
     }
     times
         .into_iter()
-        .map(|mut t| {
-            t.sort_by(f64::total_cmp);
-            Some((t[t.len() / 2] * 100.0).round() / 100.0)
-        })
+        .map(|t| contrai_stats::median(&t).map(|m| (m * 100.0).round() / 100.0))
         .collect()
 }
 
@@ -113,20 +87,29 @@ impl Measured {
     }
 }
 
-impl Variant {
-    /// The row of `model` named `name` (its latency is set by [`time_variants`]).
-    pub fn new(name: &str, file: Option<String>, model: &Classifier, m: Measured, note: String) -> Variant {
-        Variant {
-            name: name.into(),
-            file,
-            parameters: model.num_params(),
-            zero_weights: zero_share(model),
-            bytes: m.bytes,
-            val_accuracy: m.val_accuracy,
-            holdout_accuracy: m.holdout.1,
-            holdout_loss: m.holdout.0,
-            latency_ms: None,
-            note,
-        }
+/// The row of `model` named `name` (its latency is set by [`time_variants`]).
+pub fn variant(name: &str, file: Option<String>, model: &Classifier, m: Measured, note: String) -> Variant {
+    Variant {
+        name: name.into(),
+        file,
+        parameters: model.num_params(),
+        zero_weights: zero_share(model),
+        bytes: m.bytes,
+        val_accuracy: m.val_accuracy,
+        holdout_accuracy: m.holdout.1,
+        holdout_loss: m.holdout.0,
+        latency_ms: None,
+        note,
     }
+}
+
+/// Writes the model's weights as safetensors, atomically.
+pub fn save_safetensors(model: &Classifier, path: &Path) -> Result<()> {
+    use burn::store::{ModuleSnapshot, SafetensorsStore};
+    // Paths as the modules name them (`blocks.0.ffn.up.weight`), without the enum variant.
+    let mut store = SafetensorsStore::from_bytes(None).skip_enum_variants(true);
+    model.save_into(&mut store).map_err(|e| record_err(path, e))?;
+    let bytes = store.get_bytes().map_err(|e| record_err(path, e))?;
+    contrai_data::write::write_atomic(path, &bytes)?;
+    Ok(())
 }

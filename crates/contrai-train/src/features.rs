@@ -115,12 +115,12 @@ impl Scaler {
 
     /// Writes `features.json` atomically.
     pub fn save(&self, path: &Path) -> Result<()> {
-        crate::trainer::write_json(path, self)
+        Ok(contrai_run::write_json(path, self)?)
     }
 
     /// Reads a scaler written by [`Scaler::save`].
     pub fn load(path: &Path) -> Result<Scaler> {
-        let s: Scaler = crate::trainer::read_json(path)?;
+        let s: Scaler = contrai_run::read_json(path)?;
         if s.format != FORMAT || s.mean.len() != s.dim || s.std.len() != s.dim {
             return Err(TrainError::Corrupt {
                 path: path.to_path_buf(),

@@ -10,6 +10,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::activation::{gelu, log_softmax, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use contrai_recipe::ModelKind;
 use contrai_recipe::recipe::Model as ModelSpec;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -173,9 +174,11 @@ impl Classifier {
     /// The recipe's model for `classes` classes; `inputs` is the MLP's input width (features a
     /// sample; the transformer's comes from the recipe).
     pub fn new(spec: &ModelSpec, classes: usize, inputs: usize, seed: u64, device: &Device) -> Result<Self> {
-        match spec.kind.as_str() {
-            "mlp" => Mlp::new(spec, inputs, classes, seed, device).map(Classifier::Mlp),
-            _ => TextClassifier::new(spec, classes, seed, device).map(Classifier::Transformer),
+        match spec.kind {
+            ModelKind::Mlp => Mlp::new(spec, inputs, classes, seed, device).map(Classifier::Mlp),
+            ModelKind::Transformer => {
+                TextClassifier::new(spec, classes, seed, device).map(Classifier::Transformer)
+            }
         }
     }
 

@@ -1,13 +1,15 @@
 //! Magnitude pruning of weight matrices addressed by their parameter paths
-//! (`blocks.0.attn.query.weight`): keep-masks, the one-shot pruning the `diagnose` phase measures
-//! sensitivity with, and the gradual pruning of `contract`.
+//! (`blocks.0.attn.query.weight`): keep-masks set to the conductor's targets, by single weights
+//! (per module or one global threshold) or by whole attention heads, and applied after every
+//! optimizer step. Which matrices, how far and when is the conductor's (`contrai_lifecycle::prune`).
 
 use std::collections::BTreeMap;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::Tensor;
-
-use crate::model::Classifier;
+use contrai_lifecycle::Target;
+use contrai_lifecycle::prune::{is_attention, module_of};
+use contrai_recipe::PruneScope;
 
 /// Tracks the dotted path of the parameter being visited.
 #[derive(Default)]
@@ -25,47 +27,6 @@ impl Path {
             self.0.pop();
         }
     }
-}
-
-/// Prunes the smallest-magnitude `fraction` of the entries of the weight matrices of `module`
-/// (a module path such as `blocks.0.ffn`; biases and norms are never pruned), as one pool: the
-/// one-shot pruning of [`update_masks`] and [`apply_masks`] from no mask.
-pub fn prune_module<M: Module>(model: M, module: &str, fraction: f64) -> M {
-    let mut masks = Masks::default();
-    let target = |path: &str| (module_of(path) == module).then_some(Target::uncapped(fraction));
-    update_masks(&model, &mut masks, &target, Scope::Module);
-    apply_masks(model, &masks)
-}
-
-/// The modules whose weight matrices pruning addresses: each block's attention and feed-forward,
-/// or each hidden layer of the MLP (embeddings and the head are never pruned).
-pub fn prunable_modules(model: &Classifier) -> Vec<String> {
-    match model {
-        Classifier::Transformer(m) => (0..m.blocks.len())
-            .flat_map(|i| [format!("blocks.{i}.attn"), format!("blocks.{i}.ffn")])
-            .collect(),
-        Classifier::Mlp(m) => (0..m.layers.len()).map(|i| format!("layers.{i}")).collect(),
-    }
-}
-
-/// The sparsity of a gradual schedule at `progress` in [0, 1]: cubic (Zhu & Gupta,
-/// `s_f + (s_i − s_f)(1 − p)³`: fast early, gentle as the model settles) or linear.
-pub fn scheduled_sparsity(init: f64, fin: f64, progress: f64, cubic: bool) -> f64 {
-    let p = progress.clamp(0.0, 1.0);
-    if cubic {
-        fin + (init - fin) * (1.0 - p).powi(3)
-    } else {
-        init + (fin - init) * p
-    }
-}
-
-/// The module a weight belongs to: its path without the parameter name and, below a block, the
-/// layer's name (`blocks.0.attn.query.weight` → `blocks.0.attn`, `layers.1.weight` → `layers.1`).
-pub fn module_of(path: &str) -> String {
-    let parts: Vec<&str> = path.split('.').collect();
-    let owner = parts.len().saturating_sub(1).max(1);
-    let keep = if owner >= 3 { owner - 1 } else { owner };
-    parts[..keep].join(".")
 }
 
 /// Keep-masks of the pruned weight matrices, by parameter path; packed 64 entries a word.
@@ -160,6 +121,36 @@ impl ModuleVisitor for Weights<'_> {
     }
 }
 
+/// The paths of the weight matrices (2-D parameters), in the model's order.
+struct Paths {
+    path: Path,
+    out: Vec<String>,
+}
+
+impl ModuleVisitor for Paths {
+    fn enter_module(&mut self, name: &str, container: &str) {
+        self.path.enter(name, container);
+    }
+    fn exit_module(&mut self, _: &str, container: &str) {
+        self.path.exit(container);
+    }
+    fn visit_float<const D: usize>(&mut self, _: &Param<Tensor<D>>) {
+        if D == 2 {
+            self.out.push(self.path.0.join("."));
+        }
+    }
+}
+
+/// The paths of `model`'s weight matrices, in its order (what the conductor prunes by).
+pub fn matrix_paths<M: Module>(model: &M) -> Vec<String> {
+    let mut v = Paths {
+        path: Path::default(),
+        out: Vec::new(),
+    };
+    model.visit(&mut v);
+    v.out
+}
+
 /// The weight matrices `select` accepts: (path, shape, values).
 pub fn weights<M: Module>(model: &M, select: &dyn Fn(&str) -> bool) -> Vec<(String, [usize; 2], Vec<f32>)> {
     let mut v = Weights {
@@ -216,38 +207,6 @@ pub fn apply_masks<M: Module>(model: M, masks: &Masks) -> M {
     })
 }
 
-/// What pruning asks of one module: a sparsity, and the cap it may never pass.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Target {
-    /// The share of the module's weights to zero now.
-    pub sparsity: f64,
-    /// The most it may ever lose (attention's 20 %, diagnose's measurement, a frozen module's
-    /// current sparsity).
-    pub cap: f64,
-}
-
-impl Target {
-    /// A target with no cap.
-    pub fn uncapped(sparsity: f64) -> Target {
-        Target { sparsity, cap: 1.0 }
-    }
-
-    fn share(self) -> f64 {
-        self.sparsity.min(self.cap).clamp(0.0, 1.0)
-    }
-}
-
-/// Where one magnitude threshold applies: within each module, or over all selected weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    /// Each module pruned to its own target.
-    Module,
-    /// One threshold over every selected module, removing as many weights as the modules'
-    /// targets add up to; a module reaching its cap is held there and the rest share the remainder
-    /// (PyTorch's `global_unstructured`, with caps).
-    Global,
-}
-
 type Matrix = (String, [usize; 2], Vec<f32>);
 
 /// One module's matrices and the magnitude scores of their entries (masked entries score −1,
@@ -288,7 +247,7 @@ pub fn update_masks<M: Module>(
     model: &M,
     masks: &mut Masks,
     target: &dyn Fn(&str) -> Option<Target>,
-    scope: Scope,
+    scope: PruneScope,
 ) -> Vec<(String, f64)> {
     let all = weights(model, &|p| target(p).is_some());
     let mut pools: Vec<Pool> = Vec::new();
@@ -310,11 +269,11 @@ pub fn update_masks<M: Module>(
         }
     }
     let thresholds = match scope {
-        Scope::Module => pools
+        PruneScope::Module => pools
             .iter()
             .map(|p| kth(p.scores.iter().copied(), p.count(p.target.share())))
             .collect(),
-        Scope::Global => global_thresholds(&pools),
+        PruneScope::Global => global_thresholds(&pools),
     };
     let mut out = Vec::new();
     for (pool, threshold) in pools.iter().zip(thresholds) {
@@ -370,16 +329,16 @@ pub fn update_all<M: Module>(
     model: &M,
     masks: &mut Masks,
     target: &dyn Fn(&str) -> Option<Target>,
-    scope: Scope,
+    scope: PruneScope,
     heads: Option<usize>,
 ) {
     let Some(heads) = heads else {
         update_masks(model, masks, target, scope);
         return;
     };
-    let attention = |p: &str| target(p).filter(|_| module_of(p).ends_with("attn"));
+    let attention = |p: &str| target(p).filter(|_| is_attention(&module_of(p)));
     update_head_masks(model, masks, heads, &attention);
-    let rest = |p: &str| target(p).filter(|_| !module_of(p).ends_with("attn"));
+    let rest = |p: &str| target(p).filter(|_| !is_attention(&module_of(p)));
     update_masks(model, masks, &rest, scope);
 }
 
@@ -452,20 +411,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cubic_schedule_matches_zhu_and_gupta() {
-        assert!((scheduled_sparsity(0.1, 0.5, 0.0, true) - 0.1).abs() < 1e-12);
-        // s = 0.5 + (0.1 − 0.5)(1 − 0.5)³ = 0.5 − 0.4 / 8 = 0.45
-        assert!((scheduled_sparsity(0.1, 0.5, 0.5, true) - 0.45).abs() < 1e-12);
-        assert!((scheduled_sparsity(0.1, 0.5, 1.0, true) - 0.5).abs() < 1e-12);
-        assert!((scheduled_sparsity(0.1, 0.5, 0.5, false) - 0.3).abs() < 1e-12);
-    }
-
-    #[test]
     fn modules_and_masks() {
-        assert_eq!(module_of("blocks.0.attn.query.weight"), "blocks.0.attn");
-        assert_eq!(module_of("head.weight"), "head");
-        assert_eq!(module_of("layers.1.weight"), "layers.1");
-        assert_eq!(module_of("blocks.1.ln2.gamma"), "blocks.1");
         let mut m = Masks::default();
         let keep: Vec<bool> = (0..130).map(|i| i % 4 != 0).collect();
         m.set("blocks.0.ffn.up.weight", &keep);
@@ -483,6 +429,7 @@ mod tests {
 #[cfg(test)]
 mod scope_tests {
     use super::*;
+    use crate::model::Classifier;
     use burn::tensor::Device;
 
     fn tiny() -> Classifier {
@@ -496,6 +443,19 @@ mod scope_tests {
             ..Default::default()
         };
         Classifier::new(&spec, 2, 0, 3, &Device::flex()).unwrap()
+    }
+
+    #[test]
+    fn matrix_paths_name_every_weight_matrix_and_no_bias() {
+        let paths = matrix_paths(&tiny());
+        for p in [
+            "blocks.0.attn.query.weight",
+            "blocks.1.ffn.down.weight",
+            "head.weight",
+        ] {
+            assert!(paths.iter().any(|x| x == p), "{p} missing from {paths:?}");
+        }
+        assert!(paths.iter().all(|p| !p.ends_with("bias")), "{paths:?}");
     }
 
     fn is_ffn(p: &str) -> bool {
@@ -519,7 +479,7 @@ mod scope_tests {
             })
         };
         let mut masks = Masks::default();
-        let got = update_masks(&model, &mut masks, &target, Scope::Global);
+        let got = update_masks(&model, &mut masks, &target, PruneScope::Global);
         let n = 2 * 8 * 16;
         let s0 = masks.sparsity("blocks.0.ffn").unwrap();
         let s1 = masks.sparsity("blocks.1.ffn").unwrap();
@@ -550,7 +510,7 @@ mod scope_tests {
         assert!(max_pruned <= min_kept, "{max_pruned} vs {min_kept}");
         // Module scope gives each module its own half.
         let mut per = Masks::default();
-        update_masks(&model, &mut per, &target, Scope::Module);
+        update_masks(&model, &mut per, &target, PruneScope::Module);
         assert_eq!(per.sparsity("blocks.1.ffn"), Some(0.5));
     }
 

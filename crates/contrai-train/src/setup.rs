@@ -1,18 +1,15 @@
-//! A run's first stage: the resolved recipe, the data split (or an existing one), the encoder
-//! (tokenizer or feature standardiser) fitted on train only, the class list and the encoded
-//! partitions; `plan.json`.
+//! A run's first stage: the resolved recipe (refused early when the trainer cannot run it), the
+//! data split (or an existing one), the encoder (tokenizer or feature standardiser) fitted on
+//! train only, the class list and the encoded partitions.
 
 use contrai_data::Progress;
-use contrai_recipe::Recipe;
+use contrai_recipe::{Dedup, ModelKind, Phase, Recipe};
+use contrai_run::{RunDir, RunFormat, read_json, write_json};
 
 use crate::batch::{Classes, Encoded, Encoder};
 use crate::data::{self, Holdout};
 use crate::error::{Result, TrainError};
-use crate::plan::RunPlan;
-use crate::trainer::{Log, Options, read_json, write_json};
-
-/// The run's count of holdout reads, across sessions.
-pub const HOLDOUT_READS: &str = "holdout-reads";
+use crate::options::{Log, Options};
 
 /// What the final export needs besides the model.
 #[derive(Debug, Clone)]
@@ -23,10 +20,8 @@ pub struct Extras {
     pub classes: Classes,
 }
 
-/// Everything a run trains on.
-pub struct Setup {
-    /// The recipe in force (on resume, the run directory's own).
-    pub recipe: Recipe,
+/// The data a run trains on.
+pub struct TrainData {
     /// The encoded train partition.
     pub train: Encoded,
     /// Ids of the train samples, by row.
@@ -39,74 +34,98 @@ pub struct Setup {
     pub extras: Extras,
 }
 
+/// Everything a run starts from.
+pub struct Setup {
+    /// The recipe in force (on resume, the run directory's own).
+    pub recipe: Recipe,
+    /// Its data.
+    pub data: TrainData,
+}
+
+/// Who writes a run of this engine (`run.json`).
+const WRITER: &str = concat!("contrai ", env!("CARGO_PKG_VERSION"), " (burn engine)");
+
 impl Setup {
     /// Resolves the recipe, prepares the data and writes the run's fixed files.
     pub fn open(opts: &Options, data_progress: &dyn Progress, log: &dyn Log) -> Result<Setup> {
-        let run = &opts.run_dir;
-        let recipe_path = run.join("recipe.toml");
-        let started = run.join("metrics.jsonl").exists() || run.join("checkpoints").exists();
-        if started && !opts.resume {
-            return Err(TrainError::Exists { path: run.clone() });
+        let run = RunDir::new(&opts.run_dir);
+        if run.is_started() && !opts.resume {
+            return Err(TrainError::Exists {
+                path: opts.run_dir.clone(),
+            });
         }
         let recipe = resolve(opts, log)?;
-        crate::trainer::check(&recipe)?;
-        std::fs::create_dir_all(run).map_err(|e| TrainError::io(run, e))?;
+        check(&recipe)?;
+        std::fs::create_dir_all(run.path()).map_err(|e| TrainError::io(run.path(), e))?;
+        RunFormat::stamp(&run, WRITER)?;
         // A resumed run reuses everything its first session wrote; a fresh one rewrites it all.
-        let reuse = opts.resume && recipe_path.is_file();
+        let reuse = opts.resume && run.recipe().is_file();
         if !reuse {
-            contrai_data::write::write_atomic(&recipe_path, recipe.to_toml().as_bytes())?;
+            contrai_data::write::write_atomic(run.recipe(), recipe.to_toml().as_bytes())?;
         }
-        let mut prepared = data::prepare(&recipe, run, data_progress, reuse)?;
-        let enc_path = run.join(Encoder::file_name(&recipe));
+        let mut prepared = data::prepare(&recipe, run.path(), data_progress, reuse)?;
+        let enc_path = run.path().join(Encoder::file_name(&recipe));
         let encoder = if reuse && enc_path.is_file() {
-            Encoder::load(&recipe, run)?
+            Encoder::load(&recipe, run.path())?
         } else {
             let e = Encoder::fit(&recipe, &prepared.train)?;
             e.save(&enc_path)?;
             e
         };
-        let classes_path = run.join("classes.json");
-        let classes = if reuse && classes_path.is_file() {
-            read_json(&classes_path)?
+        let classes = if reuse && run.classes().is_file() {
+            read_json(&run.classes())?
         } else {
             let c = Classes::from_labels(&prepared.train.labels);
-            write_json(&classes_path, &c)?;
+            write_json(&run.classes(), &c)?;
             c
         };
         let train = Encoded::new(&prepared.train, &encoder, &classes, "train")?;
         let val = Encoded::new(&prepared.val, &encoder, &classes, "val")?;
         let train_ids = std::mem::take(&mut prepared.train.ids);
-        let plan = RunPlan::new(&recipe, train.len() as u64);
-        write_json(&run.join("plan.json"), &plan)?;
-        let m = &recipe.main;
-        log.info(&format!(
-            "data: {} train / {} val samples, {} classes; {}",
-            train.len(),
-            val.len(),
-            classes.names.len(),
-            encoder.describe()
-        ));
-        log.info(&format!(
-            "phases: {}; effective batch {} = batch {} x devices {} x accumulate {}; main {} steps, warmup {}, {:?} to {:e}",
-            recipe.run.phases.join(" → "),
-            m.effective_batch(),
-            m.batch,
-            m.devices,
-            m.accumulate,
-            m.steps,
-            contrai_recipe::schedule::warmup_steps(m.steps, m.warmup),
-            m.schedule,
-            m.min_lr
-        ));
+        describe(&recipe, &train, &val, &classes, &encoder, log);
         Ok(Setup {
             recipe,
-            train,
-            train_ids,
-            val,
-            holdout: prepared.holdout.with_ledger(run.join(HOLDOUT_READS)),
-            extras: Extras { encoder, classes },
+            data: TrainData {
+                train,
+                train_ids,
+                val,
+                holdout: prepared.holdout.with_ledger(run.holdout_reads()),
+                extras: Extras { encoder, classes },
+            },
         })
     }
+}
+
+/// The run's data and schedule in two lines.
+fn describe(
+    recipe: &Recipe,
+    train: &Encoded,
+    val: &Encoded,
+    classes: &Classes,
+    encoder: &Encoder,
+    log: &dyn Log,
+) {
+    let m = &recipe.main;
+    log.info(&format!(
+        "data: {} train / {} val samples, {} classes; {}",
+        train.len(),
+        val.len(),
+        classes.names.len(),
+        encoder.describe()
+    ));
+    let phases: Vec<&str> = recipe.run.phases.iter().map(Phase::as_ref).collect();
+    log.info(&format!(
+        "phases: {}; effective batch {} = batch {} x devices {} x accumulate {}; main {} steps, warmup {}, {:?} to {:e}",
+        phases.join(" → "),
+        m.effective_batch(),
+        m.batch,
+        m.devices,
+        m.accumulate,
+        m.steps,
+        contrai_recipe::schedule::warmup_steps(m.steps, m.warmup),
+        m.schedule,
+        m.min_lr
+    ));
 }
 
 /// The recipe in force: on resume the run's own `recipe.toml` wins (with a warning if it differs).
@@ -123,4 +142,41 @@ fn resolve(opts: &Options, log: &dyn Log) -> Result<Recipe> {
         ));
     }
     Ok(stored)
+}
+
+/// Refuses what the trainer cannot run, before any work.
+pub fn check(recipe: &Recipe) -> Result<()> {
+    recipe
+        .validate()
+        .map_err(|(k, m)| TrainError::Unsupported(format!("`{k}` {m}")))?;
+    if recipe.model.kind == ModelKind::Mlp {
+        check_mlp(recipe)?;
+    }
+    if recipe.main.devices != 1 {
+        return Err(TrainError::Unsupported(format!(
+            "main.devices = {}: data-parallel training is not available yet on the CPU backend; use 1",
+            recipe.main.devices
+        )));
+    }
+    Ok(())
+}
+
+/// What an MLP on numeric features cannot be asked for.
+fn check_mlp(recipe: &Recipe) -> Result<()> {
+    let refuse = |m: &str| Err(TrainError::Unsupported(format!("model.kind = \"mlp\": {m}")));
+    if recipe.data.path.is_empty() {
+        return refuse(
+            "set data.path to a file whose `data.text` field holds each sample's numeric features \
+             (the built-in demo is text)",
+        );
+    }
+    if recipe.data.dedup == Dedup::Near {
+        return refuse(
+            "data.dedup = \"near\" compares words; use \"exact\" or \"none\" for numeric features",
+        );
+    }
+    if recipe.contract.prune_heads {
+        return refuse("contract.prune_heads needs attention heads; an MLP has none");
+    }
+    Ok(())
 }

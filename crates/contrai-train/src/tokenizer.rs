@@ -121,7 +121,7 @@ impl Tokenizer {
 
     /// Writes `tokenizer.json` atomically.
     pub fn save(&self, path: &Path) -> Result<()> {
-        crate::trainer::write_json(path, self)
+        Ok(contrai_run::write_json(path, self)?)
     }
 
     /// Reads a tokenizer written by [`Tokenizer::save`].

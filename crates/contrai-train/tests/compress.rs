@@ -5,8 +5,8 @@ mod common;
 
 use common::{Collect, demo_file, tiny_recipe, zero_counts};
 use contrai_data::Silent;
+use contrai_recipe::PruneScope as Scope;
 use contrai_train::compress::{CompressOptions, CompressReport, compress};
-use contrai_train::prune::Scope;
 use contrai_train::{Options, train};
 
 fn options() -> CompressOptions {

@@ -1,11 +1,14 @@
-//! The built-in default (`contrai train` with no recipe and no data) runs all five phases and
-//! reaches the holdout accuracy the README states, and SpamAssassin reaches 97 %. Each trains a
-//! full default recipe (up to 563 steps, 2–4 minutes on 2 cores): the slowest tests of the
-//! workspace, and the ones that prove the README's numbers.
+//! The built-in default (`contrai train` with no recipe and no data) runs all five phases,
+//! writes exactly the metrics and decisions of the golden files, and reaches the holdout
+//! accuracy the README states; SpamAssassin reaches 97 %. Each trains a full default recipe (up
+//! to 563 steps, 2–6 minutes on 2 cores): the slowest tests of the workspace, and the ones that
+//! prove the README's numbers.
 
 mod common;
 
-use common::Collect;
+use std::path::{Path, PathBuf};
+
+use common::{Collect, metrics_of};
 use contrai_data::Silent;
 use contrai_recipe::Recipe;
 use contrai_train::{Options, train};
@@ -38,6 +41,7 @@ fn the_default_reaches_the_stated_holdout_accuracy() {
     let all = ["validate", "main", "diagnose", "contract", "refine"];
     assert_eq!(phases("metrics.jsonl"), all);
     assert_eq!(phases("decisions.jsonl"), all);
+    compare_with_golden(&run);
     let e = out.eval.unwrap();
     eprintln!(
         "default: holdout accuracy {:.4} on {} samples, {:.0} ms a step",
@@ -54,7 +58,7 @@ fn the_default_reaches_the_stated_holdout_accuracy() {
         "student: holdout accuracy {:.4}, {} parameters",
         s.holdout_accuracy, s.parameters
     );
-    let teacher = contrai_recipe::plan::parameter_count(&Recipe::default(), 2) as usize;
+    let teacher = contrai_lifecycle::plan::parameter_count(&Recipe::default(), 2) as usize;
     assert!(s.parameters * 2 < teacher, "{} vs {teacher}", s.parameters);
     assert!(
         s.holdout_accuracy >= e.holdout_accuracy - 0.02,
@@ -65,14 +69,12 @@ fn the_default_reaches_the_stated_holdout_accuracy() {
 
 /// `../shared/data/spamassassin.jsonl` from the workspace root, when present.
 fn spamassassin() -> Option<std::path::PathBuf> {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/spamassassin.jsonl");
-    p.is_file().then_some(p)
+    contrai_testkit::shared("data/spamassassin.jsonl")
 }
 
 #[test]
 fn spamassassin_reaches_97_percent_holdout_accuracy() {
     let Some(data) = spamassassin() else {
-        eprintln!("skipped: ../shared/data/spamassassin.jsonl is absent");
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -90,4 +92,67 @@ fn spamassassin_reaches_97_percent_holdout_accuracy() {
         e.holdout_accuracy, e.holdout_samples
     );
     assert!(e.holdout_accuracy >= 0.97, "{}", e.holdout_accuracy);
+}
+
+/// The machine kind whose golden files apply: the same code's floats differ in the last bits
+/// between SIMD widths (AVX-512 and AVX2 machines), and a run's decisions can follow them.
+fn cpu_kind() -> String {
+    #[cfg(target_arch = "x86_64")]
+    let simd = if std::arch::is_x86_feature_detected!("avx512f") {
+        "avx512"
+    } else {
+        "avx2"
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd = "base";
+    format!("{}-{simd}", std::env::consts::ARCH)
+}
+
+/// The default run's `metrics.jsonl` (wall clock aside) and `decisions.jsonl` against the golden
+/// files of this machine kind, line by line. The goldens were written by the code before the
+/// conductor was split out of the Burn loop; they are regenerated only on purpose
+/// (`CONTRAI_BLESS=1`), with the reason in the commit. A machine kind with no golden says so and
+/// leaves its candidates in the target directory.
+fn compare_with_golden(run: &Path) {
+    let kind = cpu_kind();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/default-run")
+        .join(&kind);
+    let got = [
+        ("metrics.jsonl", metrics_of(run).join("\n") + "\n"),
+        (
+            "decisions.jsonl",
+            std::fs::read_to_string(run.join("decisions.jsonl")).unwrap(),
+        ),
+    ];
+    let bless = std::env::var_os("CONTRAI_BLESS").is_some();
+    if bless || !dir.is_dir() {
+        let out = if bless {
+            dir.clone()
+        } else {
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+                .join("golden-default-run")
+                .join(&kind)
+        };
+        std::fs::create_dir_all(&out).unwrap();
+        for (name, text) in &got {
+            std::fs::write(out.join(name), text).unwrap();
+        }
+        eprintln!(
+            "no golden of the default run for machine kind {kind}: this run's files are in {} (CONTRAI_BLESS=1 writes them as the golden)",
+            out.display()
+        );
+        return;
+    }
+    for (name, text) in &got {
+        let want = std::fs::read_to_string(dir.join(name)).unwrap();
+        for (i, (g, w)) in text.lines().zip(want.lines()).enumerate() {
+            assert_eq!(g, w, "{name}:{} differs from the golden of {kind}", i + 1);
+        }
+        assert_eq!(
+            text.lines().count(),
+            want.lines().count(),
+            "{name}: line count vs the golden of {kind}"
+        );
+    }
 }

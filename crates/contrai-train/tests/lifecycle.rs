@@ -1,50 +1,16 @@
-//! The lifecycle's rules, each driven by a planted condition: a NaN at a chosen step, label noise
-//! that makes the model overfit, a main phase that stabilises, a contraction that hurts, a batch
-//! request below half, a pipeline that cannot learn.
+//! The lifecycle's rules on the Burn engine, each driven by a planted condition: a NaN at a chosen
+//! step, label noise that makes the model overfit, a main phase that stabilises, a contraction
+//! that hurts, a batch request below half, a pipeline that cannot learn. (Pruning: `pruning.rs`.)
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Collect, demo_file, safetensor, safetensors, tiny_recipe, with_all_phases, zeros_by_module};
+use common::{Collect, decisions, demo_file, forced_contract, kinds, lifecycle_recipe, rows, tiny_recipe};
 use contrai_data::Silent;
-use contrai_recipe::Recipe;
+
 use contrai_train::{Options, TrainError, train};
 use serde_json::Value;
-
-/// The tiny recipe with all five phases.
-fn lifecycle_recipe(data: &Path, main_steps: u64) -> Recipe {
-    let mut r = with_all_phases(tiny_recipe(data, main_steps));
-    r.contract.eval_every = 5;
-    r
-}
-
-/// `r` with contraction forced at main's planned end whatever the tiny run's trajectory: the skip
-/// rule (validation still improving at each of the last `stable_checkpoints`) cannot hold.
-fn forced_contract(mut r: Recipe) -> Recipe {
-    r.contract.stable_checkpoints = 1000;
-    r
-}
-
-/// Rows of a JSONL file.
-fn rows(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn decisions(run: &Path) -> Vec<Value> {
-    rows(&run.join("decisions.jsonl"))
-}
-
-fn kinds(run: &Path) -> Vec<String> {
-    decisions(run)
-        .iter()
-        .map(|d| d["kind"].as_str().unwrap().to_string())
-        .collect()
-}
 
 /// The demo set with the label of every row whose hash falls under `share` flipped.
 fn noisy_file(dir: &Path, base: usize, share: f64) -> PathBuf {
@@ -333,7 +299,7 @@ fn a_contraction_that_hurts_validation_rolls_back_to_the_best_checkpoint() {
     recipe.contract.budget = 0.3;
     recipe.contract.drop_noisiest = 0.0;
     recipe.guards.overfit_patience = 10_000;
-    let planned = contrai_recipe::plan::PhaseSteps::new(&recipe);
+    let planned = contrai_lifecycle::PhaseSteps::new(&recipe);
     let out = train(&Options::new(recipe, &run), &Silent, &Collect::default()).unwrap();
     let k = kinds(&run);
     eprintln!("hurting contraction: {k:?}");
@@ -379,6 +345,27 @@ fn a_contraction_that_hurts_validation_rolls_back_to_the_best_checkpoint() {
         refine["evidence"]["steps"].as_u64(),
         Some(planned.refine + unspent)
     );
+    // plan.json was re-planned when refine started: its steps and LR as the run took them.
+    let plan: Value = serde_json::from_slice(&std::fs::read(run.join("plan.json")).unwrap()).unwrap();
+    let phase = |name: &str| {
+        plan["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let (c, r) = (phase("contract"), phase("refine"));
+    assert_eq!(r["entered"], true);
+    assert_eq!(r["steps"].as_u64(), Some(planned.refine + unspent));
+    assert_eq!(r["start_step"], rb["step"]);
+    assert_eq!(r["lr"][0]["lr_start"], refine["evidence"]["lr_start"]);
+    assert_eq!(
+        c["steps"].as_u64(),
+        Some(at - entry.0),
+        "the contraction's steps as run"
+    );
     // The masks went back with the weights, and the sparsity series says so.
     let last = rows(&run.join("metrics.jsonl"))
         .into_iter()
@@ -421,159 +408,6 @@ fn a_pipeline_that_cannot_learn_fails_validate_before_main() {
     );
     assert_eq!(kinds(&run), ["validate_failed"]);
     assert!(!run.join("checkpoints").exists());
-}
-
-#[test]
-fn gradual_pruning_reaches_its_capped_targets_and_the_zeros_are_real() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = demo_file(tmp.path(), 300);
-    let run = tmp.path().join("run");
-    let mut recipe = lifecycle_recipe(&data, 40);
-    recipe.contract.prune = vec![
-        contrai_recipe::recipe::Prune {
-            params: "blocks.*.attn.*".into(),
-            init: 0.1,
-            final_sparsity: 0.6,
-        },
-        contrai_recipe::recipe::Prune {
-            params: "blocks.*.ffn.*".into(),
-            init: 0.1,
-            final_sparsity: 0.5,
-        },
-    ];
-    recipe.contract.stable_checkpoints = 1000; // contraction forced at main's end
-    recipe.contract.patience = 1000; // never rolled back
-    recipe.contract.divergence = 1.0; // never frozen
-    recipe.contract.prune_every = 2;
-    recipe.run.phases.retain(|p| p != "diagnose"); // caps: attention's 20 % only
-    let out = train(&Options::new(recipe, &run), &Silent, &Collect::default()).unwrap();
-    let e = out.eval.unwrap();
-    assert!(
-        (e.sparsity["blocks.0.attn"] - 0.2).abs() < 1e-3,
-        "attention capped at 20 %: {:?}",
-        e.sparsity
-    );
-    assert!(
-        (e.sparsity["blocks.0.ffn"] - 0.5).abs() < 1e-3,
-        "{:?}",
-        e.sparsity
-    );
-    // The masks were applied after every optimizer step of contract and refine: the zeros in the
-    // exported weights are exactly the masked share.
-    let zeros = zeros_by_module(&run.join("final/model.safetensors"));
-    for (m, s) in &e.sparsity {
-        assert!(
-            (zeros[m] - s).abs() < 1e-3,
-            "{m}: {} zeros vs {s} masked",
-            zeros[m]
-        );
-    }
-    // Sparsity grows on the cubic schedule, never down, and never past a cap.
-    let m = rows(&run.join("metrics.jsonl"));
-    let ffn: Vec<f64> = m
-        .iter()
-        .filter_map(|r| r.get("sparsity/blocks.0.ffn")?.as_f64())
-        .collect();
-    let attn: Vec<f64> = m
-        .iter()
-        .filter_map(|r| r.get("sparsity/blocks.0.attn")?.as_f64())
-        .collect();
-    assert!((ffn[0] - 0.1).abs() < 1e-3, "starts at init: {ffn:?}");
-    assert!(ffn.windows(2).all(|w| w[1] >= w[0]), "{ffn:?}");
-    assert!(
-        ffn[1] - ffn[0] > ffn[ffn.len() - 1] - ffn[ffn.len() - 2],
-        "cubic: fast early, slow late: {ffn:?}"
-    );
-    assert!(attn.iter().all(|&s| s <= 0.2 + 1e-9), "{attn:?}");
-}
-
-#[test]
-fn whole_heads_pruned_globally_in_contract_leave_dead_heads() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = demo_file(tmp.path(), 300);
-    let run = tmp.path().join("run");
-    let mut recipe = lifecycle_recipe(&data, 40);
-    recipe.contract.prune_heads = true;
-    recipe.contract.prune_scope = "global".into();
-    recipe.contract.prune[0].final_sparsity = 0.5; // one of the two heads of each block
-    recipe.contract.stable_checkpoints = 1000;
-    recipe.contract.patience = 1000;
-    recipe.contract.divergence = 1.0;
-    recipe.contract.prune_every = 2;
-    recipe.run.phases.retain(|p| p != "diagnose");
-    recipe.refine.distill.enabled = false;
-    let out = train(&Options::new(recipe, &run), &Silent, &Collect::default()).unwrap();
-    let e = out.eval.unwrap();
-    assert!(e.student.is_none());
-    assert_eq!(e.sparsity["blocks.0.attn"], 0.5, "whole heads: {:?}", e.sparsity);
-    // In the exported query matrix ([d_in, d_out]), one head's columns are all zero, the other's not.
-    let w = safetensor(&run.join("final/model.safetensors"), "blocks.0.attn.query.weight");
-    let d = 32;
-    let dead: Vec<bool> = (0..2)
-        .map(|h| (0..d).all(|r| (h * 16..(h + 1) * 16).all(|c| w[r * d + c] == 0.0)))
-        .collect();
-    assert_eq!(dead.iter().filter(|x| **x).count(), 1, "{dead:?}");
-}
-
-#[test]
-fn masks_survive_a_checkpoint_a_resume_and_every_optimizer_step() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = demo_file(tmp.path(), 300);
-    let mut recipe = lifecycle_recipe(&data, 40);
-    recipe.contract.stable_checkpoints = 1000; // contraction forced at main's end
-    recipe.contract.patience = 1000; // never rolled back
-    recipe.contract.divergence = 1.0; // never frozen
-    recipe.contract.prune_every = 2;
-    recipe.refine.distill.enabled = false;
-    let whole = tmp.path().join("whole");
-    train(
-        &Options::new(recipe.clone(), &whole),
-        &Silent,
-        &Collect::default(),
-    )
-    .unwrap();
-    let entry = decisions(&whole)
-        .into_iter()
-        .find(|d| d["kind"] == "enter_contract")
-        .unwrap()["step"]
-        .as_u64()
-        .unwrap();
-
-    // Stop inside contract, after the masks of its first checkpoint (entry + 5), then resume.
-    let run = tmp.path().join("resumed");
-    let mut opts = Options::new(recipe, &run);
-    opts.stop_after = Some(entry + 7);
-    let out = train(&opts, &Silent, &Collect::default()).unwrap();
-    assert!(!out.finished);
-    let ck = run
-        .join("checkpoints")
-        .join(contrai_train::checkpoint::dir_name(entry + 5));
-    let masks: contrai_train::prune::Masks =
-        serde_json::from_slice(&std::fs::read(ck.join("masks.json")).unwrap()).unwrap();
-    assert!(
-        masks.overall() > 0.0,
-        "pruning had begun: {:?}",
-        masks.by_module()
-    );
-    opts.resume = true;
-    opts.stop_after = None;
-    train(&opts, &Silent, &Collect::default()).unwrap();
-
-    // The resumed run ends with the same weights as the one never stopped ...
-    let weights = |r: &Path| safetensors(&r.join("final/model.safetensors"));
-    assert!(weights(&run) == weights(&whole), "resumed weights differ");
-    // ... and every weight masked at that checkpoint is still exactly zero after all the
-    // optimizer steps of contract and refine that followed.
-    for (path, (len, _)) in &masks.keep {
-        let w = safetensor(&run.join("final/model.safetensors"), path);
-        let flags = masks.keep_flags(path, *len);
-        let revived = w
-            .iter()
-            .zip(&flags)
-            .filter(|(v, keep)| !**keep && **v != 0.0)
-            .count();
-        assert_eq!(revived, 0, "{path}: {revived} masked weights are not zero");
-    }
 }
 
 #[test]

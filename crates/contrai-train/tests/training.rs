@@ -10,7 +10,7 @@ use burn::tensor::{Device, Tensor};
 use common::{Collect, demo_file, tiny_recipe};
 use contrai_data::Silent;
 use contrai_train::model::{Batch, Classifier, TextBatch};
-use contrai_train::trainer::{grad_norm, optimizer, step_grads};
+use contrai_train::step::{grad_norm, optimizer, step_grads};
 use contrai_train::{Options, TrainError, train};
 
 /// Every parameter's values, flattened, in visiting order.
@@ -231,7 +231,7 @@ fn nothing_reads_the_holdout_before_the_end() {
 
 /// The demo file split by `contrai data split`'s library into `dir`, with the tiny recipe's config.
 fn split_into(data: &Path, dir: &Path) {
-    let cfg = contrai_train::data::split_config(&tiny_recipe(data, 5)).unwrap();
+    let cfg = contrai_train::data::split_config(&tiny_recipe(data, 5));
     contrai_data::split::split(
         contrai_data::Source::file(data, None).unwrap(),
         dir,

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use contrai_data::demo::{DemoConfig, generate};
-use contrai_recipe::Recipe;
 use contrai_recipe::recipe::Model;
+use contrai_recipe::{ModelKind, Phase, Recipe};
 use contrai_train::Log;
 
 /// Writes a demo set of `base` reviews as JSONL into `dir`.
@@ -22,7 +22,7 @@ pub fn tiny_recipe(data: &Path, steps: u64) -> Recipe {
     let mut r = Recipe::default();
     r.data.path = data.display().to_string();
     r.model = Model {
-        kind: "transformer".into(),
+        kind: ModelKind::Transformer,
         vocab: 1024,
         seq_len: 32,
         d_model: 32,
@@ -38,17 +38,14 @@ pub fn tiny_recipe(data: &Path, steps: u64) -> Recipe {
     r.run.eval_every = 5;
     r.run.checkpoint_every = 5;
     r.run.keep_last = 2;
-    r.run.phases = vec!["main".into()];
+    r.run.phases = vec![Phase::Main];
     r
 }
 
 /// `r` with all five phases, a validate LR that overfits a tiny model's batch, and a contract batch
 /// of half of main's.
 pub fn with_all_phases(mut r: Recipe) -> Recipe {
-    r.run.phases = contrai_recipe::recipe::PHASES
-        .iter()
-        .map(|p| p.to_string())
-        .collect();
+    r.run.phases = Phase::all();
     r.validate.lr = 5e-3;
     r.contract.batch = r.main.batch / 2;
     let d = &mut r.refine.distill;
@@ -140,5 +137,41 @@ pub fn zeros_by_module(path: &Path) -> std::collections::BTreeMap<String, f64> {
     zero_counts(path)
         .into_iter()
         .map(|(m, (z, t))| (m, z as f64 / t as f64))
+        .collect()
+}
+
+/// The tiny recipe with all five phases.
+pub fn lifecycle_recipe(data: &Path, main_steps: u64) -> Recipe {
+    let mut r = with_all_phases(tiny_recipe(data, main_steps));
+    r.contract.eval_every = 5;
+    r
+}
+
+/// `r` with contraction forced at main's planned end whatever the tiny run's trajectory: the skip
+/// rule (validation still improving at each of the last `stable_checkpoints`) cannot hold.
+pub fn forced_contract(mut r: Recipe) -> Recipe {
+    r.contract.stable_checkpoints = 1000;
+    r
+}
+
+/// Rows of a JSONL file.
+pub fn rows(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The decisions of a run.
+pub fn decisions(run: &Path) -> Vec<serde_json::Value> {
+    rows(&run.join("decisions.jsonl"))
+}
+
+/// The kinds of a run's decisions, in order.
+pub fn kinds(run: &Path) -> Vec<String> {
+    decisions(run)
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap().to_string())
         .collect()
 }

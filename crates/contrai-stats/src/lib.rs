@@ -1,4 +1,8 @@
-//! Small robust statistics used by the detectors.
+//! Small robust statistics — the one median of the workspace, the median absolute deviation,
+//! block medians and the Theil–Sen slope — used by the doctor's detectors, the data audit and
+//! the engine's timings.
+
+#![warn(missing_docs)]
 
 /// Median of a slice (NaN-free input expected); `None` when empty.
 pub fn median(values: &[f64]) -> Option<f64> {

@@ -1,0 +1,158 @@
+//! What the conductor waits for between an observation and the next: the continuation of each
+//! multi-step procedure (a step's end, entering a phase, diagnose, the end of the run). Nothing
+//! here is checkpointed: a checkpoint is written only where none is pending but the next step or
+//! the move to the next phase, which `State::stage` records.
+
+use std::collections::BTreeMap;
+
+use contrai_recipe::Phase;
+use contrai_run::{Decision, Int8Eval};
+
+use crate::protocol::Int8Verdict;
+use crate::sensitivity::{Joint, Sensitivity};
+
+/// A phase's end decided during a step, recorded once the step's rules have all run.
+#[derive(Debug)]
+pub struct End {
+    /// The decision that ends it.
+    pub decision: Decision,
+    /// Whether the best checkpoint is restored first.
+    pub restore_best: bool,
+}
+
+/// What the conductor waits for, and what it does with it.
+#[derive(Debug)]
+pub enum Await {
+    /// Nothing asked yet: [`Conductor::begin`] comes first.
+    Begin,
+    /// Validate's check.
+    Pipeline,
+    /// The checkpoint round trip before main.
+    RoundTrip,
+    /// A training step.
+    Step,
+    /// The evaluation of a step.
+    StepEval,
+    /// The masks of a pruning update; then the step's checkpoint, or the entered phase's.
+    Pruned {
+        /// Whether the phase was just entered.
+        entering: bool,
+    },
+    /// A restore of the best checkpoint (the phase ended with a rollback).
+    BestRestored,
+    /// A full restore after a non-finite step, with the LR scale and retries to keep.
+    NonfiniteRestored {
+        /// The lowered LR scale.
+        lr_scale: f64,
+        /// Retries so far, this one included.
+        nan_retries: u32,
+    },
+    /// Diagnose's steps.
+    Diagnose(DiagnoseStep),
+    /// Entering contract or refine.
+    Entering(Entering),
+    /// The final steps.
+    Finish(FinishStep),
+    /// The run is over.
+    Over,
+}
+
+/// Entering contract or refine, across the requests it makes.
+#[derive(Debug)]
+pub struct Entering {
+    /// The phase being entered.
+    pub phase: Phase,
+    /// The LR it enters with, unscaled.
+    pub lr0: f64,
+    /// Steps a rolled-back contraction left unspent (refine takes them).
+    pub unspent: u64,
+    /// What is awaited.
+    pub step: EnterStep,
+}
+
+/// What entering waits for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum EnterStep {
+    /// The training samples' losses (the noisy-sample policy, once).
+    SampleLosses,
+    /// The entry evaluation (the phase's reference).
+    Evaluation,
+}
+
+/// What diagnose waits for.
+#[derive(Debug)]
+pub enum DiagnoseStep {
+    /// The unpruned model's evaluation.
+    Eval,
+    /// Each module's sensitivity, against the unpruned validation loss.
+    Sensitivity {
+        /// The unpruned validation loss.
+        base: f32,
+    },
+    /// A joint check.
+    Joint(Box<Search>),
+}
+
+/// The joint check's progress.
+#[derive(Debug)]
+pub struct Search {
+    /// The unpruned validation loss.
+    pub base: f32,
+    /// Each module alone at each level.
+    pub sens: BTreeMap<String, Vec<Sensitivity>>,
+    /// Each module's cap from its own measurement.
+    pub alone: BTreeMap<String, f64>,
+    /// The caps under check.
+    pub caps: BTreeMap<String, f64>,
+    /// Every joint check so far.
+    pub tried: Vec<Joint>,
+}
+
+/// What the end waits for.
+#[derive(Debug)]
+pub enum FinishStep {
+    /// The final model's export and validation accuracy.
+    Exported,
+    /// The student.
+    Distilled {
+        /// The final model's validation accuracy.
+        val_accuracy: f32,
+    },
+    /// The int8 model.
+    Quantized {
+        /// The final model's validation accuracy.
+        val_accuracy: f32,
+    },
+    /// The holdout's one read.
+    Holdout {
+        /// The int8 model, when one was made.
+        int8: Option<Int8Made>,
+    },
+}
+
+/// The int8 model as measured before the holdout, and its verdict.
+#[derive(Debug)]
+pub struct Int8Made {
+    /// Kept or refused, and what it cost.
+    pub verdict: Int8Verdict,
+    /// Its validation accuracy, and the final model's.
+    pub val_accuracy: (f32, f32),
+    /// Bytes of its record, and of the f32 record.
+    pub bytes: (u64, u64),
+    /// How the engine quantized, in words.
+    pub scheme: String,
+}
+
+impl Int8Made {
+    /// `final/eval.json`'s part, with the holdout accuracy of the one read.
+    pub fn eval(&self, holdout_accuracy: f32) -> Int8Eval {
+        Int8Eval {
+            kept: self.verdict.kept,
+            val_accuracy: self.val_accuracy.0,
+            holdout_accuracy,
+            drop_points: self.verdict.drop_points,
+            bytes: self.bytes.0,
+            dense_bytes: self.bytes.1,
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The `diagnose` phase between main and contract: the doctor's reading of main, then each
+//! module's pruning sensitivity measured on a copy (one module at a time, at
+//! [`SENSITIVITY_LEVELS`]), the caps that keep each within `contract.tolerance`
+//! ([`crate::sensitivity`]), and the planned sparsities checked all together, stepped down until
+//! their joint cost fits.
+
+use std::collections::BTreeMap;
+
+use contrai_recipe::Phase;
+use contrai_run::{Decision, DecisionKind};
+use serde_json::json;
+
+use crate::awaiting::{Await as Awaiting, DiagnoseStep as Await, Search};
+use crate::conductor::Conductor;
+use crate::error::{ConductorError, Result};
+use crate::protocol::{Action, Observation, Request, Turn};
+use crate::prune::SENSITIVITY_LEVELS;
+use crate::sensitivity::{Joint, Sensitivity, caps, relative_increase, step_down};
+
+impl Conductor {
+    /// Diagnose starts: the doctor's reading of main, then the unpruned evaluation.
+    pub(crate) fn diagnose(&mut self, mut out: Vec<Action>) -> Turn {
+        let findings = self.watch.summary();
+        let rows: Vec<serde_json::Value> = findings
+            .iter()
+            .map(|f| json!({"label": f.label.as_str(), "severity": f.severity.to_string(), "evidence": f.evidence, "recommendation": f.recommendation}))
+            .collect();
+        let labels: Vec<&str> = findings.iter().map(|f| f.label.as_str()).collect();
+        out.push(Action::Record(Decision::new(
+            self.state.step,
+            Phase::Diagnose,
+            DecisionKind::Doctor,
+            format!("the doctor on main: {}", labels.join(", ")),
+            json!({"findings": rows}),
+        )));
+        let request = Request::Evaluate {
+            record: Some(Phase::Diagnose),
+        };
+        self.ask(out, request, Awaiting::Diagnose(Await::Eval))
+    }
+
+    pub(crate) fn on_diagnose(&mut self, step: Await, obs: Observation) -> Result<Turn> {
+        let by_heads = self.by_heads();
+        match (step, obs) {
+            (Await::Eval, Observation::Evaluated { val_loss, .. }) => {
+                let request = Request::MeasureSensitivity {
+                    modules: self.prunable.modules(),
+                    levels: SENSITIVITY_LEVELS.to_vec(),
+                    heads: self.prune_heads(),
+                };
+                Ok(self.ask(
+                    Vec::new(),
+                    request,
+                    Awaiting::Diagnose(Await::Sensitivity { base: val_loss }),
+                ))
+            }
+            (Await::Sensitivity { base }, Observation::Sensitivity { val_loss }) => {
+                let sens: BTreeMap<String, Vec<Sensitivity>> = val_loss
+                    .into_iter()
+                    .map(|(m, losses)| {
+                        let rows = SENSITIVITY_LEVELS
+                            .iter()
+                            .zip(losses)
+                            .map(|(&level, val_loss)| Sensitivity {
+                                level,
+                                val_loss,
+                                increase: relative_increase(val_loss, base),
+                            })
+                            .collect();
+                        (m, rows)
+                    })
+                    .collect();
+                let alone = caps(&sens, self.recipe.contract.tolerance, by_heads);
+                let planned = alone
+                    .iter()
+                    .map(|(m, c)| (m.clone(), c.min(self.prunable.planned(m, by_heads))))
+                    .collect();
+                let search = Search {
+                    base,
+                    sens,
+                    alone,
+                    caps: planned,
+                    tried: Vec::new(),
+                };
+                Ok(self.joint(search))
+            }
+            (Await::Joint(mut search), Observation::JointLoss { val_loss }) => {
+                let increase = relative_increase(val_loss, search.base);
+                search.tried.push(Joint {
+                    sparsity: search.caps.clone(),
+                    val_loss,
+                    increase,
+                });
+                if increase <= self.recipe.contract.tolerance || search.caps.values().all(|c| *c <= 0.0) {
+                    return self.diagnosed(*search);
+                }
+                step_down(&mut search.caps);
+                Ok(self.joint(*search))
+            }
+            (step, obs) => Err(ConductorError::Protocol(format!(
+                "{obs:?} does not answer diagnose's {step:?}"
+            ))),
+        }
+    }
+
+    /// Asks for the joint check of the current caps.
+    fn joint(&mut self, search: Search) -> Turn {
+        let request = Request::MeasureJoint {
+            sparsity: search.caps.clone(),
+            heads: self.prune_heads(),
+        };
+        self.ask(
+            Vec::new(),
+            request,
+            Awaiting::Diagnose(Await::Joint(Box::new(search))),
+        )
+    }
+
+    /// The caps are set: recorded, then the next phase.
+    fn diagnosed(&mut self, s: Search) -> Result<Turn> {
+        let tolerance = self.recipe.contract.tolerance;
+        let table: Vec<String> = s
+            .caps
+            .iter()
+            .map(|(m, c)| format!("{m} {:.0} %", 100.0 * c))
+            .collect();
+        let last = s.tried.last().map_or(0.0, |j| j.increase);
+        let d = Decision::new(
+            self.state.step,
+            Phase::Diagnose,
+            DecisionKind::Sensitivity,
+            format!(
+                "one-shot magnitude pruning per module (10/20/30/50 % on a copy), then the planned sparsities all at once (+{:.1} % validation loss after {} check(s)): caps within {:.0} %: {}",
+                100.0 * last,
+                s.tried.len(),
+                100.0 * tolerance,
+                table.join(", ")
+            ),
+            json!({"base_val_loss": s.base, "sensitivity": s.sens, "caps_alone": s.alone, "joint": s.tried, "caps": s.caps}),
+        );
+        self.state.contraction.caps = s.caps;
+        self.choose_next(vec![Action::Record(d)])
+    }
+
+    /// Whether attention is pruned by whole heads.
+    fn by_heads(&self) -> bool {
+        self.prune_heads().is_some()
+    }
+
+    /// The head count when attention is pruned by whole heads.
+    pub(crate) fn prune_heads(&self) -> Option<usize> {
+        self.recipe
+            .contract
+            .prune_heads
+            .then_some(self.info.heads)
+            .flatten()
+    }
+}

@@ -1,0 +1,570 @@
+//! The conductor driven by synthetic observation streams — no tensors, no engine: a simulated
+//! engine answers each request from curves written here, and the tests read what the conductor
+//! decided and asked for.
+
+use std::collections::BTreeMap;
+
+use contrai_lifecycle::{
+    Action, Conductor, Observation, Request, RestorePoint, RestoreScope, RunInfo, State, Turn,
+};
+use contrai_recipe::{Phase, Recipe};
+use contrai_run::{Decision, DecisionKind, EvalRow, MetricsRow, TrainRow};
+
+/// A curve of the simulated run: the value at a global step in a phase.
+type Curve = Box<dyn Fn(u64, Phase) -> f32>;
+
+/// A simulated engine: it answers the conductor's requests from curves and keeps what a real
+/// engine keeps (steps, metrics rows, checkpoints).
+struct Sim {
+    step: u64,
+    phase: Phase,
+    train: Curve,
+    val: Curve,
+    /// Steps (1-based) whose loss is not finite, every time they are tried.
+    nan_at: Vec<u64>,
+    history: Vec<MetricsRow>,
+    checkpoints: BTreeMap<u64, (State, usize)>,
+    sparsity: BTreeMap<String, f64>,
+    /// Every turn the conductor gave, in order.
+    turns: Vec<Turn>,
+    /// How the run ended: `Ok` finished, `Err` failed.
+    end: Option<Result<(), String>>,
+}
+
+fn info() -> RunInfo {
+    let weights = [
+        "embed.weight",
+        "blocks.0.attn.query.weight",
+        "blocks.0.attn.key.weight",
+        "blocks.0.attn.value.weight",
+        "blocks.0.attn.output.weight",
+        "blocks.0.ffn.up.weight",
+        "blocks.0.ffn.down.weight",
+        "head.weight",
+    ];
+    RunInfo {
+        train_samples: 100,
+        classes: 2,
+        weights: weights.map(String::from).to_vec(),
+        heads: Some(2),
+    }
+}
+
+/// A small recipe: 3 validate steps, 100 main steps evaluated and checkpointed every 10, contract
+/// evaluated every 5.
+fn recipe() -> Recipe {
+    let mut r = Recipe::default();
+    r.validate.steps = 3;
+    r.main.steps = 100;
+    r.run.eval_every = 10;
+    r.run.checkpoint_every = 10;
+    r.contract.eval_every = 5;
+    r.guards.overfit_patience = 30;
+    r
+}
+
+impl Sim {
+    fn new(train: Curve, val: Curve) -> Sim {
+        Sim {
+            step: 0,
+            phase: Phase::Validate,
+            train,
+            val,
+            nan_at: Vec::new(),
+            history: Vec::new(),
+            checkpoints: BTreeMap::new(),
+            sparsity: BTreeMap::new(),
+            turns: Vec::new(),
+            end: None,
+        }
+    }
+
+    /// Runs `c` from `first` to the end.
+    fn run(&mut self, c: &mut Conductor, first: Turn) {
+        let mut turn = first;
+        loop {
+            self.turns.push(turn.clone());
+            for a in &turn.actions {
+                self.act(a);
+            }
+            let obs = match &turn.request {
+                Request::Finish(_) => {
+                    self.end = Some(Ok(()));
+                    return;
+                }
+                Request::Fail(f) => {
+                    self.end = Some(Err(format!("{f:?}")));
+                    return;
+                }
+                r => self.answer(r),
+            };
+            turn = c.observe(obs).expect("the conductor accepts every answer");
+        }
+    }
+
+    fn act(&mut self, a: &Action) {
+        match a {
+            Action::SetPhase { phase, .. } => self.phase = *phase,
+            Action::Checkpoint { state, .. } => {
+                assert_eq!(state.step, self.step, "a checkpoint of the engine's step");
+                self.checkpoints
+                    .insert(self.step, ((**state).clone(), self.history.len()));
+            }
+            _ => {}
+        }
+    }
+
+    fn answer(&mut self, r: &Request) -> Observation {
+        match r {
+            Request::CheckPipeline { steps, .. } => {
+                self.step += steps;
+                Observation::PipelineChecked {
+                    first_loss: 0.7,
+                    last_loss: 0.01,
+                    val_loss: 0.69,
+                }
+            }
+            Request::RoundTrip => Observation::RoundTripped {
+                identical: true,
+                model_bytes: 10,
+                optimizer_bytes: 20,
+            },
+            Request::Train(plan) => {
+                assert_eq!(plan.step, self.step);
+                if self.nan_at.contains(&(plan.step + 1)) {
+                    return Observation::Stepped {
+                        loss: f32::NAN,
+                        grad_norm: f32::NAN,
+                        lr: plan.lr,
+                    };
+                }
+                self.step += 1;
+                let loss = (self.train)(self.step, plan.phase);
+                self.history.push(MetricsRow::Train(TrainRow {
+                    step: self.step,
+                    phase: plan.phase,
+                    samples: self.step * 32,
+                    train_loss: loss,
+                    lr: plan.lr,
+                    grad_norm: 1.0,
+                    batch_size: 32,
+                    wall_s: 0.0,
+                }));
+                Observation::Stepped {
+                    loss,
+                    grad_norm: 1.0,
+                    lr: plan.lr,
+                }
+            }
+            Request::Evaluate { record } => {
+                let val_loss = (self.val)(self.step, self.phase);
+                if let Some(phase) = record {
+                    self.history.push(MetricsRow::Eval(EvalRow {
+                        step: self.step,
+                        phase: *phase,
+                        val_loss,
+                        val_accuracy: 0.9,
+                    }));
+                }
+                Observation::Evaluated {
+                    val_loss,
+                    val_accuracy: 0.9,
+                }
+            }
+            Request::Restore { to, scope } => {
+                let at = match to {
+                    RestorePoint::Latest => *self.checkpoints.keys().last().unwrap(),
+                    RestorePoint::Step(s) => *s,
+                };
+                let (state, rows) = self.checkpoints[&at].clone();
+                let history = match scope {
+                    RestoreScope::Everything => {
+                        self.step = at;
+                        self.history.truncate(rows);
+                        self.checkpoints.retain(|s, _| *s <= at);
+                        self.history.clone()
+                    }
+                    RestoreScope::Weights => Vec::new(),
+                };
+                self.sparsity = state.sparsity.clone();
+                Observation::Restored {
+                    state: Box::new(state),
+                    history,
+                }
+            }
+            Request::Prune(order) => {
+                for (path, t) in &order.targets {
+                    let module = contrai_lifecycle::prune::module_of(path);
+                    self.sparsity.insert(module, t.share());
+                }
+                Observation::Pruned {
+                    sparsity: self.sparsity.clone(),
+                }
+            }
+            Request::MeasureSampleLosses => Observation::SampleLosses {
+                losses: (0..100).map(|i| if i < 3 { 2.0 } else { 0.05 }).collect(),
+                ids: (0..100).map(|i| format!("s{i}")).collect(),
+            },
+            Request::MeasureSensitivity { modules, levels, .. } => Observation::Sensitivity {
+                val_loss: modules
+                    .iter()
+                    .map(|m| (m.clone(), levels.iter().map(|l| 0.3 + 0.01 * *l as f32).collect()))
+                    .collect(),
+            },
+            Request::MeasureJoint { .. } => Observation::JointLoss { val_loss: 0.301 },
+            Request::Export => Observation::Exported {
+                val_loss: 0.3,
+                val_accuracy: 0.9,
+            },
+            Request::Distil => Observation::Distilled {
+                parameters: 10,
+                teacher_parameters: 100,
+                best_step: 5,
+                val_loss: 0.35,
+                val_accuracy: 0.88,
+            },
+            Request::Quantize { .. } => Observation::Quantized {
+                val_accuracy: 0.895,
+                bytes: 25,
+                dense_bytes: 100,
+                scheme: "int8".into(),
+            },
+            Request::ReadHoldout { .. } => Observation::HoldoutRead {
+                loss: 0.31,
+                accuracy: 0.9,
+                samples: 20,
+                int8_accuracy: Some(0.9),
+            },
+            Request::Finish(_) | Request::Fail(_) => unreachable!("handled by run"),
+        }
+    }
+
+    fn decisions(&self) -> Vec<&Decision> {
+        self.turns
+            .iter()
+            .flat_map(|t| &t.actions)
+            .filter_map(|a| match a {
+                Action::Record(d) => Some(d),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn kinds(&self) -> Vec<DecisionKind> {
+        self.decisions().iter().map(|d| d.kind).collect()
+    }
+
+    fn decision(&self, kind: DecisionKind) -> &Decision {
+        let kinds = self.kinds();
+        self.decisions()
+            .into_iter()
+            .find(|d| d.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {kinds:?}"))
+    }
+
+    /// The LR of every training step asked for, by step.
+    fn lrs(&self) -> Vec<(u64, Phase, f64)> {
+        self.turns
+            .iter()
+            .filter_map(|t| match &t.request {
+                Request::Train(p) => Some((p.step + 1, p.phase, p.lr)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Runs `recipe` against the curves; returns the simulated engine after the run.
+fn simulate(recipe: Recipe, train: Curve, val: Curve, nan_at: Vec<u64>) -> Sim {
+    let mut sim = Sim::new(train, val);
+    sim.nan_at = nan_at;
+    let mut c = Conductor::new(recipe, info());
+    let first = c.begin().unwrap();
+    sim.run(&mut c, first);
+    sim
+}
+
+/// A falling training loss.
+fn falling() -> Curve {
+    Box::new(|s, _| 0.7 * (-(s as f32) / 40.0).exp() + 0.05)
+}
+
+/// Validation that settles like [`settles`], then worsens 0.002 a step once contraction starts
+/// (at step 63).
+fn hurt_by_contraction() -> Curve {
+    Box::new(|s, p| match p {
+        Phase::Contract => 0.30 + 0.002 * (s as f32 - 63.0),
+        _ if s < 40 => 0.7 - 0.01 * s as f32,
+        _ => 0.30,
+    })
+}
+
+/// Validation that falls until step 40, then holds at 0.30 (stable).
+fn settles() -> Curve {
+    Box::new(|s, _| if s < 40 { 0.7 - 0.01 * s as f32 } else { 0.30 })
+}
+
+#[test]
+fn a_stable_main_enters_contraction_early_and_runs_every_phase() {
+    let sim = simulate(recipe(), falling(), settles(), Vec::new());
+    assert_eq!(sim.end, Some(Ok(())));
+    let stable = sim.decision(DecisionKind::MainStable);
+    // Checkpoints at 43, 53, 63: val 0.30 at 53 and 63, both within 2 % of the one before.
+    assert_eq!(stable.step, 63, "{:?}", sim.kinds());
+    let enter = sim.decision(DecisionKind::EnterContract);
+    assert_eq!(enter.step, 63, "contraction starts where main ended");
+    assert_eq!(stable.evidence["steps_saved"], 103 - 63);
+    let kinds = sim.kinds();
+    let order: Vec<DecisionKind> = [
+        DecisionKind::ValidatePassed,
+        DecisionKind::CheckpointRoundTrip,
+        DecisionKind::MainStable,
+        DecisionKind::Doctor,
+        DecisionKind::Sensitivity,
+        DecisionKind::DropNoisiest,
+        DecisionKind::EnterContract,
+        DecisionKind::EnterRefine,
+        DecisionKind::Distill,
+        DecisionKind::Int8,
+        DecisionKind::Holdout,
+    ]
+    .into();
+    let seen: Vec<DecisionKind> = kinds.iter().copied().filter(|k| order.contains(k)).collect();
+    assert_eq!(seen, order);
+    // Contract anneals linearly from main's last LR with no warmup, and falls every step.
+    let lrs = sim.lrs();
+    let main_last = lrs.iter().rfind(|l| l.1 == Phase::Main).unwrap().2;
+    let contract: Vec<f64> = lrs
+        .iter()
+        .filter(|l| l.1 == Phase::Contract)
+        .map(|l| l.2)
+        .collect();
+    assert_eq!(
+        contract[0], main_last,
+        "no warmup: the first contract step runs at main's last LR"
+    );
+    assert!(contract.windows(2).all(|w| w[1] < w[0]), "{contract:?}");
+    // Of the 3 samples above ln 2, the share's 2 are dropped, once, named by id.
+    let drop = sim.decision(DecisionKind::DropNoisiest);
+    assert_eq!(
+        drop.evidence["ids"],
+        serde_json::json!(["s0", "s1"]),
+        "at most 2 % of 100"
+    );
+    assert_eq!(drop.evidence["above_floor"], 3);
+    let drops = sim
+        .turns
+        .iter()
+        .flat_map(|t| &t.actions)
+        .filter(|a| matches!(a, Action::DropSamples { .. }))
+        .count();
+    assert_eq!(drops, 1);
+}
+
+#[test]
+fn a_still_falling_main_skips_contraction_with_the_reason() {
+    let val: Curve = Box::new(|s, _| 0.7 * 0.9f32.powf(s as f32 / 10.0));
+    let sim = simulate(recipe(), falling(), val, Vec::new());
+    let skip = sim.decision(DecisionKind::SkipContract);
+    assert!(skip.reason.contains("main never stabilised"), "{}", skip.reason);
+    assert_eq!(skip.evidence["ever_stable"], false);
+    let kinds = sim.kinds();
+    assert!(!kinds.contains(&DecisionKind::EnterContract), "{kinds:?}");
+    assert!(kinds.contains(&DecisionKind::EnterRefine));
+    assert!(kinds.contains(&DecisionKind::MainComplete));
+}
+
+#[test]
+fn a_nan_restores_the_last_checkpoint_with_the_lr_halved_three_times_then_stops() {
+    let mut r = recipe();
+    r.main.schedule = contrai_recipe::Decay::Constant;
+    r.main.warmup = 0.0;
+    // Step 18 is never finite: three rollbacks to the checkpoint of step 13, then the run stops.
+    let sim = simulate(r, falling(), settles(), vec![18]);
+    let kinds = sim.kinds();
+    let rollbacks = kinds
+        .iter()
+        .filter(|k| **k == DecisionKind::RollbackNonfinite)
+        .count();
+    assert_eq!(rollbacks, 3, "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&DecisionKind::AbortNonfinite));
+    assert!(
+        matches!(&sim.end, Some(Err(e)) if e.contains("Diverged")),
+        "{:?}",
+        sim.end
+    );
+    // Each retry of step 14 runs at half the LR of the one before.
+    let lr14: Vec<f64> = sim.lrs().iter().filter(|l| l.0 == 14).map(|l| l.2).collect();
+    assert_eq!(lr14.len(), 4, "once, then three retries: {lr14:?}");
+    for w in lr14.windows(2) {
+        assert!((w[1] - w[0] * 0.5).abs() < 1e-15, "{lr14:?}");
+    }
+    for t in &sim.turns {
+        if let Request::Restore { to, scope } = &t.request {
+            assert_eq!((*to, *scope), (RestorePoint::Latest, RestoreScope::Everything));
+        }
+    }
+}
+
+#[test]
+fn a_worsening_contraction_rolls_back_to_its_best_and_refine_gets_the_unspent_steps() {
+    // Main settles; contraction then makes validation worse at every evaluation.
+    let r = recipe();
+    let planned = contrai_lifecycle::PhaseSteps::new(&r);
+    let sim = simulate(r, falling(), hurt_by_contraction(), Vec::new());
+    let rb = sim.decision(DecisionKind::RollbackContract);
+    let enter = sim.decision(DecisionKind::EnterContract);
+    assert_eq!(
+        rb.evidence["best_step"], enter.step,
+        "the entry is the contraction's best"
+    );
+    assert_eq!(
+        rb.step,
+        enter.step + 15,
+        "three evaluations (every 5 steps) beyond 2 %"
+    );
+    let restore = sim
+        .turns
+        .iter()
+        .find_map(|t| match &t.request {
+            Request::Restore { to, scope } => Some((*to, *scope)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(restore, (RestorePoint::Step(enter.step), RestoreScope::Weights));
+    let refine = sim.decision(DecisionKind::EnterRefine);
+    let unspent = enter.step + planned.contract - rb.step;
+    assert_eq!(refine.evidence["steps"], planned.refine + unspent);
+    assert_eq!(refine.step, rb.step);
+}
+
+#[test]
+fn overfitting_in_main_ends_it_and_restores_the_best_checkpoint() {
+    // Validation bottoms out at step 40 and climbs 5 % an evaluation while training falls.
+    let val: Curve = Box::new(|s, _| {
+        if s <= 43 {
+            0.7 - 0.009 * s as f32
+        } else {
+            0.313 * 1.05f32.powf((s as f32 - 43.0) / 10.0)
+        }
+    });
+    let sim = simulate(recipe(), falling(), val, Vec::new());
+    let end = sim.decision(DecisionKind::EndMainOverfitting);
+    assert!(
+        end.reason.contains("best checkpoint is restored"),
+        "{}",
+        end.reason
+    );
+    let best = sim
+        .turns
+        .iter()
+        .find_map(|t| match &t.request {
+            Request::Restore {
+                to: RestorePoint::Step(s),
+                scope: RestoreScope::Weights,
+            } => Some(*s),
+            _ => None,
+        })
+        .expect("the best checkpoint is restored");
+    assert_eq!(best, 43, "the lowest validation loss at a checkpoint");
+    assert!(end.step > best);
+    let enter = sim.decision(DecisionKind::EnterContract);
+    assert_eq!(enter.step, end.step, "an early end always contracts");
+}
+
+#[test]
+fn every_action_carries_its_evidence() {
+    let sim = simulate(recipe(), falling(), hurt_by_contraction(), vec![20]);
+    for d in sim.decisions() {
+        assert!(!d.reason.is_empty(), "{d:?}");
+        assert!(d.evidence.as_object().is_some_and(|o| !o.is_empty()), "{d:?}");
+    }
+    let explains = |t: &Turn, kinds: &[DecisionKind]| {
+        t.actions
+            .iter()
+            .any(|a| matches!(a, Action::Record(d) if kinds.contains(&d.kind)))
+    };
+    for t in &sim.turns {
+        if matches!(t.request, Request::Restore { .. }) {
+            let why = [
+                DecisionKind::RollbackNonfinite,
+                DecisionKind::RollbackContract,
+                DecisionKind::EndMainOverfitting,
+            ];
+            assert!(explains(t, &why), "a restore without its reason: {t:?}");
+        }
+        for a in &t.actions {
+            match a {
+                Action::DropSamples { .. } => assert!(explains(t, &[DecisionKind::DropNoisiest]), "{t:?}"),
+                Action::SetPhase {
+                    phase: Phase::Contract,
+                    restart_order: true,
+                } => {
+                    assert!(explains(t, &[DecisionKind::EnterContract]), "{t:?}")
+                }
+                Action::SetPhase {
+                    phase: Phase::Refine,
+                    restart_order: true,
+                } => {
+                    assert!(explains(t, &[DecisionKind::EnterRefine]), "{t:?}")
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(sim.kinds().contains(&DecisionKind::RollbackNonfinite));
+}
+
+#[test]
+fn the_state_round_trips_through_serde_mid_phase_and_the_run_continues_alike() {
+    let whole = simulate(recipe(), falling(), hurt_by_contraction(), Vec::new());
+    let contract_start = whole.decision(DecisionKind::EnterContract).step;
+    // Resume from each checkpoint: one mid-main, one mid-contraction.
+    for at in [33, contract_start + 5] {
+        let (state, rows) = whole.checkpoints.get(&at).cloned().unwrap_or_else(|| {
+            let have: Vec<u64> = whole.checkpoints.keys().copied().collect();
+            panic!("no checkpoint at {at}: {have:?}")
+        });
+        let json = serde_json::to_string(&state).unwrap();
+        let back: State = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, state);
+        let history = whole_history(&whole, rows);
+        let mut sim = Sim::new(falling(), hurt_by_contraction());
+        sim.step = at;
+        sim.history = history.clone();
+        sim.checkpoints = whole
+            .checkpoints
+            .range(..=at)
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        sim.sparsity = state.sparsity.clone();
+        let mut c = Conductor::resume(recipe(), info(), back, &history).unwrap();
+        let first = c.begin().unwrap();
+        sim.run(&mut c, first);
+        // The uninterrupted run's turns after the checkpoint's turn, and the resumed run's after
+        // its first (which restates the phase's settings), are the same.
+        let after = whole
+            .turns
+            .iter()
+            .position(|t| {
+                t.actions
+                    .iter()
+                    .any(|a| matches!(a, Action::Checkpoint { state, .. } if state.step == at))
+            })
+            .unwrap();
+        assert_eq!(
+            whole.turns[after].request, sim.turns[0].request,
+            "the same next step"
+        );
+        let (a, b) = (&whole.turns[after + 1..], &sim.turns[1..]);
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert_eq!(x, y, "resumed at {at}: turn {i} after the resume differs");
+        }
+        assert_eq!(a.len(), b.len(), "resumed at {at}: as many turns");
+    }
+}
+
+/// The rows a checkpoint recorded (`rows` of them).
+fn whole_history(sim: &Sim, rows: usize) -> Vec<MetricsRow> {
+    sim.history[..rows].to_vec()
+}

@@ -1,0 +1,103 @@
+//! `final/eval.json` and `final/model-card.json`: the single holdout evaluation and what each
+//! exported model is (parameters, zeros, bytes, accuracy, latency).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `final/eval.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinalEval {
+    /// Steps trained.
+    pub step: u64,
+    /// Class names in index order.
+    pub classes: Vec<String>,
+    /// Holdout samples.
+    pub holdout_samples: usize,
+    /// Mean holdout loss.
+    pub holdout_loss: f32,
+    /// Holdout accuracy in [0, 1].
+    pub holdout_accuracy: f32,
+    /// Final validation loss.
+    pub val_loss: f32,
+    /// Final validation accuracy.
+    pub val_accuracy: f32,
+    /// The best checkpoint's step and validation loss.
+    pub best: Option<(u64, f32)>,
+    /// Times the holdout was read: 1, more when a session died after reading it (`holdout-reads`).
+    pub holdout_reads: usize,
+    /// The step at which main ended and why (`main_stable`, `end_main_overfitting`, `main_complete`).
+    #[serde(default)]
+    pub main_end: Option<(u64, String)>,
+    /// Steps the recipe planned for all phases (the run may have needed fewer).
+    #[serde(default)]
+    pub planned_steps: u64,
+    /// Share of zeros in each pruned module of the final weights.
+    #[serde(default)]
+    pub sparsity: BTreeMap<String, f64>,
+    /// The int8 model, when `refine.quantize = "int8"`.
+    #[serde(default)]
+    pub int8: Option<Int8Eval>,
+    /// The distilled student, when `refine.distill.enabled`.
+    #[serde(default)]
+    pub student: Option<Variant>,
+}
+
+/// The int8 post-training quantization of the final model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Int8Eval {
+    /// Whether it was kept (its validation accuracy dropped by at most `refine.max_drop` points).
+    pub kept: bool,
+    /// Its validation accuracy.
+    pub val_accuracy: f32,
+    /// Its holdout accuracy (same single read of the holdout).
+    pub holdout_accuracy: f32,
+    /// Validation accuracy points lost to quantization.
+    pub drop_points: f64,
+    /// Bytes of its record.
+    pub bytes: u64,
+    /// Bytes of the f32 record.
+    pub dense_bytes: u64,
+}
+
+/// One exported model, as the model card and the compression table show it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Variant {
+    /// `f32`, `int8`, `pruned`, `student` ...
+    pub name: String,
+    /// Its file, relative to the run directory (None when it was not kept).
+    pub file: Option<String>,
+    /// Parameters (zeros included).
+    pub parameters: usize,
+    /// Share of the weight-matrix entries that are exactly zero.
+    pub zero_weights: f64,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Validation accuracy.
+    pub val_accuracy: f32,
+    /// Holdout accuracy.
+    pub holdout_accuracy: f32,
+    /// Mean holdout loss.
+    pub holdout_loss: f32,
+    /// Median CPU milliseconds of a forward pass over `latency_batch` validation samples.
+    pub latency_ms: Option<f64>,
+    /// Why it was refused, or how it was made.
+    pub note: String,
+}
+
+/// `final/model-card.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCard {
+    /// The model's settings (the recipe's `[model]`).
+    pub model: contrai_recipe::recipe::Model,
+    /// Class names in index order.
+    pub classes: Vec<String>,
+    /// Parameters of the f32 model.
+    pub parameters: usize,
+    /// Share of zeros of each pruned module.
+    pub sparsity: BTreeMap<String, f64>,
+    /// Samples a batch of the latency column.
+    pub latency_batch: usize,
+    /// The f32 model, the int8 model, the student ...
+    pub variants: Vec<Variant>,
+}

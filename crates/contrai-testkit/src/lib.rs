@@ -1,0 +1,31 @@
+//! Test support shared by Contrai's crates.
+//!
+//! Some tests read the project's shared material beside the repository (`../shared/data`,
+//! `../shared/eval`). On a developer's machine without it they skip, saying so; in CI, which
+//! sets `CONTRAI_REQUIRE_SHARED=1`, a missing file fails the test instead.
+
+#![warn(missing_docs)]
+
+use std::path::PathBuf;
+
+/// The environment variable that turns a missing shared file into a failure.
+pub const REQUIRE_SHARED: &str = "CONTRAI_REQUIRE_SHARED";
+
+/// `../shared/<rel>` beside the repository when it exists. When it does not: `None` after saying
+/// the test is skipped, or — with `CONTRAI_REQUIRE_SHARED` set — a panic naming the path.
+pub fn shared(rel: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared")
+        .join(rel);
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var_os(REQUIRE_SHARED).is_some_and(|v| !v.is_empty() && v != "0") {
+        panic!(
+            "../shared/{rel} is missing ({} does not exist) and {REQUIRE_SHARED} is set",
+            path.display()
+        );
+    }
+    eprintln!("skipped: ../shared/{rel} is absent");
+    None
+}

@@ -1,0 +1,215 @@
+//! The end of a run, as the conductor asks for it: the final model exported and evaluated, the
+//! student distilled, the int8 model made, the holdout read once and every model measured on
+//! it, the model card, and `final/eval.json` last (its presence marks a finished run).
+
+use burn::module::Module;
+use contrai_lifecycle::{Int8Verdict, Observation, Summary};
+use contrai_run::{FINAL_CARD, FINAL_INT8, FINAL_MODEL, FINAL_STUDENT, FinalEval, ModelCard};
+
+use crate::batch::{Encoded, Encoder};
+use crate::distill::{FitData, student_note, student_size};
+use crate::engine::Engine;
+use crate::error::{Result, record_err};
+use crate::evaluate::evaluate;
+use crate::export::{LATENCY_BATCH, Measured, save_safetensors, time_variants, variant};
+use crate::options::Outcome;
+use crate::quantize::{quantize_int8, record_bytes, scheme_text};
+
+impl Engine<'_> {
+    /// Writes the final weights (masks applied), the encoder and the classes, and evaluates them.
+    pub(crate) fn export(&mut self) -> Result<Observation> {
+        let fin = self.run.final_dir();
+        std::fs::create_dir_all(&fin).map_err(|e| crate::TrainError::io(&fin, e))?;
+        let valid = self.net.model.valid();
+        let x = &self.data.extras;
+        save_safetensors(&valid, &fin.join(FINAL_MODEL))?;
+        x.encoder.save(&fin.join(Encoder::file_name(&self.recipe)))?;
+        contrai_run::write_json(&fin.join(contrai_run::CLASSES), &x.classes)?;
+        let (val_loss, val_accuracy) = evaluate(&valid, &self.data.val, self.eval_batch(), &self.plain);
+        self.finale.val = (val_loss, val_accuracy);
+        Ok(Observation::Exported {
+            val_loss,
+            val_accuracy,
+        })
+    }
+
+    /// Distils the final model into the recipe's student on the training rows in use; writes
+    /// `final/student.safetensors` and its log `final/student-metrics.jsonl`.
+    pub(crate) fn distil(&mut self) -> Result<Observation> {
+        let d = self.recipe.refine.distill.clone();
+        let teacher = self.net.model.valid();
+        self.journal.say(&format!(
+            "distilling into a student ({}) for {} steps: loss = {} · CE + {} · T² · KL, T = {}",
+            student_size(&d, self.recipe.model.kind),
+            d.steps,
+            d.w_ce,
+            d.w_kd,
+            d.temperature
+        ));
+        let data = FitData {
+            train: &self.data.train,
+            rows: self.rows(),
+            val: &self.data.val,
+            eval_batch: self.eval_batch(),
+        };
+        let mut on_step = crate::distill::log_evaluations(self.journal.log());
+        let fitted = crate::distill::distill(
+            &teacher,
+            &self.recipe.model,
+            &d,
+            &data,
+            crate::step::optimizer(&self.recipe),
+            (self.recipe.run.seed, self.recipe.main.clip_norm),
+            &mut on_step,
+        )?;
+        let fin = self.run.final_dir();
+        let mut lines = Vec::new();
+        for r in &fitted.rows {
+            lines.extend(serde_json::to_vec(r).map_err(|e| record_err(&fin, e))?);
+            lines.push(b'\n');
+        }
+        contrai_data::write::write_atomic(fin.join(contrai_run::FINAL_STUDENT_METRICS), &lines)?;
+        save_safetensors(&fitted.model, &fin.join(FINAL_STUDENT))?;
+        let (best_step, val_loss, val_accuracy) = fitted.best;
+        let obs = Observation::Distilled {
+            parameters: fitted.model.num_params(),
+            teacher_parameters: teacher.num_params(),
+            best_step,
+            val_loss,
+            val_accuracy,
+        };
+        self.finale.student = Some(fitted);
+        Ok(obs)
+    }
+
+    /// Quantizes the final model to int8 and evaluates it on validation.
+    pub(crate) fn quantize(&mut self, block: Option<u8>) -> Result<Observation> {
+        let valid = self.net.model.valid();
+        let q = quantize_int8(valid.clone(), block);
+        let bytes = record_bytes(&q)?;
+        let val_accuracy = evaluate(&q, &self.data.val, self.eval_batch(), &self.plain).1;
+        let obs = Observation::Quantized {
+            val_accuracy,
+            bytes: bytes.len() as u64,
+            dense_bytes: record_bytes(&valid)?.len() as u64,
+            scheme: scheme_text(block),
+        };
+        self.finale.int8 = Some((q, bytes, val_accuracy));
+        Ok(obs)
+    }
+
+    /// Reads the holdout — once — and measures every model on it side by side; keeps the int8
+    /// model when its verdict says so; writes the model card.
+    pub(crate) fn read_holdout(&mut self, verdict: Option<Int8Verdict>) -> Result<Observation> {
+        let samples = self.data.holdout.read_once()?;
+        let reads = self.data.holdout.reads();
+        if reads > 1 {
+            self.journal.warn(&format!(
+                "the holdout was read {reads} times: an earlier session of this run read it and did not finish; the same final model is evaluated again (nothing was chosen on the earlier read)"
+            ));
+        }
+        let x = &self.data.extras;
+        let hold = Encoded::new(&samples, &x.encoder, &x.classes, "holdout")?;
+        let fin = self.run.final_dir();
+        let size = |f: &str| std::fs::metadata(fin.join(f)).map_or(0, |m| m.len());
+        let eb = self.eval_batch();
+        let valid = self.net.model.valid();
+        let (holdout_loss, holdout_accuracy) = evaluate(&valid, &hold, eb, &self.plain);
+        self.finale.holdout = (holdout_loss, holdout_accuracy, hold.len());
+        let dense = Measured {
+            val_accuracy: self.finale.val.1,
+            holdout: (holdout_loss, holdout_accuracy),
+            bytes: size(FINAL_MODEL),
+        };
+        let note = "the refined model, masks applied".to_string();
+        let mut variants = vec![variant(
+            "f32",
+            Some(format!("final/{FINAL_MODEL}")),
+            &valid,
+            dense,
+            note,
+        )];
+        let mut models = vec![&valid];
+        let mut int8_accuracy = None;
+        if let (Some((q, bytes, q_val)), Some(v)) = (&self.finale.int8, &verdict) {
+            let holdout = evaluate(q, &hold, eb, &self.plain);
+            int8_accuracy = Some(holdout.1);
+            let m = Measured {
+                val_accuracy: *q_val,
+                holdout,
+                bytes: bytes.len() as u64,
+            };
+            let block = Some(self.recipe.refine.quantize_block).filter(|b| *b > 0);
+            let (file, note) = if v.kept {
+                contrai_data::write::write_atomic(fin.join(FINAL_INT8), bytes)?;
+                (Some(format!("final/{FINAL_INT8}")), scheme_text(block))
+            } else {
+                let limit = self.recipe.refine.max_drop;
+                (
+                    None,
+                    format!(
+                        "refused: {:.2} validation points lost (limit {limit})",
+                        v.drop_points
+                    ),
+                )
+            };
+            variants.push(variant("int8", file, q, m, note));
+            models.push(q);
+        }
+        if let Some(fitted) = &self.finale.student {
+            let m = Measured::of(&fitted.model, &self.data.val, &hold, eb, size(FINAL_STUDENT));
+            let note = student_note(&self.recipe.refine.distill, self.recipe.model.kind, fitted);
+            variants.push(variant(
+                "student",
+                Some(format!("final/{FINAL_STUDENT}")),
+                &fitted.model,
+                m,
+                note,
+            ));
+            models.push(&fitted.model);
+        }
+        time_variants(&mut variants, &models, &self.data.val);
+        self.finale.student_variant = variants.iter().find(|v| v.name == "student").cloned();
+        let card = ModelCard {
+            model: self.recipe.model.clone(),
+            classes: x.classes.names.clone(),
+            parameters: valid.num_params(),
+            sparsity: self.net.masks.by_module(),
+            latency_batch: LATENCY_BATCH,
+            variants,
+        };
+        contrai_run::write_json(&fin.join(FINAL_CARD), &card)?;
+        Ok(Observation::HoldoutRead {
+            loss: holdout_loss,
+            accuracy: holdout_accuracy,
+            samples: hold.len(),
+            int8_accuracy,
+        })
+    }
+
+    /// The run is over: `final/eval.json`, written last.
+    pub(crate) fn finish(self, summary: Summary) -> Result<Outcome> {
+        self.journal.finish_bar();
+        self.journal.sync()?;
+        let f = &self.finale;
+        let (holdout_loss, holdout_accuracy, holdout_samples) = f.holdout;
+        let eval = FinalEval {
+            step: summary.step,
+            classes: self.data.extras.classes.names.clone(),
+            holdout_samples,
+            holdout_loss,
+            holdout_accuracy,
+            val_loss: f.val.0,
+            val_accuracy: f.val.1,
+            best: summary.best,
+            holdout_reads: self.data.holdout.reads(),
+            main_end: summary.main_end,
+            planned_steps: summary.planned_steps,
+            sparsity: self.net.masks.by_module(),
+            int8: summary.int8,
+            student: f.student_variant.clone(),
+        };
+        contrai_run::write_json(&self.run.eval(), &eval)?;
+        Ok(self.outcome(Some(eval)))
+    }
+}
