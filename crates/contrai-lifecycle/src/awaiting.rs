@@ -141,6 +141,8 @@ pub struct Int8Made {
     pub bytes: (u64, u64),
     /// How the engine quantized, in words.
     pub scheme: String,
+    /// Where the engine keeps it when kept.
+    pub file: String,
 }
 
 impl Int8Made {

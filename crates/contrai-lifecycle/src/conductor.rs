@@ -22,7 +22,7 @@ use crate::state::{STATE_VERSION, Stage, State};
 use crate::watch::{Watch, react};
 
 /// What the conductor knows of the run before it starts.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunInfo {
     /// Samples in the train partition.
     pub train_samples: usize,
@@ -264,8 +264,9 @@ impl Conductor {
     }
 
     /// A finished optimizer step: the live doctor, then the evaluation when due.
-    fn on_step(&mut self, loss: f32, grad_norm: f32, lr: f64) -> Result<Turn> {
-        if !loss.is_finite() || !grad_norm.is_finite() {
+    fn on_step(&mut self, loss: Option<f32>, grad_norm: Option<f32>, lr: f64) -> Result<Turn> {
+        let bad = |x: Option<f32>| x.is_some_and(|v| !v.is_finite());
+        if bad(loss) || bad(grad_norm) {
             return self.on_nonfinite(loss, grad_norm);
         }
         let mut out = Vec::new();
@@ -280,8 +281,10 @@ impl Conductor {
                 self.react(seen, &mut out);
             }
             Phase::Contract => {
-                let t = &mut s.contraction.train_since_eval;
-                *t = (t.0 + f64::from(loss), t.1 + 1);
+                if let Some(loss) = loss {
+                    let t = &mut s.contraction.train_since_eval;
+                    *t = (t.0 + f64::from(loss), t.1 + 1);
+                }
             }
             _ => {}
         }

@@ -43,6 +43,19 @@ impl Conductor {
                 let d = self.distill_decision(&obs);
                 Ok(self.quantize(vec![Action::Record(d)], val_accuracy))
             }
+            (Await::Distilled { val_accuracy }, Observation::Declined { what, instead }) => {
+                let d = self.declined(&what, &instead);
+                Ok(self.quantize(vec![Action::Record(d)], val_accuracy))
+            }
+            (Await::Quantized { .. }, Observation::Declined { what, instead }) => {
+                let d = self.declined(&what, &instead);
+                let request = Request::ReadHoldout { int8: None };
+                Ok(self.ask(
+                    vec![Action::Record(d)],
+                    request,
+                    Awaiting::Finish(Await::Holdout { int8: None }),
+                ))
+            }
             (
                 Await::Quantized { val_accuracy },
                 Observation::Quantized {
@@ -50,6 +63,7 @@ impl Conductor {
                     bytes,
                     dense_bytes,
                     scheme,
+                    file,
                 },
             ) => {
                 let verdict = int8_verdict(val_accuracy, q, r.max_drop);
@@ -59,6 +73,7 @@ impl Conductor {
                     val_accuracy: (q, val_accuracy),
                     bytes: (bytes, dense_bytes),
                     scheme,
+                    file,
                 });
                 Ok(self.ask(Vec::new(), request, Awaiting::Finish(Await::Holdout { int8 })))
             }
@@ -90,6 +105,17 @@ impl Conductor {
         }
         let request = Request::ReadHoldout { int8: None };
         self.ask(out, request, Awaiting::Finish(Await::Holdout { int8: None }))
+    }
+
+    /// What the engine did instead of a request it could not carry out.
+    fn declined(&self, what: &str, instead: &str) -> Decision {
+        Decision::new(
+            self.state.step,
+            Phase::Refine,
+            DecisionKind::EngineSubstitute,
+            format!("{what}: {instead}"),
+            json!({"asked": what, "instead": instead}),
+        )
     }
 
     fn distill_decision(&self, obs: &Observation) -> Decision {
@@ -159,10 +185,7 @@ impl Conductor {
     fn int8_decision(&self, step: u64, phase: Phase, made: &Int8Made, q: &Int8Eval) -> Decision {
         let max_drop = self.recipe.refine.max_drop;
         let (kind, what) = if q.kept {
-            (
-                DecisionKind::Int8,
-                format!("kept as final/{}", contrai_run::FINAL_INT8),
-            )
+            (DecisionKind::Int8, format!("kept as {}", made.file))
         } else {
             (
                 DecisionKind::RefuseInt8,

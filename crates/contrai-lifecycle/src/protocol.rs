@@ -111,10 +111,10 @@ pub enum Request {
     /// evaluate them on validation; answered by [`Observation::Exported`].
     Export,
     /// Distil the final model into the recipe's student on the kept training rows; answered by
-    /// [`Observation::Distilled`].
+    /// [`Observation::Distilled`] (or [`Observation::Declined`]).
     Distil,
     /// Quantize the final model to int8 and evaluate it on validation; answered by
-    /// [`Observation::Quantized`].
+    /// [`Observation::Quantized`] (or [`Observation::Declined`]).
     Quantize {
         /// Weights a scale (None: one scale a matrix).
         block: Option<u8>,
@@ -252,10 +252,11 @@ pub enum Observation {
     },
     /// An optimizer step finished (a non-finite loss or norm: it failed and was not applied).
     Stepped {
-        /// Mean loss of the step's effective batch.
-        loss: f32,
-        /// Global gradient norm before clipping.
-        grad_norm: f32,
+        /// Mean loss of the step's effective batch (`None`: not logged at this step, as a
+        /// trainer that logs every N steps reports it).
+        loss: Option<f32>,
+        /// Global gradient norm before clipping (`None`: not logged at this step).
+        grad_norm: Option<f32>,
         /// The LR it ran at.
         lr: f64,
     },
@@ -326,6 +327,16 @@ pub enum Observation {
         dense_bytes: u64,
         /// How it was quantized, in words.
         scheme: String,
+        /// Where it is kept when kept (relative to the run directory).
+        file: String,
+    },
+    /// The engine cannot carry out the request (a student, an int8 model …): what it did
+    /// instead. Recorded as an `engine_substitute` decision; the lifecycle goes on without it.
+    Declined {
+        /// What was asked.
+        what: String,
+        /// What the engine did instead.
+        instead: String,
     },
     /// The holdout was read and every model evaluated on it.
     HoldoutRead {

@@ -22,14 +22,16 @@ use crate::state::{Stage, State};
 pub fn nonfinite(
     state: &State,
     step: u64,
-    loss: f32,
-    norm: f32,
+    loss: Option<f32>,
+    norm: Option<f32>,
     recipe: &Recipe,
 ) -> Result<(Decision, f64, u32), Decision> {
     let g = &recipe.guards;
     let phase = state.phase;
     let retries = state.nan_retries;
-    let evidence = json!({"train_loss": loss.to_string(), "grad_norm": norm.to_string(),
+    let shown = |x: Option<f32>| x.map_or("not logged".to_string(), |v| v.to_string());
+    let (loss, norm) = (shown(loss), shown(norm));
+    let evidence = json!({"train_loss": loss, "grad_norm": norm,
                           "retries": retries, "max_retries": g.nan_retries});
     if retries >= g.nan_retries {
         let reason = format!(
@@ -75,7 +77,7 @@ pub fn unspent(state: &State) -> u64 {
 
 impl Conductor {
     /// A step with a non-finite loss or gradient norm (not applied by the engine).
-    pub(crate) fn on_nonfinite(&mut self, loss: f32, norm: f32) -> Result<Turn> {
+    pub(crate) fn on_nonfinite(&mut self, loss: Option<f32>, norm: Option<f32>) -> Result<Turn> {
         let step = self.state.step + 1;
         match nonfinite(&self.state, step, loss, norm, &self.recipe) {
             Err(d) => {
@@ -130,13 +132,13 @@ mod tests {
         let r = Recipe::default();
         let mut s = State::fresh(Phase::Main);
         for i in 1..=3 {
-            let (d, scale, retries) = nonfinite(&s, 10, f32::NAN, f32::NAN, &r).unwrap();
+            let (d, scale, retries) = nonfinite(&s, 10, Some(f32::NAN), None, &r).unwrap();
             assert_eq!(d.kind, DecisionKind::RollbackNonfinite);
             assert_eq!(retries, i);
             (s.lr_scale, s.nan_retries) = (scale, retries);
         }
         assert!((s.lr_scale - 0.125).abs() < 1e-12);
-        let d = nonfinite(&s, 10, f32::NAN, 1.0, &r).unwrap_err();
+        let d = nonfinite(&s, 10, Some(f32::NAN), Some(1.0), &r).unwrap_err();
         assert_eq!(d.kind, DecisionKind::AbortNonfinite);
     }
 

@@ -73,13 +73,21 @@ impl Watch {
 
     /// Feeds a training row of main; the plateau doctor sees it when `since_cut` (after the last
     /// cut).
-    pub fn train(&mut self, step: u64, loss: f32, lr: f64, grad_norm: f32, since_cut: bool) -> Seen {
+    pub fn train(
+        &mut self,
+        step: u64,
+        loss: Option<f32>,
+        lr: f64,
+        grad_norm: Option<f32>,
+        since_cut: bool,
+    ) -> Seen {
         let mut seen = Seen::default();
-        for (series, x) in [
-            (Series::TrainLoss, as_logged(loss)),
-            (Series::Lr, lr),
-            (Series::GradNorm, as_logged(grad_norm)),
-        ] {
+        let points = [
+            (Series::TrainLoss, loss.map(as_logged)),
+            (Series::Lr, Some(lr)),
+            (Series::GradNorm, grad_norm.map(as_logged)),
+        ];
+        for (series, x) in points.into_iter().filter_map(|(s, x)| Some((s, x?))) {
             seen.findings.extend(self.doctor.push(series, step, x));
             if since_cut {
                 let found = self.plateau.push(series, step, x);
@@ -110,7 +118,7 @@ impl Watch {
             match row {
                 MetricsRow::Train(r) => {
                     let since_cut = last_cut.is_none_or(|c| r.step > c);
-                    self.train(r.step, r.train_loss, r.lr, r.grad_norm, since_cut);
+                    self.train(r.step, Some(r.train_loss), r.lr, Some(r.grad_norm), since_cut);
                 }
                 MetricsRow::Eval(r) => {
                     self.eval(r.step, r.val_loss, r.val_accuracy);

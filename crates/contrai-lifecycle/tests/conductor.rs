@@ -133,8 +133,8 @@ impl Sim {
                 assert_eq!(plan.step, self.step);
                 if self.nan_at.contains(&(plan.step + 1)) {
                     return Observation::Stepped {
-                        loss: f32::NAN,
-                        grad_norm: f32::NAN,
+                        loss: Some(f32::NAN),
+                        grad_norm: Some(f32::NAN),
                         lr: plan.lr,
                     };
                 }
@@ -151,8 +151,8 @@ impl Sim {
                     wall_s: 0.0,
                 }));
                 Observation::Stepped {
-                    loss,
-                    grad_norm: 1.0,
+                    loss: Some(loss),
+                    grad_norm: Some(1.0),
                     lr: plan.lr,
                 }
             }
@@ -228,6 +228,7 @@ impl Sim {
                 bytes: 25,
                 dense_bytes: 100,
                 scheme: "int8".into(),
+                file: "final/model-int8.bpk".into(),
             },
             Request::ReadHoldout { .. } => Observation::HoldoutRead {
                 loss: 0.31,

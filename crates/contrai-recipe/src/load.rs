@@ -368,22 +368,13 @@ impl Recipe {
     }
 }
 
-/// The closest of `candidates` to `word`, if it is close enough to be a likely typo.
+/// The closest of `candidates` to `word` by edit distance, if it is close enough to be a likely
+/// typo or a truncation (`batchsize` → `batch`).
 pub fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
     candidates
         .iter()
-        .map(|c| {
-            let prefix = word.starts_with(c) || c.starts_with(word);
-            (
-                if prefix {
-                    1
-                } else {
-                    strsim::damerau_levenshtein(word, c)
-                },
-                *c,
-            )
-        })
-        .filter(|(d, c)| *d <= 2.max(c.len() / 3))
+        .map(|c| (strsim::damerau_levenshtein(word, c), *c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 3) || word.starts_with(c) || c.starts_with(word))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
@@ -484,6 +475,10 @@ mod tests {
         );
         let err = parse("[main]\nbatchsize = 3\n").unwrap_err().to_string();
         assert!(err.contains("did you mean `batch`?"), "{err}");
+        let err = parse("[contract]\nprune_scpe = 'global'\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean `prune_scope`?"), "{err}");
         let err = parse("[mian]\nsteps = 1\n").unwrap_err().to_string();
         assert!(
             err.starts_with("r.toml:1:") && err.contains("did you mean `main`?"),

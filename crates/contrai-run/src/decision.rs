@@ -112,6 +112,9 @@ pub enum DecisionKind {
     Distill,
     /// The holdout was read, once.
     Holdout,
+    /// An engine could not carry out what the conductor decided as asked; the reason says what
+    /// it did instead (an engine never skips a decision silently).
+    EngineSubstitute,
 }
 
 impl DecisionKind {

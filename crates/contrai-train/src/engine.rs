@@ -337,8 +337,8 @@ impl<'a> Engine<'a> {
             self.record_step(plan, loss, norm)?;
         }
         Ok(Observation::Stepped {
-            loss,
-            grad_norm: norm,
+            loss: Some(loss),
+            grad_norm: Some(norm),
             lr: plan.lr,
         })
     }

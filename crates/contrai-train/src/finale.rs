@@ -93,6 +93,7 @@ impl Engine<'_> {
             bytes: bytes.len() as u64,
             dense_bytes: record_bytes(&valid)?.len() as u64,
             scheme: scheme_text(block),
+            file: format!("final/{FINAL_INT8}"),
         };
         self.finale.int8 = Some((q, bytes, val_accuracy));
         Ok(obs)

@@ -1,0 +1,54 @@
+"""A training dataset whose samples the conductor can drop while the job runs."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+class DroppableDataset:
+    """Wraps a map-style dataset so that the noisiest samples can be taken out of training.
+
+    Samplers keep drawing indices ``0 .. len - 1``; a dropped index is served as the next kept
+    one, so a dropped sample is never trained on again (and a few kept ones appear twice in an
+    epoch). Wrap the train dataset before building the trainer:
+    ``Trainer(train_dataset=DroppableDataset(train), ...)``.
+    """
+
+    def __init__(self, dataset: Sequence[Any]) -> None:
+        self.dataset = dataset
+        self.dropped: list[int] = []
+        self._serve = list(range(len(dataset)))
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.dataset[self._serve[i]]
+
+    def drop(self, rows: Sequence[int]) -> None:
+        """From now on, serve every index in ``rows`` as a kept sample instead (all rows dropped
+        so far: the call is idempotent)."""
+        n = len(self.dataset)
+        gone = set(rows)
+        if len(gone) >= n:
+            raise ValueError(f"cannot drop all {n} training samples")
+        self.dropped = sorted(gone)
+        kept = [i for i in range(n) if i not in gone]
+        self._serve = []
+        k = 0
+        for i in range(n):
+            if i in gone:
+                self._serve.append(kept[k % len(kept)])
+                k += 1
+            else:
+                self._serve.append(i)
+
+    def original(self, i: int) -> Any:
+        """Sample ``i`` as it is, dropped or not (per-sample losses are measured on all)."""
+        return self.dataset[i]
+
+    def __getattr__(self, name: str) -> Any:
+        # Trainers inspect dataset attributes (column names ...): those of the wrapped one.
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)

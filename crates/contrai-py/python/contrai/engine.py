@@ -1,0 +1,660 @@
+"""The PyTorch engine: it carries out the conductor's decisions on a ``torch.nn.Module`` inside a
+running job (Hugging Face ``Trainer`` or Lightning) and reports what happened.
+
+It holds no lifecycle rule: when to evaluate, checkpoint, prune, roll back or move on is the
+conductor's (in the Rust core). How to do it on a PyTorch model is here. What the engine cannot
+do as asked it records as an ``engine_substitute`` decision — never silently.
+
+The framework adapters (``contrai.hf``, ``contrai.lightning``) give it a :class:`Job`: the model,
+the optimizer, the data and the model's outputs on a batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from . import _core
+from .conductor import Conductor, RunInfo, kind
+from .data import DroppableDataset
+from .masks import Masks, head_count, matrices
+
+WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
+
+
+@dataclass
+class Outputs:
+    """A batch through the model: the loss of each sample, and (when classification or
+    token-level labels exist) the number of correct predictions and of predictions."""
+
+    losses: torch.Tensor
+    correct: int
+    counted: int
+
+
+class Job:
+    """What the engine needs of a running job; the framework adapters fill it in."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer | None
+    rank: int = 0
+    world: int = 1
+
+    def outputs(self, model: torch.nn.Module, batch: Any) -> Outputs:
+        """The model's per-sample losses and correct predictions on a batch (no dropout here:
+        the caller sets eval mode)."""
+        raise NotImplementedError
+
+    def train_batch(self) -> Any:
+        """One training batch (validate's check overfits it)."""
+        raise NotImplementedError
+
+    def eval_batches(self) -> Iterable[Any]:
+        """The validation partition, in batches (this rank's shard under DDP)."""
+        raise NotImplementedError
+
+    def train_rows(self) -> Iterator[tuple[list[int], Any]]:
+        """The whole train partition in row order, in batches, with each batch's rows."""
+        raise NotImplementedError
+
+    def holdout_batches(self) -> Iterable[Any] | None:
+        """The holdout, in batches, when the user gave one."""
+        return None
+
+    def train_dataset(self) -> Any:
+        """The train dataset (a :class:`DroppableDataset` lets noisy samples be dropped)."""
+        return None
+
+    def all_reduce(self, values: list[float]) -> list[float]:
+        """Sums of ``values`` over all ranks (identity on one process)."""
+        return values
+
+
+def per_sample(logits: torch.Tensor, labels: torch.Tensor) -> Outputs:
+    """Per-sample cross-entropy and correct predictions of a classifier (``[B, C]`` logits) or a
+    token model (``[B, T, V]`` logits, labels shifted by one as causal LMs do, -100 ignored)."""
+    if logits.dim() == 2:
+        losses = F.cross_entropy(logits.float(), labels, reduction="none")
+        correct = int((logits.argmax(-1) == labels).sum())
+        return Outputs(losses, correct, labels.numel())
+    logits, labels = logits[:, :-1].float(), labels[:, 1:]
+    mask = labels != -100
+    tok = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1).clamp_min(0), reduction="none")
+    tok = tok.view(labels.shape) * mask
+    losses = tok.sum(1) / mask.sum(1).clamp_min(1)
+    correct = int(((logits.argmax(-1) == labels) & mask).sum())
+    return Outputs(losses, correct, int(mask.sum()))
+
+
+class Engine:
+    """Carries out a conductor's turns on a PyTorch job and writes the run directory."""
+
+    def __init__(self, job: Job, run_dir: str | os.PathLike[str], recipe_toml: str, recipe_path: str,
+                 classes: int, keep_last: int = 3) -> None:
+        self.job = job
+        self.run_dir = Path(run_dir)
+        self.recipe_toml = recipe_toml
+        self.recipe_path = recipe_path
+        self.classes = classes
+        self.keep_last = keep_last
+        self.leader = job.rank == 0
+        self.writer: Any = None
+        self.conductor: Conductor | None = None
+        self.masks = Masks()
+        self.step = 0
+        self.samples = 0
+        self.phase = "main"
+        self.batch = 0
+        self.dropout_scale = 1.0
+        self.base_dropout: dict[str, float] = {}
+        self.plan: dict[str, Any] | None = None
+        self.finished: dict[str, Any] | None = None
+        self.failed: str | None = None
+        self.started = time.time()
+        self.final_val = (math.nan, math.nan)
+        self.substitutes: list[tuple[str, str]] = []
+        self.batches_noted: set[tuple[str, int]] = set()
+
+    # ---- the run ------------------------------------------------------------------------------
+
+    def info(self) -> RunInfo:
+        """What the conductor is told of the run."""
+        m = self.job.model
+        return RunInfo(
+            train_samples=len(self.job.train_dataset()),
+            classes=self.classes,
+            weights=[name for name, _ in matrices(m)],
+            heads=head_count(m),
+        )
+
+    def start(self, resume: dict[str, Any] | None = None) -> None:
+        """Opens the run directory and the conductor (fresh, or resumed from a checkpoint's
+        record), then carries out the first turn."""
+        lens = (0, 0) if resume is None else (resume["metrics_len"], resume["decisions_len"])
+        self.remember_dropout()
+        if self.leader:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "recipe.toml").write_text(_core.recipe_check(self.recipe_toml, self.recipe_path))
+            self.writer = _core.RunWriter(str(self.run_dir), WRITER, lens[0], lens[1])
+            if resume is None:
+                self.conductor = Conductor(self.recipe_toml, self.info(), self.recipe_path)
+            else:
+                history = self.writer.history(lens[0])
+                self.conductor = Conductor(self.recipe_toml, self.info(), self.recipe_path,
+                                           state=resume["conductor"], history=history)
+        if resume is not None:
+            self.step = resume["step"]
+            self.samples = resume["samples"]
+            self.masks = resume_masks(resume)
+        self.run(self.conductor.begin() if self.leader else None)
+
+    def run(self, turn: dict[str, Any] | None) -> None:
+        """Carries out turns until the conductor asks for a training step, the end, or a stop.
+        Rank 0 decides; every rank carries out the same turn (``share``)."""
+        while True:
+            turn = self.share(turn)
+            for action in turn["actions"]:
+                self.carry_out(action)
+            name, payload = kind(turn["request"])
+            if name == "Train":
+                self.plan = payload
+                self.set_lr(payload["lr"])
+                return
+            if name == "Finish":
+                self.finish(payload)
+                return
+            if name == "Fail":
+                ((why, reason),) = payload.items()
+                self.failed = f"{why}: {reason}"
+                return
+            observation = getattr(self, "do_" + name)(payload)
+            turn = self.conductor.observe(observation) if self.leader else None
+
+    def share(self, turn: dict[str, Any] | None) -> dict[str, Any]:
+        """The turn rank 0 got, on every rank (identity on one process)."""
+        return turn  # overridden under torch.distributed
+
+    def stepped(self, loss: float | None, grad_norm: float | None) -> None:
+        """An optimizer step finished: count it, log it, and carry out the conductor's answer."""
+        plan = self.plan
+        if plan is None:
+            return
+        finite = all(x is None or math.isfinite(x) for x in (loss, grad_norm))
+        if finite:
+            self.apply_masks()
+            self.step += 1
+            self.samples += self.batch
+            if self.leader and loss is not None:
+                self.metric({"step": self.step, "phase": plan["phase"], "samples": self.samples,
+                             "train_loss": loss, "lr": plan["lr"],
+                             "grad_norm": grad_norm if grad_norm is not None else 0.0,
+                             "batch_size": self.batch, "wall_s": round(time.time() - self.started, 2)})
+        self.plan = None
+        obs = {"Stepped": {"loss": loss, "grad_norm": grad_norm, "lr": plan["lr"]}}
+        self.run(self.conductor.observe(obs) if self.leader else None)
+
+    # ---- actions ------------------------------------------------------------------------------
+
+    def carry_out(self, action: Any) -> None:
+        name, p = kind(action)
+        if name == "Record":
+            self.record(p)
+        elif name == "Replan":
+            if self.leader:
+                self.writer.write("plan", json.dumps(p))
+        elif name == "SetPhase":
+            self.phase = p["phase"]
+        elif name == "SetBatch":
+            self.set_batch(p)
+        elif name == "ScaleDropout":
+            self.scale_dropout(p)
+        elif name == "DropSamples":
+            self.drop_samples(p["rows"])
+        elif name == "Checkpoint":
+            self.checkpoint(p["state"], p["keep"])
+        else:
+            raise RuntimeError(f"unknown action {name}")
+
+    def record(self, decision: dict[str, Any]) -> None:
+        if self.leader:
+            self.writer.decide(json.dumps(decision))
+            print(f"[contrai] [{decision['phase']} step {decision['step']}] {decision['kind']}: {decision['reason']}")
+
+    def substitute(self, what: str, instead: str, evidence: dict[str, Any]) -> None:
+        """Records what the engine did instead of a decision it could not carry out as asked."""
+        self.substitutes.append((what, instead))
+        self.record({"step": self.step, "phase": self.phase, "kind": "engine_substitute",
+                     "reason": f"{what}: {instead}", "evidence": evidence})
+
+    def metric(self, row: dict[str, Any]) -> None:
+        if self.leader:
+            self.writer.metric(json.dumps(row))
+
+    def set_lr(self, lr: float) -> None:
+        """The next step's learning rate, in every parameter group (the framework's scheduler is
+        told to keep it)."""
+        opt = self.job.optimizer
+        if opt is not None:
+            for g in opt.param_groups:
+                g["lr"] = lr
+
+    def set_batch(self, batch: int) -> None:
+        """The phase's per-device batch. A running data loader keeps its own: a different one is
+        recorded with what to do to get it."""
+        self.batch = self.job_batch()
+        per_device = getattr(self.job, "per_device_batch", batch)
+        if batch == per_device or (self.phase, batch) in self.batches_noted:
+            return
+        self.batches_noted.add((self.phase, batch))
+        self.substitute(
+            f"per-device batch {batch} asked for {self.phase}",
+            f"the running data loader keeps {per_device}; to train {self.phase} at {batch}, resume from the "
+            f"last checkpoint (step {self.step}) with per-device batch {batch}",
+            {"asked": batch, "kept": per_device, "step": self.step},
+        )
+
+    def job_batch(self) -> int:
+        """Samples a training step sees (per device × devices × accumulation)."""
+        return getattr(self.job, "effective_batch", 0) or 0
+
+    def remember_dropout(self) -> None:
+        """The model's own dropout probabilities (the scale applies to these)."""
+        for name, p in dropout_sites(self.job.model):
+            self.base_dropout[name] = p
+
+    def scale_dropout(self, scale: float) -> None:
+        """Every dropout probability of the model × ``scale``: ``nn.Dropout`` modules, the
+        attention-dropout attributes modules read at forward time, and the config's."""
+        self.dropout_scale = scale
+        set_dropout(self.job.model, {k: v * scale for k, v in self.base_dropout.items()})
+
+    def drop_samples(self, rows: list[int]) -> None:
+        ds = self.job.train_dataset()
+        if isinstance(ds, DroppableDataset):
+            ds.drop(rows)
+            return
+        self.substitute(
+            f"drop {len(rows)} noisy training samples",
+            "they stay: the train dataset is not a contrai.DroppableDataset (wrap it to drop them)",
+            {"rows": rows},
+        )
+
+    # ---- checkpoints --------------------------------------------------------------------------
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.run_dir / "checkpoints" / f"step-{step:08d}"
+
+    def record_of(self, conductor_state: dict[str, Any]) -> dict[str, Any]:
+        """What a checkpoint needs besides the tensors: counters, journal lengths, the state."""
+        lens = self.writer.sync() if self.leader else (0, 0)
+        return {"format": 1, "step": self.step, "samples": self.samples, "metrics_len": lens[0],
+                "decisions_len": lens[1], "conductor": conductor_state}
+
+    def checkpoint(self, state: dict[str, Any], keep: list[int]) -> None:
+        """Model, optimizer, masks and the record, written to a temporary directory and renamed
+        (rank 0; the weights are the same on every rank)."""
+        self.last_record = self.record_of(state)
+        if not self.leader:
+            return
+        root = self.run_dir / "checkpoints"
+        root.mkdir(parents=True, exist_ok=True)
+        dest = self.checkpoint_dir(self.step)
+        tmp = root / f".tmp-step-{self.step:08d}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        torch.save(unwrap(self.job.model).state_dict(), tmp / "model.pt")
+        if self.job.optimizer is not None:
+            torch.save(self.job.optimizer.state_dict(), tmp / "optimizer.pt")
+        self.masks.save(str(tmp / "masks.pt"))
+        (tmp / "state.json").write_text(json.dumps(self.last_record))
+        old = root / f".tmp-old-step-{self.step:08d}"
+        if dest.exists():
+            dest.rename(old)
+        tmp.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+        steps = sorted(int(p.name[5:]) for p in root.glob("step-*"))
+        for s in steps[: max(0, len(steps) - self.keep_last)]:
+            if s not in keep:
+                shutil.rmtree(self.checkpoint_dir(s), ignore_errors=True)
+
+    def do_Restore(self, p: dict[str, Any]) -> Any:
+        """Loads a checkpoint's weights, optimizer and masks; with ``Everything`` also its
+        counters, and ``metrics.jsonl`` is cut back to it. The data order runs on: a running
+        data loader cannot be rewound (recorded)."""
+        root = self.run_dir / "checkpoints"
+        to = p["to"]
+        if to == "Latest":
+            steps = sorted(int(d.name[5:]) for d in root.glob("step-*"))
+            if not steps:
+                raise RuntimeError("no checkpoint to roll back to")
+            step = steps[-1]
+        else:
+            step = to["Step"]
+        d = self.checkpoint_dir(step)
+        record = json.loads((d / "state.json").read_text())
+        model = unwrap(self.job.model)
+        model.load_state_dict(torch.load(d / "model.pt", map_location=first_device(model)))
+        if self.job.optimizer is not None and (d / "optimizer.pt").exists():
+            self.job.optimizer.load_state_dict(torch.load(d / "optimizer.pt", map_location="cpu"))
+        had_masks = not self.masks.empty()
+        self.masks = Masks.load(str(d / "masks.pt")) if (d / "masks.pt").exists() else Masks()
+        history: list[Any] = []
+        if p["scope"] == "Everything":
+            self.step, self.samples = record["step"], record["samples"]
+            if self.leader:
+                self.writer = _core.RunWriter(str(self.run_dir), WRITER, record["metrics_len"],
+                                              self.writer.sync()[1])
+                history = [json.loads(line) for line in self.writer.history(record["metrics_len"]).splitlines()]
+            self.substitute("restore everything at the checkpoint", "weights, optimizer and masks restored; "
+                            "the running data loader cannot be rewound, so the retried steps see later batches",
+                            {"checkpoint_step": step})
+            for s in sorted(int(x.name[5:]) for x in root.glob("step-*")):
+                if s > step and self.leader:
+                    shutil.rmtree(self.checkpoint_dir(s), ignore_errors=True)
+        elif had_masks:
+            self.sparsity_row()
+        return {"Restored": {"state": record["conductor"], "history": history}}
+
+    # ---- measurements -------------------------------------------------------------------------
+
+    def evaluation(self, model: torch.nn.Module, batches: Iterable[Any] | None,
+                   sharded: bool = True) -> tuple[float, float, int]:
+        """Mean loss, accuracy and samples of ``model`` on ``batches`` (summed over ranks when
+        each rank holds a shard of them)."""
+        if batches is None:
+            return math.nan, math.nan, 0
+        was = model.training
+        model.eval()
+        total, n, correct, counted = 0.0, 0, 0, 0
+        with torch.no_grad():
+            for b in batches:
+                out = self.job.outputs(model, b)
+                total += float(out.losses.sum())
+                n += out.losses.numel()
+                correct += out.correct
+                counted += out.counted
+        model.train(was)
+        if sharded:
+            total, n, correct, counted = self.job.all_reduce([total, n, correct, counted])
+        if n == 0:
+            return math.nan, math.nan, 0
+        return total / n, (correct / counted if counted else math.nan), int(n)
+
+    def do_Evaluate(self, p: dict[str, Any]) -> Any:
+        loss, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
+        if p["record"] is not None:
+            self.metric({"step": self.step, "phase": p["record"], "val_loss": loss, "val_accuracy": nan0(acc)})
+        return {"Evaluated": {"val_loss": loss, "val_accuracy": nan0(acc)}}
+
+    def do_CheckPipeline(self, p: dict[str, Any]) -> Any:
+        """Validate's check: a copy of the fresh model overfits one batch (dropout off)."""
+        model = copy.deepcopy(unwrap(self.job.model))
+        model.eval()
+        opt = torch.optim.AdamW(model.parameters(), lr=p["lr"])
+        batch = self.job.train_batch()
+        losses = []
+        for _ in range(p["steps"]):
+            opt.zero_grad()
+            loss = self.job.outputs(model, batch).losses.mean()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+            self.step += 1
+            self.metric({"step": self.step, "phase": "validate", "validate_loss": float(loss)})
+        del model
+        val, _, _ = self.evaluation(self.job.model, self.job.eval_batches())
+        return {"PipelineChecked": {"first_loss": losses[0], "last_loss": losses[-1], "val_loss": val}}
+
+    def do_RoundTrip(self, _: Any) -> Any:
+        """A checkpoint of the fresh model written, read back into a copy, outputs compared."""
+        model = unwrap(self.job.model)
+        tmp = self.run_dir / "checkpoints" / f".tmp-round-trip-rank{self.job.rank}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), tmp / "model.pt")
+        opt_bytes = 0
+        if self.job.optimizer is not None:
+            torch.save(self.job.optimizer.state_dict(), tmp / "optimizer.pt")
+            opt_bytes = (tmp / "optimizer.pt").stat().st_size
+        back = copy.deepcopy(model)
+        back.load_state_dict(torch.load(tmp / "model.pt", map_location=first_device(model)))
+        batch = next(iter(self.job.eval_batches()))
+        model.eval(), back.eval()
+        with torch.no_grad():
+            same = torch.equal(self.job.outputs(model, batch).losses, self.job.outputs(back, batch).losses)
+        model.train()
+        size = (tmp / "model.pt").stat().st_size
+        shutil.rmtree(tmp, ignore_errors=True)
+        return {"RoundTripped": {"identical": same, "model_bytes": size, "optimizer_bytes": opt_bytes}}
+
+    def do_Prune(self, order: dict[str, Any]) -> Any:
+        if order["heads"] is not None:
+            self.whole_heads_unavailable()
+            order = {**order, "heads": None}
+        self.masks.update(unwrap(self.job.model), order)
+        self.apply_masks()
+        return {"Pruned": {"sparsity": self.sparsity_row()}}
+
+    def apply_masks(self) -> None:
+        """Pruned weights back to exactly zero (after every optimizer step)."""
+        self.masks.apply(unwrap(self.job.model))
+
+    def sparsity_row(self) -> dict[str, float]:
+        by_module = self.masks.by_module()
+        row: dict[str, Any] = {"step": self.step, "phase": self.phase, "sparsity": self.masks.overall()}
+        row.update({f"sparsity/{m}": s for m, s in by_module.items()})
+        self.metric(row)
+        return by_module
+
+    def do_MeasureSampleLosses(self, _: Any) -> Any:
+        """The loss of every training sample under the current model (eval mode), in row order."""
+        model = self.job.model
+        was = model.training
+        model.eval()
+        losses: list[float] = []
+        with torch.no_grad():
+            for _, b in self.job.train_rows():
+                losses.extend(float(x) for x in self.job.outputs(model, b).losses)
+        model.train(was)
+        ds = self.job.train_dataset()
+        ids = [str(i) for i in range(len(losses))]
+        if ds is not None and hasattr(ds, "ids"):
+            ids = [str(x) for x in ds.ids]
+        return {"SampleLosses": {"losses": losses, "ids": ids}}
+
+    def whole_heads_unavailable(self) -> None:
+        """Whole-head pruning asked of this engine: recorded once, single weights pruned instead."""
+        if not any(w.startswith("prune whole attention heads") for w, _ in self.substitutes):
+            self.substitute("prune whole attention heads",
+                            "the PyTorch engine prunes attention by single-weight magnitude instead",
+                            {"asked": "contract.prune_heads"})
+
+    def do_MeasureSensitivity(self, p: dict[str, Any]) -> Any:
+        if p["heads"] is not None:
+            self.whole_heads_unavailable()
+        model = unwrap(self.job.model)
+        out: dict[str, list[float]] = {}
+        for module in p["modules"]:
+            out[module] = [self.pruned_loss(model, {module: level}, p["heads"]) for level in p["levels"]]
+        return {"Sensitivity": {"val_loss": out}}
+
+    def do_MeasureJoint(self, p: dict[str, Any]) -> Any:
+        return {"JointLoss": {"val_loss": self.pruned_loss(unwrap(self.job.model), p["sparsity"], p["heads"])}}
+
+    def pruned_loss(self, model: torch.nn.Module, sparsity: dict[str, float], heads: int | None) -> float:
+        """Validation loss of a copy of ``model`` with ``sparsity`` applied by magnitude."""
+        copy_ = copy.deepcopy(model)
+        m = Masks()
+        m.prune_modules(copy_, sparsity, heads)
+        m.apply(copy_)
+        loss, _, _ = self.evaluation(copy_, self.job.eval_batches())
+        del copy_
+        return loss
+
+    # ---- the end ------------------------------------------------------------------------------
+
+    def do_Export(self, _: Any) -> Any:
+        """The final weights (masks applied) in ``final/``, evaluated on validation."""
+        model = unwrap(self.job.model)
+        self.apply_masks()
+        fin = self.run_dir / "final"
+        if self.leader:
+            fin.mkdir(parents=True, exist_ok=True)
+            if hasattr(model, "save_pretrained"):
+                model.save_pretrained(fin)
+            else:
+                torch.save(model.state_dict(), fin / "model.pt")
+        loss, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
+        self.final_val = (loss, acc)
+        return {"Exported": {"val_loss": loss, "val_accuracy": nan0(acc)}}
+
+    def do_Distil(self, _: Any) -> Any:
+        return {"Declined": {"what": "distil into the recipe's student",
+                             "instead": "the PyTorch engine does not distil yet; the fine-tuned model is the final one"}}
+
+    def do_Quantize(self, p: dict[str, Any]) -> Any:
+        """Int8 dynamic quantization of the linear layers (PyTorch's ``quantize_dynamic``, one
+        scale a weight matrix), evaluated on validation."""
+        model = unwrap(self.job.model)
+        dense = copy.deepcopy(model).cpu().eval()
+        self.int8 = torch.ao.quantization.quantize_dynamic(dense, {torch.nn.Linear}, dtype=torch.qint8)
+        _, acc, _ = self.evaluation(self.int8, cpu_batches(self.job.eval_batches()))
+        size = lambda m: len(state_bytes(m))  # noqa: E731
+        block = "" if p["block"] is None else " (per-block scales asked; PyTorch's dynamic int8 has one a matrix)"
+        return {"Quantized": {"val_accuracy": nan0(acc), "bytes": size(self.int8), "dense_bytes": size(dense),
+                              "scheme": "torch dynamic int8 (qint8, one scale a matrix)" + block,
+                              "file": "final/model-int8.pt"}}
+
+    def do_ReadHoldout(self, p: dict[str, Any]) -> Any:
+        """The holdout, read once: the final model and the int8 model evaluated on it."""
+        batches = self.job.holdout_batches()
+        loss, acc, n = self.evaluation(self.job.model, batches, sharded=False)
+        int8_acc = None
+        if p["int8"] is not None and getattr(self, "int8", None) is not None:
+            _, a, _ = self.evaluation(self.int8, cpu_batches(self.job.holdout_batches()), sharded=False)
+            int8_acc = nan0(a)
+            if p["int8"]["kept"] and self.leader:
+                torch.save(self.int8.state_dict(), self.run_dir / "final" / "model-int8.pt")
+        if batches is None:
+            self.substitute("read the holdout", "no holdout was given to the callback (holdout_dataset=)", {})
+        self.holdout_eval = (loss, acc, n)
+        return {"HoldoutRead": {"loss": nan0(loss), "accuracy": nan0(acc), "samples": n, "int8_accuracy": int8_acc}}
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """``final/eval.json``, written last: the run is over."""
+        self.masks.apply(unwrap(self.job.model))
+        self.finished = summary
+        if not self.leader:
+            return
+        self.writer.sync()
+        loss, acc, n = getattr(self, "holdout_eval", (math.nan, math.nan, 0))
+        ev = {"step": summary["step"], "classes": class_names(unwrap(self.job.model), self.classes),
+              "holdout_samples": n, "holdout_loss": nan0(loss), "holdout_accuracy": nan0(acc),
+              "val_loss": nan0(self.final_val[0]), "val_accuracy": nan0(self.final_val[1]),
+              "best": summary["best"], "holdout_reads": 1, "main_end": summary["main_end"],
+              "planned_steps": summary["planned_steps"], "sparsity": self.masks.by_module(),
+              "int8": summary["int8"], "student": None}
+        self.writer.write("eval", json.dumps(ev))
+
+
+def resume_masks(record: dict[str, Any]) -> Masks:
+    """The masks a resumed run's checkpoint holds (its ``masks.pt`` beside the record)."""
+    if "masks_keep" in record:
+        m = Masks()
+        m.keep = dict(record["masks_keep"])
+        return m
+    path = record.get("masks_file")
+    return Masks.load(path) if path and os.path.exists(path) else Masks()
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside a DDP or compile wrapper."""
+    while hasattr(model, "module") and isinstance(getattr(model, "module"), torch.nn.Module):
+        model = model.module
+    return getattr(model, "_orig_mod", model)
+
+
+def first_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def class_names(model: torch.nn.Module, classes: int) -> list[str]:
+    """The class names the model's config gives (``id2label``), else their indices."""
+    labels = getattr(getattr(model, "config", None), "id2label", None) or {}
+    return [str(labels.get(i, i)) for i in range(classes)]
+
+
+def nan0(x: float) -> float:
+    """A NaN where the format wants a number: 0 (an accuracy that was not measurable)."""
+    return 0.0 if x is None or not math.isfinite(x) else x
+
+
+def state_bytes(model: torch.nn.Module) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    return buf.getvalue()
+
+
+def cpu_batches(batches: Iterable[Any] | None) -> Iterable[Any] | None:
+    """Batches moved to the CPU (the int8 model runs there)."""
+    if batches is None:
+        return None
+
+    def move(b: Any) -> Any:
+        if isinstance(b, torch.Tensor):
+            return b.cpu()
+        if isinstance(b, dict):
+            return {k: move(v) for k, v in b.items()}
+        if isinstance(b, (list, tuple)):
+            return type(b)(move(v) for v in b)
+        return b
+
+    return (move(b) for b in batches)
+
+
+_DROPOUT_ATTRS = ("dropout_prob", "attention_dropout", "attn_dropout", "dropout_p")
+_CONFIG_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob", "attention_dropout",
+                   "hidden_dropout", "dropout", "classifier_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop")
+
+
+def dropout_sites(model: torch.nn.Module) -> Iterator[tuple[str, float]]:
+    """Every dropout probability the model reads: ``nn.Dropout`` modules (``name.p``), float
+    attributes attention reads at forward time (``name.dropout_prob`` ...), and the config's."""
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+            yield f"{name}.p", float(m.p)
+        for a in _DROPOUT_ATTRS:
+            v = m.__dict__.get(a)
+            if isinstance(v, float):
+                yield f"{name}.{a}", v
+    cfg = getattr(model, "config", None)
+    for a in _CONFIG_DROPOUT:
+        v = getattr(cfg, a, None) if cfg is not None else None
+        if isinstance(v, float):
+            yield f"config.{a}", v
+
+
+def set_dropout(model: torch.nn.Module, values: dict[str, float]) -> None:
+    """Sets the dropout probabilities :func:`dropout_sites` named."""
+    modules = dict(model.named_modules())
+    cfg = getattr(model, "config", None)
+    for site, v in values.items():
+        owner, attr = site.rsplit(".", 1)
+        if owner == "config" and cfg is not None:
+            setattr(cfg, attr, v)
+        elif owner in modules or owner == "":
+            setattr(modules[owner], attr, v)
+
+
+Hook = Callable[[], None]

@@ -1,0 +1,49 @@
+"""The Rust core's tools as Python functions: recipe check, doctor, report, data audit and split."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from . import _core
+
+
+def recipe_check(text: str, path: str = "recipe.toml") -> str:
+    """The recipe resolved, every default filled in, as TOML.
+
+    Raises ``ValueError`` naming the file, the line, the key and the nearest valid key.
+    """
+    return _core.recipe_check(text, path)
+
+
+def default_recipe() -> str:
+    """The default recipe, every key commented (what ``contrai recipe init`` prints)."""
+    return _core.default_recipe()
+
+
+def doctor(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The doctor's report of a training log or run directory: one dict a run (verdict, findings)."""
+    return json.loads(_core.doctor(os.fspath(path)))
+
+
+def report(path: str | os.PathLike[str]) -> str:
+    """The self-contained HTML report of a training log or run directory."""
+    return _core.report(os.fspath(path))
+
+
+def audit(path: str | os.PathLike[str], text: str = "text", label: str = "label") -> dict[str, Any]:
+    """The data audit of a JSONL/CSV/TSV/Parquet file: duplicates, near-duplicates, conflicts."""
+    return json.loads(_core.audit(os.fspath(path), text, label))
+
+
+def split(
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    ratios: tuple[float, float, float] = (0.85, 0.10, 0.05),
+    seed: int = 42,
+    text: str = "text",
+    label: str = "label",
+) -> dict[str, Any]:
+    """Splits a file into train/val/holdout under ``out`` with no leak; returns the manifest."""
+    return json.loads(_core.split(os.fspath(path), os.fspath(out), ratios, seed, text, label))

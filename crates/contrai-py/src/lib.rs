@@ -1,0 +1,331 @@
+//! `contrai._core`: the Rust core of Contrai's Python package. The conductor, the run-directory
+//! writer, the doctor, the data stage and the report, exchanged with Python as JSON text (the
+//! same serde forms the run directory uses); `python/contrai` wraps them with type hints.
+//!
+//! Errors become Python exceptions: a recipe problem a `ValueError` naming the file, line, key
+//! and nearest valid key; a file problem an `OSError`; a protocol slip a `RuntimeError`.
+
+use std::path::{Path, PathBuf};
+
+use contrai_lifecycle::{Observation, RunInfo};
+use contrai_recipe::Recipe;
+use contrai_run::{Decision, JsonLines, MetricsRow, RunDir, RunFormat};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+/// A JSON text that is not the form expected.
+fn bad_json(what: &str, e: serde_json::Error) -> PyErr {
+    PyValueError::new_err(format!("{what}: {e}"))
+}
+
+/// JSON text of a value (our own types always serialise).
+fn json<T: serde::Serialize>(v: &T) -> PyResult<String> {
+    serde_json::to_string(v).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// A run-directory error as a Python exception.
+fn run_err(e: contrai_run::RunError) -> PyErr {
+    match e {
+        contrai_run::RunError::Io { .. } => PyOSError::new_err(e.to_string()),
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// Parses and validates recipe text (`path` names it in errors).
+fn recipe(text: &str, path: &str) -> PyResult<Recipe> {
+    Recipe::parse(text, Path::new(path)).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// The recipe resolved, every default filled in, as TOML (a `ValueError` naming the key, the line
+/// and the nearest valid key when it is not valid).
+#[pyfunction]
+fn recipe_check(text: &str, path: &str) -> PyResult<String> {
+    Ok(recipe(text, path)?.to_toml())
+}
+
+/// The recipe resolved, every default filled in, as JSON (the same validation as
+/// [`recipe_check`]).
+#[pyfunction]
+fn recipe_json(text: &str, path: &str) -> PyResult<String> {
+    json(&recipe(text, path)?)
+}
+
+/// The default recipe, every key commented.
+#[pyfunction]
+fn default_recipe() -> String {
+    contrai_recipe::default_recipe()
+}
+
+/// The lifecycle of one run (see `contrai-lifecycle`): observations in, turns out, as JSON.
+#[pyclass(module = "contrai._core")]
+struct Conductor {
+    inner: contrai_lifecycle::Conductor,
+}
+
+#[pymethods]
+impl Conductor {
+    /// A new run of the recipe `recipe_toml` (`recipe_path` names it in errors) for the run
+    /// described by `info_json` (`{"train_samples", "classes", "weights", "heads"}`).
+    #[new]
+    fn new(recipe_toml: &str, recipe_path: &str, info_json: &str) -> PyResult<Self> {
+        let info = run_info(info_json)?;
+        Ok(Conductor {
+            inner: contrai_lifecycle::Conductor::new(recipe(recipe_toml, recipe_path)?, info),
+        })
+    }
+
+    /// A run resumed from a checkpoint's `state_json`, the live doctor rebuilt from
+    /// `history_jsonl` (`metrics.jsonl` up to that checkpoint).
+    #[staticmethod]
+    fn resume(
+        recipe_toml: &str,
+        recipe_path: &str,
+        info_json: &str,
+        state_json: &str,
+        history_jsonl: &str,
+    ) -> PyResult<Self> {
+        let state = serde_json::from_str(state_json).map_err(|e| bad_json("conductor state", e))?;
+        let history = history_jsonl
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .enumerate()
+            .map(|(i, l)| {
+                MetricsRow::parse(l)
+                    .map_err(|e| PyValueError::new_err(format!("history line {}: {e}", i + 1)))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let inner = contrai_lifecycle::Conductor::resume(
+            recipe(recipe_toml, recipe_path)?,
+            run_info(info_json)?,
+            state,
+            &history,
+        )
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok(Conductor { inner })
+    }
+
+    /// The first turn, as JSON.
+    fn begin(&mut self) -> PyResult<String> {
+        let turn = self
+            .inner
+            .begin()
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        json(&turn)
+    }
+
+    /// The next turn for an observation (JSON of an `Observation`).
+    fn observe(&mut self, observation_json: &str) -> PyResult<String> {
+        let obs: Observation =
+            serde_json::from_str(observation_json).map_err(|e| bad_json("observation", e))?;
+        let turn = self
+            .inner
+            .observe(obs)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        json(&turn)
+    }
+
+    /// The conductor's state (what a checkpoint saves), as JSON.
+    fn state(&self) -> PyResult<String> {
+        json(self.inner.state())
+    }
+
+    /// `plan.json` as the run now stands.
+    fn plan(&self) -> PyResult<String> {
+        json(&self.inner.plan())
+    }
+
+    /// Steps each phase plans: `{"validate", "main", "contract", "refine"}`.
+    fn phase_steps(&self) -> PyResult<String> {
+        json(&self.inner.phase_steps())
+    }
+
+    /// The recipe in force, resolved, as TOML.
+    fn recipe_toml(&self) -> String {
+        self.inner.recipe().to_toml()
+    }
+}
+
+fn run_info(text: &str) -> PyResult<RunInfo> {
+    serde_json::from_str(text).map_err(|e| bad_json("run info", e))
+}
+
+/// Writes a run directory in Contrai's format: `run.json`, `metrics.jsonl`, `decisions.jsonl`,
+/// and the JSON files, each row checked against its type before it is written.
+#[pyclass(module = "contrai._core")]
+struct RunWriter {
+    run: RunDir,
+    metrics: JsonLines,
+    decisions: JsonLines,
+}
+
+#[pymethods]
+impl RunWriter {
+    /// Opens `run_dir` (created if needed; `run.json` stamped with `writer`, or checked) with the
+    /// journals cut back to `metrics_len` and `decisions_len` bytes (0 and 0: a new run).
+    #[new]
+    #[pyo3(signature = (run_dir, writer, metrics_len = 0, decisions_len = 0))]
+    fn new(run_dir: PathBuf, writer: &str, metrics_len: u64, decisions_len: u64) -> PyResult<Self> {
+        let run = RunDir::new(run_dir);
+        std::fs::create_dir_all(run.path())
+            .map_err(|e| PyOSError::new_err(format!("{}: {e}", run.path().display())))?;
+        RunFormat::stamp(&run, writer).map_err(run_err)?;
+        Ok(RunWriter {
+            metrics: JsonLines::open(&run.metrics(), metrics_len).map_err(run_err)?,
+            decisions: JsonLines::open(&run.decisions(), decisions_len).map_err(run_err)?,
+            run,
+        })
+    }
+
+    /// Appends a metrics row (JSON of a training, evaluation or sparsity row).
+    fn metric(&mut self, row_json: &str) -> PyResult<()> {
+        let row =
+            MetricsRow::parse(row_json).map_err(|e| PyValueError::new_err(format!("metrics row: {e}")))?;
+        self.metrics.write(&row).map_err(run_err)
+    }
+
+    /// Appends a decision (JSON of a `Decision`).
+    fn decide(&mut self, decision_json: &str) -> PyResult<()> {
+        let d: Decision = serde_json::from_str(decision_json).map_err(|e| bad_json("decision", e))?;
+        self.decisions.write(&d).map_err(run_err)
+    }
+
+    /// Forces both journals to disk; their lengths in bytes (what a checkpoint records).
+    fn sync(&self) -> PyResult<(u64, u64)> {
+        self.metrics.sync().map_err(run_err)?;
+        self.decisions.sync().map_err(run_err)?;
+        Ok((self.metrics.len(), self.decisions.len()))
+    }
+
+    /// Writes `plan.json`, `final/eval.json` or `final/model-card.json` (`kind` `plan`, `eval`,
+    /// `model_card`) atomically, after checking the JSON against its type.
+    fn write(&self, kind: &str, value_json: &str) -> PyResult<()> {
+        let r = &self.run;
+        match kind {
+            "plan" => typed::<contrai_run::RunPlan>(value_json, &r.plan()),
+            "eval" => typed::<contrai_run::FinalEval>(value_json, &r.eval()),
+            "model_card" => typed::<contrai_run::ModelCard>(value_json, &r.model_card()),
+            other => Err(PyValueError::new_err(format!(
+                "`{other}`: expected plan, eval or model_card"
+            ))),
+        }
+    }
+
+    /// `metrics.jsonl` up to `length` bytes (a resume rebuilds the live doctor from it).
+    fn history(&self, length: u64) -> PyResult<String> {
+        let rows = contrai_run::read_jsonl(&self.run.metrics(), Some(length), |l| Ok(l.to_string()))
+            .map_err(run_err)?;
+        Ok(rows.into_iter().map(|(_, l)| l + "\n").collect())
+    }
+
+    /// The run directory.
+    fn path(&self) -> PathBuf {
+        self.run.path().to_path_buf()
+    }
+}
+
+/// Writes `text` to `path` after checking it is a `T`.
+fn typed<T: serde::Serialize + serde::de::DeserializeOwned>(text: &str, path: &Path) -> PyResult<()> {
+    let v: T = serde_json::from_str(text).map_err(|e| bad_json(&path.display().to_string(), e))?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| PyOSError::new_err(format!("{}: {e}", dir.display())))?;
+    }
+    contrai_run::write_json(path, &v).map_err(run_err)
+}
+
+/// The doctor's report of a log file or run directory (any format `contrai doctor` reads), as
+/// JSON: one entry a run with its verdict and findings.
+#[pyfunction]
+fn doctor(path: PathBuf) -> PyResult<String> {
+    use contrai_doctor::{DoctorConfig, diagnose, read_path};
+    let runs = read_path(&path, None).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let reports: Vec<_> = runs
+        .iter()
+        .map(|r| diagnose(r, &DoctorConfig::default()))
+        .collect();
+    json(&reports)
+}
+
+/// The self-contained HTML report of a log file or run directory.
+#[pyfunction]
+fn report(path: PathBuf) -> PyResult<String> {
+    contrai_report::render(&path, None).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// How to read a data file: its text and label fields, `id` when present.
+fn audit_config(text: &str, label: &str) -> contrai_data::AuditConfig {
+    contrai_data::AuditConfig {
+        fields: contrai_data::FieldSpec {
+            text: text.into(),
+            label: Some(label.into()),
+            id: Some("id".into()),
+            explicit: false,
+        },
+        ..contrai_data::AuditConfig::default()
+    }
+}
+
+/// The data audit of a JSONL/CSV/TSV/Parquet file (duplicates, near-duplicates, label
+/// conflicts, outliers, balance), as JSON.
+#[pyfunction]
+#[pyo3(signature = (path, text = "text", label = "label"))]
+fn audit(path: PathBuf, text: &str, label: &str) -> PyResult<String> {
+    use contrai_data::{Audit, Silent, Source};
+    let source = Source::file(&path, None).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let audit = Audit::run(vec![source], audit_config(text, label), &Silent)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    json(&audit.report())
+}
+
+/// Splits a file into train, val and holdout partitions under `out` with no sample, and no
+/// near-duplicate of one, in two partitions (exact duplicates dropped, conflicting labels
+/// dropped); returns the manifest as JSON.
+#[pyfunction]
+#[pyo3(signature = (path, out, ratios = (0.85, 0.10, 0.05), seed = 42, text = "text", label = "label"))]
+fn split(
+    path: PathBuf,
+    out: PathBuf,
+    ratios: (f64, f64, f64),
+    seed: u64,
+    text: &str,
+    label: &str,
+) -> PyResult<String> {
+    use contrai_data::split::{Dedup, OnConflict, SplitConfig};
+    use contrai_data::{Silent, Source};
+    let source = Source::file(&path, None).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let cfg = SplitConfig {
+        ratios: [ratios.0, ratios.1, ratios.2],
+        seed,
+        on_conflict: OnConflict::Drop,
+        dedup: Dedup::Exact,
+        audit: audit_config(text, label),
+        previous: None,
+    };
+    let outcome = contrai_data::split::split(source, &out, &cfg, &Silent)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    json(&outcome.manifest)
+}
+
+/// The module a weight belongs to, as the conductor names it (`blocks.0.attn.query.weight` →
+/// `blocks.0.attn`).
+#[pyfunction]
+fn module_of(path: &str) -> String {
+    contrai_lifecycle::prune::module_of(path)
+}
+
+/// The module.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("RUN_FORMAT", contrai_run::FORMAT)?;
+    m.add_class::<Conductor>()?;
+    m.add_class::<RunWriter>()?;
+    m.add_function(wrap_pyfunction!(recipe_check, m)?)?;
+    m.add_function(wrap_pyfunction!(recipe_json, m)?)?;
+    m.add_function(wrap_pyfunction!(module_of, m)?)?;
+    m.add_function(wrap_pyfunction!(default_recipe, m)?)?;
+    m.add_function(wrap_pyfunction!(doctor, m)?)?;
+    m.add_function(wrap_pyfunction!(report, m)?)?;
+    m.add_function(wrap_pyfunction!(audit, m)?)?;
+    m.add_function(wrap_pyfunction!(split, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,82 @@
+"""Shared pieces of the package's tests: tiny tasks that learn in seconds on a CPU."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from contrai import DroppableDataset
+
+
+def token_task(n: int, seed: int, noise: float = 0.03) -> list[dict[str, torch.Tensor]]:
+    """Sequences of 16 tokens whose first token says the label, a share of labels flipped."""
+    g = random.Random(seed)
+    out = []
+    for _ in range(n):
+        y = g.randint(0, 1)
+        ids = [g.randint(5, 99) for _ in range(16)]
+        ids[0] = 3 if y else 4
+        if g.random() < noise:
+            y = 1 - y
+        out.append({"input_ids": torch.tensor(ids), "attention_mask": torch.ones(16, dtype=torch.long),
+                    "labels": torch.tensor(y)})
+    return out
+
+
+class ServedRows(DroppableDataset):
+    """Records the original rows served once something was dropped."""
+
+    def __init__(self, data):
+        super().__init__(data)
+        self.after_drop: list[int] = []
+
+    def __getitem__(self, i):
+        if self.dropped:
+            self.after_drop.append(self._serve[i])
+        return super().__getitem__(i)
+
+
+def tiny_bert():
+    """A 2-layer BERT classifier with random weights (no download)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, num_labels=2, max_position_embeddings=32)
+    return BertForSequenceClassification(cfg)
+
+
+HF_RECIPE = """
+[run]
+eval_every = 10
+checkpoint_every = 10
+[validate]
+steps = 20
+batch = 8
+lr = 3e-3
+min_fall = 0.5
+[main]
+steps = 60
+batch = 16
+lr = 2e-3
+[contract]
+eval_every = 5
+prune_every = 4
+stable_checkpoints = 1000
+patience = 1000
+divergence = 1.0
+prune = [{ params = "*.intermediate.dense.weight", init = 0.1, final = 0.5 },
+         { params = "*.attention.self.*.weight", init = 0.1, final = 0.2 }]
+[refine.distill]
+enabled = false
+"""
+
+
+@pytest.fixture
+def recipe_file(tmp_path: Path) -> Path:
+    p = tmp_path / "recipe.toml"
+    p.write_text(HF_RECIPE)
+    return p

@@ -1,0 +1,53 @@
+"""The Rust core through Python: recipe errors, the conductor's protocol, the run writer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import contrai
+from contrai import _core
+from contrai.conductor import Conductor, RunInfo, kind
+
+
+def test_a_recipe_error_names_file_line_key_and_the_nearest_key():
+    with pytest.raises(ValueError) as e:
+        contrai.recipe_check("[main]\nsteps = 10\nlrr = 0.1\n", "spam.toml")
+    msg = str(e.value)
+    assert msg.startswith("spam.toml:3:") and "did you mean `lr`?" in msg, msg
+    with pytest.raises(ValueError, match="contract.batch"):
+        contrai.recipe_check("[main]\nbatch = 32\n[contract]\nbatch = 8\n", "r.toml")
+    assert "[main]" in contrai.recipe_check("", "r.toml"), "resolved: every default filled in"
+
+
+def test_the_conductor_speaks_the_protocol_from_python():
+    c = Conductor(contrai.default_recipe(), RunInfo(train_samples=100, classes=2, weights=["w"], heads=None))
+    turn = c.begin()
+    assert kind(turn["actions"][0])[0] == "Replan"
+    name, payload = kind(turn["request"])
+    assert name == "CheckPipeline" and payload["steps"] == 30
+    turn = c.observe({"PipelineChecked": {"first_loss": 0.7, "last_loss": 0.01, "val_loss": 0.69}})
+    kinds = [p["kind"] for n, p in map(kind, turn["actions"]) if n == "Record"]
+    assert kinds == ["validate_passed"]
+    assert turn["request"] == "RoundTrip"
+    turn = c.observe({"RoundTripped": {"identical": True, "model_bytes": 1, "optimizer_bytes": 1}})
+    name, plan = kind(turn["request"])
+    assert name == "Train" and plan == {"step": 30, "phase": "main", "lr": pytest.approx(5e-4 / 12)}
+    state = c.state()
+    assert state["step"] == 30 and state["phase"] == "main"
+    with pytest.raises(RuntimeError, match="does not answer"):
+        c.observe({"Evaluated": {"val_loss": 0.5, "val_accuracy": 0.9}})
+
+
+def test_the_run_writer_checks_rows_and_stamps_the_format(tmp_path):
+    w = _core.RunWriter(str(tmp_path / "run"), "test")
+    w.metric(json.dumps({"step": 1, "phase": "main", "val_loss": 0.5, "val_accuracy": 0.9}))
+    with pytest.raises(ValueError, match="evaluation row"):
+        w.metric(json.dumps({"step": 1, "phase": "main", "val_loss": "x", "val_accuracy": 1}))
+    with pytest.raises(ValueError, match="decision"):
+        w.decide(json.dumps({"step": 1, "kind": "nope"}))
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["format"] == contrai.RUN_FORMAT
+    (tmp_path / "run" / "run.json").write_text('{"format": 9, "writer": "later"}')
+    with pytest.raises(ValueError, match="format 9"):
+        _core.RunWriter(str(tmp_path / "run"), "test")

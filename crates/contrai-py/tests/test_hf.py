@@ -1,0 +1,144 @@
+"""ContraiCallback in a Hugging Face Trainer: every phase happens, and each decision is visibly
+applied in the running job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ServedRows, tiny_bert, token_task
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+import contrai
+from contrai.hf import ContraiCallback
+
+
+class Probe(TrainerCallback):
+    """What the running job actually did: the LR each step ran at, the dropout at the end."""
+
+    def __init__(self, validate_steps: int) -> None:
+        self.offset = validate_steps
+        self.lr: dict[int, float] = {}
+        self.dropout: list[float] = []
+        self.config_dropout = 0.0
+
+    def on_step_begin(self, args, state, control, optimizer=None, **kw):
+        self.lr[self.offset + state.global_step + 1] = optimizer.param_groups[0]["lr"]
+
+    def on_train_end(self, args, state, control, model=None, **kw):
+        self.dropout = [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+        self.config_dropout = model.config.attention_probs_dropout_prob
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def train(tmp_path: Path, recipe: Path, *, max_steps: int = 80, stop_at: int | None = None,
+          resume: str | None = None, run: str = "run", out: str = "out") -> tuple[Trainer, Probe, ServedRows]:
+    data = ServedRows(token_task(400, 1))
+    args = TrainingArguments(output_dir=str(tmp_path / out), per_device_train_batch_size=16,
+                             per_device_eval_batch_size=32, max_steps=max_steps, learning_rate=1e-3,
+                             logging_steps=5, report_to=[], save_strategy="no", eval_strategy="no",
+                             use_cpu=True, seed=0, disable_tqdm=True)
+    probe = Probe(validate_steps=20)
+    callbacks = [probe, ContraiCallback(recipe, run_dir=tmp_path / run, holdout_dataset=token_task(60, 3))]
+    if stop_at is not None:
+        callbacks.append(StopAt(stop_at))
+    t = Trainer(model=tiny_bert(), args=args, train_dataset=data, eval_dataset=token_task(100, 2),
+                callbacks=callbacks)
+    t.train(resume_from_checkpoint=resume)
+    return t, probe, data
+
+
+class StopAt(TrainerCallback):
+    """Stops the job after a Trainer step (a preemption)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+        return control
+
+
+def test_every_phase_happens_and_each_decision_is_applied(tmp_path, recipe_file):
+    trainer, probe, data = train(tmp_path, recipe_file)
+    run = tmp_path / "run"
+    decisions = rows(run / "decisions.jsonl")
+    kinds = [d["kind"] for d in decisions]
+    for k in ["validate_passed", "checkpoint_round_trip", "main_complete", "doctor", "sensitivity",
+              "force_contract", "drop_noisiest", "enter_contract", "enter_refine", "int8", "holdout"]:
+        assert k in kinds, f"{k} missing from {kinds}"
+    assert kinds[-1] == "holdout"
+    metrics = rows(run / "metrics.jsonl")
+    steps = [r for r in metrics if "train_loss" in r]
+    # The LR every step ran at is the conductor's: warmup and cosine in main, then contract's
+    # linear anneal from main's last LR with no warmup.
+    for r in steps:
+        assert probe.lr[r["step"]] == pytest.approx(r["lr"], rel=1e-9, abs=1e-15), r
+    contract = [r["lr"] for r in steps if r["phase"] == "contract"]
+    last_main = [r["lr"] for r in steps if r["phase"] == "main"][-1]
+    assert contract[0] == pytest.approx(last_main) and all(b < a for a, b in zip(contract, contract[1:]))
+    # Dropout × 0.5 in contract and refine: every nn.Dropout and the attention dropout the model reads.
+    assert probe.dropout and all(p == pytest.approx(0.05) for p in probe.dropout), probe.dropout
+    assert probe.config_dropout == pytest.approx(0.05)
+    # The sparsity measured in the final weights matches the decisions: each module at its rule's
+    # final share within diagnose's cap.
+    caps = next(d for d in decisions if d["kind"] == "sensitivity")["evidence"]["caps"]
+    final = {"intermediate": 0.5, "attention.self": 0.2}
+    evaluation = json.loads((run / "final" / "eval.json").read_text())
+    for module, share in evaluation["sparsity"].items():
+        want = min(next(v for k, v in final.items() if module.endswith(k)), caps[module])
+        assert share == pytest.approx(want, abs=2e-3), (module, share, want)
+        weights = [p for n, p in trainer.model.named_parameters() if n.startswith(module) and p.dim() == 2]
+        zeros = sum(int((w == 0).sum()) for w in weights) / sum(w.numel() for w in weights)
+        assert zeros == pytest.approx(share, abs=1e-6), (module, zeros, share)
+    # The noisy samples named by the decision were never served again.
+    drop = next(d for d in decisions if d["kind"] == "drop_noisiest")
+    dropped = {int(i) for i in drop["evidence"]["ids"]}
+    assert dropped and set(data.dropped) == dropped
+    assert data.after_drop and not dropped & set(data.after_drop)
+    # The holdout, read once; the report and the doctor read the run directory.
+    assert evaluation["holdout_samples"] == 60 and evaluation["holdout_accuracy"] > 0.9
+    html = contrai.report(run)
+    assert "Controller decisions" in html and "enter_contract" in html
+    assert contrai.doctor(run)[0]["verdict"] in ("healthy", "action needed")
+
+
+def test_a_job_stopped_mid_contraction_resumes_with_the_same_decisions(tmp_path, recipe_file):
+    train(tmp_path, recipe_file, run="whole", out="out-whole")
+    # Contraction starts at Trainer step 60; checkpoints every 5 steps there: stop at 68, resume
+    # from the Trainer's checkpoint of step 65 written under the callback.
+    train(tmp_path, recipe_file, stop_at=68, run="resumed", out="out-resumed")
+    ckpt = tmp_path / "out-resumed" / "checkpoint-65"
+    assert (ckpt / "contrai.json").exists(), sorted(p.name for p in (tmp_path / "out-resumed").iterdir())
+    train(tmp_path, recipe_file, resume=str(ckpt), run="resumed", out="out-resumed")
+
+    def decided(run: str) -> list[tuple]:
+        return [(d["step"], d["kind"]) for d in rows(tmp_path / run / "decisions.jsonl")]
+
+    assert decided("resumed") == decided("whole")
+    whole = [r for r in rows(tmp_path / "whole" / "metrics.jsonl") if "wall_s" not in r]
+    resumed = [r for r in rows(tmp_path / "resumed" / "metrics.jsonl") if "wall_s" not in r]
+    assert [r["step"] for r in resumed] == [r["step"] for r in whole]
+
+
+def test_what_to_set_is_said_when_the_trainer_cannot_run_the_recipe(tmp_path, recipe_file):
+    args = TrainingArguments(output_dir=str(tmp_path / "o"), max_steps=10, report_to=[], use_cpu=True)
+    cb = ContraiCallback(recipe_file, run_dir=tmp_path / "r")
+    t = Trainer(model=tiny_bert(), args=args, train_dataset=token_task(50, 1), callbacks=[cb])
+    with pytest.raises(ValueError, match="needs an evaluation set"):
+        t.train()
+    cb = ContraiCallback(recipe_file, run_dir=tmp_path / "r2")
+    t = Trainer(model=tiny_bert(), args=args, train_dataset=token_task(50, 1), eval_dataset=token_task(20, 2),
+                callbacks=[cb])
+    with pytest.raises(ValueError, match=r"max_steps=80"):
+        t.train()
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[contract]\nprune_scpe = 'global'\n")
+    with pytest.raises(ValueError, match=r"bad.toml:2: .*did you mean `prune_scope`"):
+        ContraiCallback(bad, run_dir=tmp_path / "r3")

@@ -1,0 +1,107 @@
+"""ContraiCallback in a Lightning Trainer: the same lifecycle, each action applied."""
+
+from __future__ import annotations
+
+import json
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from conftest import ServedRows
+from torch.utils.data import DataLoader
+
+from contrai.lightning import ContraiCallback
+
+RECIPE = """
+[run]
+eval_every = 10
+checkpoint_every = 10
+[validate]
+steps = 20
+batch = 8
+lr = 1e-2
+min_fall = 0.5
+[main]
+steps = 80
+batch = 16
+lr = 5e-3
+[contract]
+eval_every = 5
+stable_checkpoints = 1000
+patience = 1000
+divergence = 1.0
+prune = [{ params = "net.0.weight", init = 0.1, final = 0.5 }]
+[refine.distill]
+enabled = false
+"""
+
+
+def task(n: int, seed: int, noise: float = 0.03) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    flip = torch.rand(n, generator=g) < noise
+    y = torch.where(flip, 1 - y, y)
+    return [(x[i], y[i]) for i in range(n)]
+
+
+class Mlp(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+                                       torch.nn.Linear(32, 2))
+        self.lrs: dict[int, float] = {}
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, i):
+        self.lrs[self.trainer.global_step] = self.trainer.optimizers[0].param_groups[0]["lr"]
+        return torch.nn.functional.cross_entropy(self(batch[0]), batch[1])
+
+    def validation_step(self, batch, i):
+        pass
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+class LrAtStep(pl.Callback):
+    """The LR the optimizer steps with (after the callback set it)."""
+
+    def __init__(self) -> None:
+        self.lr: list[float] = []
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        self.lr.append(optimizer.param_groups[0]["lr"])
+
+
+def test_every_action_is_applied_in_a_lightning_job(tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE)
+    data = ServedRows(task(512, 1))
+    seen = LrAtStep()
+    module = Mlp()
+    trainer = pl.Trainer(max_steps=110, callbacks=[ContraiCallback(recipe, tmp_path / "run", holdout_dataset=task(64, 3)), seen],
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         accelerator="cpu", num_sanity_val_steps=0)
+    trainer.fit(module, DataLoader(data, batch_size=16, shuffle=True), DataLoader(task(128, 2), batch_size=64))
+    run = tmp_path / "run"
+    decisions = [json.loads(x) for x in (run / "decisions.jsonl").read_text().splitlines()]
+    kinds = [d["kind"] for d in decisions]
+    for k in ["validate_passed", "force_contract", "drop_noisiest", "enter_contract", "enter_refine", "holdout"]:
+        assert k in kinds, f"{k} missing from {kinds}"
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    planned = [r["lr"] for r in metrics if "train_loss" in r]
+    assert seen.lr == pytest.approx(planned, rel=1e-9), "every step ran at the conductor's LR"
+    assert module.net[2].p == pytest.approx(0.1), "dropout × 0.5"
+    evaluation = json.loads((run / "final" / "eval.json").read_text())
+    w = module.net[0].weight
+    assert evaluation["sparsity"]["net.0"] == pytest.approx(float((w == 0).float().mean()), abs=1e-9)
+    caps = next(d for d in decisions if d["kind"] == "sensitivity")["evidence"]["caps"]
+    # floor(share × 256 entries) are pruned: within one entry of the share.
+    assert evaluation["sparsity"]["net.0"] == pytest.approx(min(0.5, caps["net.0"]), abs=1 / 256)
+    dropped = {int(i) for i in next(d for d in decisions if d["kind"] == "drop_noisiest")["evidence"]["ids"]}
+    assert dropped and data.after_drop and not dropped & set(data.after_drop)
+    assert evaluation["holdout_accuracy"] > 0.85
