@@ -53,7 +53,7 @@ enabled = false
 
 def load(split_dir: Path, manifest: dict, name: str, tok, seq: int) -> list[dict]:
     part = next(p for p in manifest["partitions"] if p["name"] == name)
-    rows = [json.loads(line) for line in (split_dir / part["file"]).read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in (split_dir / part["file"]).read_text().split("\n") if line.strip()]
     enc = tok([r["text"] for r in rows], truncation=True, max_length=seq, padding="max_length", return_tensors="pt")
     labels = torch.tensor([1 if r["label"] == "spam" else 0 for r in rows])
     return [{"input_ids": enc["input_ids"][i], "attention_mask": enc["attention_mask"][i],
@@ -96,7 +96,7 @@ def run(mode: str, seed: int, a, data, out: Path) -> dict:
     total = round(a.main / 0.75)
     args = TrainingArguments(output_dir=str(out / f"{mode}-{seed}-trainer"), per_device_train_batch_size=32,
                              per_device_eval_batch_size=64, max_steps=total, learning_rate=5e-5,
-                             warmup_ratio=0.06, weight_decay=0.01, report_to=[], save_strategy="no",
+                             warmup_steps=round(0.06 * total), weight_decay=0.01, report_to=[], save_strategy="no",
                              eval_strategy="no", use_cpu=True, seed=seed, disable_tqdm=True, logging_steps=50)
     timing = Timing()
     callbacks: list = [timing]

@@ -354,7 +354,7 @@ class Engine:
             if self.leader:
                 self.writer = _core.RunWriter(str(self.run_dir), WRITER, record["metrics_len"],
                                               self.writer.sync()[1])
-                history = [json.loads(line) for line in self.writer.history(record["metrics_len"]).splitlines()]
+                history = [json.loads(line) for line in self.writer.history(record["metrics_len"]).split("\n") if line]
             self.substitute("restore everything at the checkpoint", "weights, optimizer and masks restored; "
                             "the running data loader cannot be rewound, so the retried steps see later batches",
                             {"checkpoint_step": step})
