@@ -28,6 +28,20 @@ pub struct DoctorArgs {
     /// With --watch: stop after this many seconds without the logs changing.
     #[arg(long, value_name = "N", default_value_t = 600)]
     idle_secs: u64,
+    /// The run clips the global gradient norm at this value (HF `max_grad_norm`, Lightning
+    /// `gradient_clip_val`): a passing spike that clipping bounded is then reported as information.
+    /// Contrai's own run directories say so themselves.
+    #[arg(long, value_name = "C")]
+    clip_norm: Option<f64>,
+}
+
+/// Reads the runs of `path`, with what the command line says about them.
+fn read(args: &DoctorArgs, path: &Path) -> Result<Vec<Run>, contrai_doctor::ReadError> {
+    let mut runs = read_path(path, args.format)?;
+    if let Some(c) = args.clip_norm.filter(|c| c.is_finite() && *c > 0.0) {
+        runs.iter_mut().for_each(|r| r.hints.clip_norm = Some(c));
+    }
+    Ok(runs)
 }
 
 /// Parses `--format` for clap, listing the formats on error.
@@ -39,14 +53,13 @@ pub fn format_arg(s: &str) -> Result<Format, String> {
 
 /// Runs `contrai doctor`.
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    let format = args.format;
     if args.watch {
-        return watch(&args, format);
+        return watch(&args);
     }
     let cfg = DoctorConfig::default();
     let mut runs = Vec::new();
     for p in &args.paths {
-        runs.extend(read_path(p, format)?);
+        runs.extend(read(&args, p)?);
     }
     let reports: Vec<Report> = runs.iter().map(|r| diagnose(r, &cfg)).collect();
     if args.json {
@@ -206,7 +219,7 @@ struct Followed {
 
 /// Follows growing logs: each poll re-reads what changed and feeds only the new points to a
 /// live doctor per run, printing each new finding once.
-fn watch(args: &DoctorArgs, format: Option<Format>) -> anyhow::Result<ExitCode> {
+fn watch(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     let cfg = DoctorConfig::default();
     let idle = Duration::from_secs(args.idle_secs);
     let mut followed: HashMap<(String, String), Followed> = HashMap::new();
@@ -228,7 +241,7 @@ fn watch(args: &DoctorArgs, format: Option<Format>) -> anyhow::Result<ExitCode> 
             }
             fps[i] = fp;
             last_change = Instant::now();
-            let runs = match read_path(p, format) {
+            let runs = match read(args, p) {
                 Ok(r) => r,
                 Err(e) => {
                     // A file that does not exist yet or holds no metrics yet: keep waiting.

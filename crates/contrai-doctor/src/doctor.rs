@@ -179,6 +179,15 @@ impl Doctor {
             });
         self.findings = keep;
         self.resolved.extend(resolved);
+        for f in &mut self.findings {
+            detect::spike::settle(
+                &Ctx {
+                    cfg: &self.cfg,
+                    st: &self.state,
+                },
+                f,
+            );
+        }
         let mut out = Vec::new();
         for f in fresh {
             if let Some(old) = self.findings.iter_mut().find(|g| g.label == f.label) {

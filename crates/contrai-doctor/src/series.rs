@@ -91,6 +91,9 @@ pub struct RunHints {
     pub total_steps: Option<u64>,
     /// Number of classes when known (sets the chance level).
     pub num_classes: Option<u32>,
+    /// The global gradient-norm clip when the run is known to clip (Contrai's `main.clip_norm`,
+    /// or `contrai doctor --clip-norm`): a passing spike that clipping bounded is then information.
+    pub clip_norm: Option<f64>,
 }
 
 /// A parsed run: canonical series plus hints.

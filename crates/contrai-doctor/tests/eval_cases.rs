@@ -22,15 +22,33 @@ fn strings(v: &Value, key: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn check(id: &str, name: &str, found: &[&str], want: &[String], must_not: &[String]) -> Vec<String> {
+/// Required findings reported, required ones missed, forbidden ones reported.
+#[derive(Default)]
+struct Score {
+    hits: usize,
+    misses: usize,
+    forbidden: usize,
+}
+
+fn check(
+    score: &mut Score,
+    (id, name): (&str, &str),
+    found: &[&str],
+    want: &[String],
+    must_not: &[String],
+) -> Vec<String> {
     let mut errs = Vec::new();
     for w in want {
-        if !found.contains(&w.as_str()) {
+        if found.contains(&w.as_str()) {
+            score.hits += 1;
+        } else {
+            score.misses += 1;
             errs.push(format!("{id}/{name}: missing `{w}` (found {found:?})"));
         }
     }
     for m in must_not {
         if found.contains(&m.as_str()) {
+            score.forbidden += 1;
             errs.push(format!("{id}/{name}: must not report `{m}` (found {found:?})"));
         }
     }
@@ -49,6 +67,7 @@ fn every_eval_case_passes() {
     assert!(!cases.is_empty(), "no cases under {}", dir.display());
     let cfg = DoctorConfig::default();
     let mut errors = Vec::new();
+    let mut score = Score::default();
     for case in &cases {
         let meta: Value =
             serde_json::from_str(&std::fs::read_to_string(case.join("case.json")).expect("read case.json"))
@@ -72,7 +91,13 @@ fn every_eval_case_passes() {
                 println!("{id} / {name}: {found:?}");
                 let mut must_not = strings(exp, "must_not");
                 must_not.extend(strings(&meta, "must_not"));
-                errors.extend(check(&id, name, &found, &strings(exp, "labels"), &must_not));
+                errors.extend(check(
+                    &mut score,
+                    (&id, name),
+                    &found,
+                    &strings(exp, "labels"),
+                    &must_not,
+                ));
             }
         } else {
             let mut found: Vec<&str> = Vec::new();
@@ -86,8 +111,8 @@ fn every_eval_case_passes() {
                 }
             }
             errors.extend(check(
-                &id,
-                "-",
+                &mut score,
+                (&id, "-"),
                 &found,
                 &strings(&meta, "labels"),
                 &strings(&meta, "must_not"),
@@ -95,5 +120,15 @@ fn every_eval_case_passes() {
         }
     }
     let _ = Label::Healthy;
+    let Score {
+        hits,
+        misses,
+        forbidden,
+    } = score;
+    println!(
+        "visible cases: {hits} required findings reported, {misses} missed, {forbidden} forbidden reported: precision {:.2}, recall {:.2}",
+        hits as f64 / (hits + forbidden).max(1) as f64,
+        hits as f64 / (hits + misses).max(1) as f64
+    );
     assert!(errors.is_empty(), "eval failures:\n{}", errors.join("\n"));
 }

@@ -57,6 +57,7 @@ impl Watch {
             x_unit: XUnit::Step,
             total_steps: Some(total_steps),
             num_classes: Some(classes),
+            clip_norm: Some(recipe.main.clip_norm).filter(|c| *c > 0.0),
         };
         let fresh = || {
             let mut d = Doctor::new(config.clone());

@@ -1,4 +1,5 @@
-//! Line charts as inline SVG: axes with readable ticks, a legend, shaded bands and markers.
+//! Line charts as inline SVG: axes with readable ticks, a legend, shaded bands and markers, laid
+//! out so that no label covers another or the curves.
 
 use std::fmt::Write;
 
@@ -62,11 +63,94 @@ pub struct Chart {
 }
 
 const W: f64 = 760.0;
-const H: f64 = 260.0;
+/// Height of the plot area itself.
+const PLOT_H: f64 = 190.0;
 const LEFT: f64 = 64.0;
 const RIGHT: f64 = 16.0;
-const TOP: f64 = 30.0;
 const BOTTOM: f64 = 40.0;
+/// Baseline of the title.
+const TITLE_Y: f64 = 18.0;
+/// Height of one row of legend entries or of labels above the plot.
+const ROW_H: f64 = 13.0;
+/// Estimated advance of one character at the labels' 10-11 px size (system sans-serif).
+const CHAR_W: f64 = 6.2;
+/// Horizontal room kept between two labels on one row.
+const GAP: f64 = 6.0;
+/// Width of a legend entry's colour swatch and the space after it.
+const SWATCH: f64 = 24.0;
+
+/// Where a chart's pieces go: the legend in rows under the title, the phase and marker labels
+/// in rows of their own above the plot, none over another or over the curves.
+struct Layout {
+    /// Each legend entry's left edge and baseline.
+    legend: Vec<(f64, f64)>,
+    /// Each band label's left edge and baseline, then each marker label's (in `markers` order).
+    labels: Vec<(f64, f64)>,
+    /// Top of the plot area.
+    top: f64,
+}
+
+impl Layout {
+    fn new(chart: &Chart, scale_x: &dyn Fn(f64) -> f64) -> Layout {
+        let mut legend = Vec::new();
+        let (mut x, mut row) = (LEFT, 0.0);
+        for l in &chart.lines {
+            let w = SWATCH + text_width(&l.name);
+            if x > LEFT && x + w > W - RIGHT {
+                x = LEFT;
+                row += 1.0;
+            }
+            legend.push((x, TITLE_Y + ROW_H * (row + 1.0)));
+            x += w + 2.0 * GAP;
+        }
+        let rows_above = if chart.lines.is_empty() { 0.0 } else { row + 1.0 };
+        let strip = TITLE_Y + ROW_H * rows_above + 4.0;
+        let anchors = chart
+            .bands
+            .iter()
+            .map(|b| (scale_x(b.from) + 3.0, b.label.as_str()))
+            .chain(
+                chart
+                    .markers
+                    .iter()
+                    .map(|m| (scale_x(m.x) + 2.0, m.label.as_str())),
+            );
+        let (placed, rows) = rows_for(anchors);
+        let top = strip + ROW_H * rows as f64 + 4.0;
+        let labels = placed
+            .into_iter()
+            .map(|(x, r)| (x, strip + ROW_H * (r as f64 + 1.0) - 3.0))
+            .collect();
+        Layout { legend, labels, top }
+    }
+}
+
+/// The estimated width of a label.
+fn text_width(text: &str) -> f64 {
+    CHAR_W * text.chars().count() as f64
+}
+
+/// Puts labels anchored at x positions on the fewest rows with no two overlapping: each on the
+/// first row whose last label ends before it (shifted left to end inside the chart). Returns
+/// each label's left edge and row, and the rows used.
+fn rows_for<'a>(anchors: impl Iterator<Item = (f64, &'a str)>) -> (Vec<(f64, usize)>, usize) {
+    let items: Vec<(f64, f64)> = anchors.map(|(x, t)| (x, text_width(t))).collect();
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| items[a].0.total_cmp(&items[b].0));
+    let mut ends: Vec<f64> = Vec::new();
+    let mut placed = vec![(0.0, 0); items.len()];
+    for i in order {
+        let (x, w) = items[i];
+        let x = x.min(W - RIGHT - w).max(0.0);
+        let row = ends.iter().position(|&end| end + GAP <= x).unwrap_or(ends.len());
+        if row == ends.len() {
+            ends.push(f64::NEG_INFINITY);
+        }
+        ends[row] = x + w;
+        placed[i] = (x, row);
+    }
+    (placed, ends.len())
+}
 
 impl Chart {
     /// True when the chart has at least one finite point.
@@ -95,28 +179,32 @@ impl Chart {
             .log_y
             .unwrap_or(positive && ymin > 0.0 && ymax / ymin > 100.0)
             && positive;
-        let scale = Scale::new(x0, x1, ymin, ymax, log);
+        let layout = Layout::new(self, &|v| Scale::new(x0, x1, 0.0, 1.0, false, 0.0).x(v));
+        let top = layout.top;
+        let h = top + PLOT_H + BOTTOM;
+        let scale = Scale::new(x0, x1, ymin, ymax, log, top);
         let mut s = String::new();
         let _ = write!(
             s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{}">"#,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="{}">"#,
             esc(&self.title)
         );
         let _ = write!(
             s,
-            r#"<text x="{LEFT}" y="18" class="title">{}</text>"#,
+            r#"<text x="{LEFT}" y="{TITLE_Y}" class="title">{}</text>"#,
             esc(&self.title)
         );
-        for b in &self.bands {
+        for (l, &(x, y)) in self.lines.iter().zip(&layout.legend) {
+            legend(&mut s, l, x, y);
+        }
+        let (band_labels, marker_labels) = layout.labels.split_at(self.bands.len());
+        for (b, &(lx, ly)) in self.bands.iter().zip(band_labels) {
             let (a, z) = (scale.x(b.from), scale.x(b.to));
             let _ = write!(
                 s,
-                r#"<rect class="band" x="{a:.1}" y="{TOP}" width="{:.1}" height="{:.1}" fill="{}"/><text class="band-label" x="{:.1}" y="{:.1}">{}</text>"#,
+                r#"<rect class="band" x="{a:.1}" y="{top}" width="{:.1}" height="{PLOT_H}" fill="{}"/><text class="band-label" x="{lx:.1}" y="{ly:.1}">{}</text>"#,
                 (z - a).max(0.5),
-                H - TOP - BOTTOM,
                 b.color,
-                a + 3.0,
-                TOP + 11.0,
                 esc(&b.label)
             );
         }
@@ -124,34 +212,14 @@ impl Chart {
         for l in &self.lines {
             line_path(&mut s, l, &scale);
         }
-        let _ = write!(
-            s,
-            r#"<rect class="legend-box" x="{:.1}" y="{:.1}" width="176" height="{:.1}"/>"#,
-            W - RIGHT - 176.0,
-            TOP + 1.0,
-            8.0 + 16.0 * self.lines.len() as f64
-        );
-        for (i, l) in self.lines.iter().enumerate() {
-            legend(&mut s, i, l);
-        }
-        // Labels of nearby markers go up a row each instead of printing over one another.
-        let mut rows_end = [f64::NEG_INFINITY; 6];
-        let mut order: Vec<&Marker> = self.markers.iter().collect();
-        order.sort_by(|a, b| a.x.total_cmp(&b.x));
-        for m in order {
+        for (m, &(lx, ly)) in self.markers.iter().zip(marker_labels) {
             let x = scale.x(m.x);
-            let row = rows_end
-                .iter()
-                .position(|&end| end < x)
-                .unwrap_or(rows_end.len() - 1);
-            rows_end[row] = x + 4.0 + 6.0 * m.label.chars().count() as f64;
             let _ = write!(
                 s,
-                r#"<line class="marker" x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{:.1}" stroke="{}"/><text class="marker-label" x="{:.1}" y="{:.1}" fill="{}">{}</text>"#,
-                H - BOTTOM,
+                r#"<line class="marker" x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{:.1}" stroke="{}"/><text class="marker-label" x="{lx:.1}" y="{ly:.1}" fill="{}">{}</text>"#,
+                ly + 2.0,
+                top + PLOT_H,
                 m.color,
-                x + 2.0,
-                H - BOTTOM - 4.0 - 11.0 * row as f64,
                 m.color,
                 esc(&m.label)
             );
@@ -161,14 +229,15 @@ impl Chart {
     }
 
     fn axes(&self, s: &mut String, sc: &Scale) {
-        let (bx, by) = (H - BOTTOM, W - RIGHT);
+        let (bx, by) = (sc.top + PLOT_H, W - RIGHT);
         let _ = write!(
             s,
             r#"<line class="axis" x1="{LEFT}" y1="{bx}" x2="{by}" y2="{bx}"/>"#
         );
         let _ = write!(
             s,
-            r#"<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bx}"/>"#
+            r#"<line class="axis" x1="{LEFT}" y1="{:.1}" x2="{LEFT}" y2="{bx}"/>"#,
+            sc.top
         );
         for t in nice_ticks(sc.x0, sc.x1, 8) {
             let x = sc.x(t);
@@ -200,13 +269,13 @@ impl Chart {
             s,
             r#"<text class="xl" x="{:.1}" y="{:.1}">{}</text>"#,
             (LEFT + by) / 2.0,
-            H - 6.0,
+            bx + BOTTOM - 6.0,
             esc(&self.x_label)
         );
         let _ = write!(
             s,
             r#"<text class="yl" transform="translate(14 {:.1}) rotate(-90)">{}{scale_note}</text>"#,
-            (TOP + bx) / 2.0,
+            (sc.top + bx) / 2.0,
             esc(&self.y_label)
         );
     }
@@ -249,18 +318,15 @@ fn line_path(s: &mut String, l: &Line, sc: &Scale) {
     }
 }
 
-fn legend(s: &mut String, i: usize, l: &Line) {
-    let x = W - RIGHT - 170.0;
-    let y = TOP + 14.0 + 16.0 * i as f64;
+fn legend(s: &mut String, l: &Line, x: f64, y: f64) {
     let _ = write!(
         s,
-        r#"<line x1="{x}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{}" stroke-width="3"/><text class="legend" x="{:.1}" y="{:.1}">{}</text>"#,
+        r#"<line x1="{x:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{}" stroke-width="3"/><text class="legend" x="{:.1}" y="{y:.1}">{}</text>"#,
         y - 4.0,
         x + 18.0,
         y - 4.0,
         l.color,
-        x + 24.0,
-        y,
+        x + SWATCH,
         esc(&l.name)
     );
 }
@@ -272,10 +338,12 @@ struct Scale {
     y0: f64,
     y1: f64,
     log: bool,
+    /// Top of the plot area.
+    top: f64,
 }
 
 impl Scale {
-    fn new(x0: f64, x1: f64, y0: f64, y1: f64, log: bool) -> Scale {
+    fn new(x0: f64, x1: f64, y0: f64, y1: f64, log: bool, top: f64) -> Scale {
         let (y0, y1) = if log {
             (10f64.powf(y0.log10().floor()), 10f64.powf(y1.log10().ceil()))
         } else {
@@ -287,7 +355,14 @@ impl Scale {
             };
             (lo, y1 + pad)
         };
-        Scale { x0, x1, y0, y1, log }
+        Scale {
+            x0,
+            x1,
+            y0,
+            y1,
+            log,
+            top,
+        }
     }
 
     fn x(&self, v: f64) -> f64 {
@@ -300,7 +375,7 @@ impl Scale {
         } else {
             (v - self.y0) / (self.y1 - self.y0)
         };
-        H - BOTTOM - f * (H - TOP - BOTTOM)
+        self.top + PLOT_H - f * PLOT_H
     }
 }
 
@@ -416,5 +491,97 @@ mod tests {
             ..Chart::default()
         };
         assert!(!narrow.svg().contains("(log scale)"));
+    }
+
+    /// (class, x, y, text) of every `<text>` element of an SVG.
+    fn texts(svg: &str) -> Vec<(String, f64, f64, String)> {
+        let attr = |tag: &str, name: &str| -> Option<String> {
+            let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+            Some(tag[start..start + tag[start..].find('"')?].to_string())
+        };
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let (head, rest) = t.split_once('>')?;
+                let text = rest.split("</text>").next()?.to_string();
+                Some((
+                    attr(head, "class").unwrap_or_default(),
+                    attr(head, "x")?.parse().ok()?,
+                    attr(head, "y")?.parse().ok()?,
+                    text,
+                ))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn labels_and_legends_never_cover_each_other_or_the_plot() {
+        let band = |from: f64, to: f64, label: &str| Band {
+            from,
+            to,
+            label: label.into(),
+            color: "#eee".into(),
+        };
+        let marker = |x: f64, label: &str| Marker {
+            x,
+            label: label.into(),
+            color: "#b00".into(),
+        };
+        let line = |name: &str, k: f64| Line {
+            name: name.into(),
+            color: PALETTE[0].into(),
+            points: (0..700).map(|i| (i as f64, k + 1.0 / (1.0 + i as f64))).collect(),
+            dots: false,
+        };
+        let chart = Chart {
+            title: "Loss".into(),
+            lines: vec![line("train_loss", 0.0), line("val_loss (eval)", 0.1)],
+            bands: vec![
+                band(0.0, 30.0, "validate"),
+                band(30.0, 400.0, "main"),
+                band(400.0, 401.0, "diagnose"),
+                band(401.0, 600.0, "contract"),
+                band(600.0, 700.0, "refine"),
+            ],
+            markers: [
+                "enter_contract",
+                "drop_samples",
+                "scale_dropout",
+                "set_batch",
+                "prune",
+                "loss_spike",
+            ]
+            .iter()
+            .enumerate()
+            .map(|(i, l)| marker(401.0 + i as f64, l))
+            .chain([marker(690.0, "int8 kept"), marker(699.0, "distill")])
+            .collect(),
+            ..Chart::default()
+        };
+        let svg = chart.svg();
+        let top: f64 = svg
+            .split(r#"<rect class="band" "#)
+            .nth(1)
+            .and_then(|r| r.split(r#"y=""#).nth(1))
+            .and_then(|r| r.split('"').next())
+            .and_then(|y| y.parse().ok())
+            .expect("a band's top");
+        let labels: Vec<_> = texts(&svg)
+            .into_iter()
+            .filter(|t| ["band-label", "marker-label", "legend"].contains(&t.0.as_str()))
+            .collect();
+        assert_eq!(labels.len(), 2 + 5 + 8, "{labels:?}");
+        for (i, a) in labels.iter().enumerate() {
+            assert!(a.2 < top, "{a:?} is drawn inside the plot (top {top})");
+            assert!(
+                a.1 >= 0.0 && a.1 + text_width(&a.3) <= W,
+                "{a:?} leaves the chart"
+            );
+            for b in &labels[i + 1..] {
+                let same_row = (a.2 - b.2).abs() < ROW_H - 1.0;
+                let apart = a.1 + text_width(&a.3) <= b.1 || b.1 + text_width(&b.3) <= a.1;
+                assert!(!same_row || apart, "{a:?} overlaps {b:?}");
+            }
+        }
     }
 }

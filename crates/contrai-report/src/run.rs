@@ -83,14 +83,17 @@ fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decisi
     page.heading(&format!("{} [{}]", run.name, run.format));
     let explained = explained_by_rollbacks(&mut report.findings, decisions);
     let ok = !report.findings.iter().any(Finding::actionable);
-    let labels = summary(&report.findings);
     let mut verdict = match (explained.is_empty(), ok) {
         (true, _) => report.verdict.clone(),
         (false, true) => "healthy".to_string(),
         (false, false) => "action needed".to_string(),
     };
-    if !labels.is_empty() {
-        verdict = format!("{verdict}: {labels}");
+    let (actions, notes) = summary(&report.findings);
+    if !actions.is_empty() {
+        verdict = format!("{verdict}: {actions}");
+    }
+    if !notes.is_empty() {
+        verdict = format!("{verdict} (for information: {notes})");
     }
     if !explained.is_empty() {
         verdict = format!("{verdict} ({})", explained.join("; "));
@@ -195,14 +198,18 @@ fn explained_by_rollbacks(findings: &mut Vec<Finding>, decisions: &[Decision]) -
     out
 }
 
-/// The labels of the findings, `healthy` left out (the verdict says it).
-fn summary(findings: &[Finding]) -> String {
-    let labels: Vec<String> = findings
-        .iter()
-        .map(|f| f.label.to_string())
-        .filter(|l| l != "healthy")
-        .collect();
-    labels.join(", ")
+/// The labels of the findings that need action, and of those for information (`healthy` left
+/// out: the verdict says it).
+fn summary(findings: &[Finding]) -> (String, String) {
+    let labels = |actionable: bool| -> String {
+        let l: Vec<String> = findings
+            .iter()
+            .filter(|f| f.label != Label::Healthy && f.actionable() == actionable)
+            .map(|f| f.label.to_string())
+            .collect();
+        l.join(", ")
+    };
+    (labels(true), labels(false))
 }
 
 /// The phases as shaded bands.

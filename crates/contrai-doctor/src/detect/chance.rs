@@ -1,12 +1,25 @@
-//! `stuck_at_chance`: the loss sits at ln K (uniform guessing) and never improves.
+//! `stuck_at_chance`: the model predicts no better than uniform guessing. Seen either on the
+//! main loss (it sits at ln K and never improves) or on validation (its loss stays within a few
+//! per cent of ln K and its accuracy near 1/K for the whole run, whatever the training loss does:
+//! a model that learns nothing that generalises).
 
 use super::{Ctx, finite, rel_drop};
 use crate::finding::{Finding, Label, Severity};
-use crate::series::Series;
+use crate::series::{Point, Series, XUnit};
 use crate::stats::median;
 
-/// Reviews the main loss.
+/// Validation evaluations needed to call a whole run stuck on validation.
+const MIN_VAL_EVALS: usize = 4;
+/// How far (relative) from ln K every validation loss may lie on a run stuck on validation.
+const VAL_TOLERANCE: f64 = 0.05;
+
+/// Reviews the main loss, then validation.
 pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
+    on_main_loss(ctx, loss).or_else(|| on_validation(ctx))
+}
+
+/// The main loss sits at ln K and no point fell clearly below its start.
+fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let pts = finite(ctx.st.points(loss));
     if pts.len() < 10 {
         return None;
@@ -21,35 +34,80 @@ pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
     if rel_drop(start, end) > 0.02 || rel_drop(initial, min) > 0.05 || end <= 0.0 {
         return None;
     }
-    let classes = match ctx.st.hints.num_classes {
-        Some(c) if c >= 2 => c as f64,
-        _ => end.exp().round(),
-    };
-    if !(2.0..=1000.0).contains(&classes) {
-        return None;
-    }
+    let classes = classes(ctx, end)?;
     let chance = classes.ln();
     let dist = (end - chance).abs() / chance;
-    if dist > ctx.cfg.chance_tolerance {
+    if dist > ctx.cfg.chance_tolerance || accuracy_above_chance(ctx, Series::TrainAccuracy, classes, false) {
         return None;
     }
-    // Accuracy, when logged, must also sit near 1/K.
-    let acc = finite(ctx.st.points(Series::TrainAccuracy));
-    if let Some(a) = acc.last()
-        && a.value > 1.5 / classes
-    {
+    Some(finding(pts[0].step, loss, end, classes, dist))
+}
+
+/// Every validation loss within [`VAL_TOLERANCE`] of ln K, and validation accuracy (when logged)
+/// never clearly above 1/K.
+fn on_validation(ctx: &Ctx) -> Option<Finding> {
+    let pts: Vec<Point> = finite(ctx.st.points(Series::ValLoss));
+    if pts.len() < MIN_VAL_EVALS || !long_enough(ctx, &pts) {
         return None;
     }
+    let vals: Vec<f64> = pts.iter().map(|p| p.value).collect();
+    let level = median(&vals)?;
+    let classes = classes(ctx, level)?;
+    let chance = classes.ln();
+    let dist = vals
+        .iter()
+        .map(|v| (v - chance).abs() / chance)
+        .fold(0.0, f64::max);
+    if dist > VAL_TOLERANCE || accuracy_above_chance(ctx, Series::ValAccuracy, classes, true) {
+        return None;
+    }
+    Some(finding(pts[0].step, Series::ValLoss, level, classes, dist))
+}
+
+/// The evaluations span the patience (300 steps, or 3 epochs) and, when the run's length is
+/// known, reach half of it: a run's first evaluations at chance are no verdict on the run.
+fn long_enough(ctx: &Ctx, pts: &[Point]) -> bool {
+    let (first, last) = (pts[0].step as f64, pts[pts.len() - 1].step as f64);
+    let patience = match ctx.st.hints.x_unit {
+        XUnit::Epoch => ctx.cfg.patience_evals as f64,
+        XUnit::Step => ctx.cfg.patience_steps,
+    };
+    let half = ctx.st.hints.total_steps.map_or(0.0, |t| t as f64 / 2.0);
+    last - first >= patience && last >= half
+}
+
+/// K: the run's class count when known, else the one whose ln K the loss sits at.
+fn classes(ctx: &Ctx, level: f64) -> Option<f64> {
+    let k = match ctx.st.hints.num_classes {
+        Some(c) if c >= 2 => c as f64,
+        _ if level > 0.0 => level.exp().round(),
+        _ => return None,
+    };
+    (2.0..=1000.0).contains(&k).then_some(k)
+}
+
+/// Whether the accuracy series (the last point, or any point when `whole`) lies clearly above
+/// 1/K (1.5/K); false when it is not logged.
+fn accuracy_above_chance(ctx: &Ctx, series: Series, classes: f64, whole: bool) -> bool {
+    let acc = finite(ctx.st.points(series));
+    let above = |p: &Point| p.value > 1.5 / classes;
+    match whole {
+        true => acc.iter().any(above),
+        false => acc.last().is_some_and(above),
+    }
+}
+
+fn finding(step: u64, loss: Series, level: f64, classes: f64, dist: f64) -> Finding {
+    let chance = classes.ln();
     let rec = format!(
-        "the loss stays at ln {classes} = {chance:.3} (uniform guessing over {classes} classes): \
+        "the {} stays at ln {classes} = {chance:.3} (uniform guessing over {classes} classes): \
          check that labels match inputs and the loss gets logits; overfit one batch of 32 \
-         first (loss must fall > 90 %), then try the LR x 0.1 and x 10"
+         first (loss must fall > 90 %), then try the LR x 0.1 and x 10",
+        loss.name()
     );
-    Some(
-        Finding::new(Label::StuckAtChance, Severity::Critical, pts[0].step, rec)
-            .with("loss_level", end)
-            .with("ln_k", chance)
-            .with("classes", classes)
-            .with("relative_distance", dist),
-    )
+    Finding::new(Label::StuckAtChance, Severity::Critical, step, rec)
+        .with("loss_level", level)
+        .with("ln_k", chance)
+        .with("classes", classes)
+        .with("relative_distance", dist)
 }

@@ -7,7 +7,7 @@ mod nonfinite;
 mod oscillation;
 mod overfit;
 mod plateau;
-mod spike;
+pub(crate) mod spike;
 
 use crate::doctor::{DoctorConfig, RunState};
 use crate::finding::{Finding, Label, Severity};

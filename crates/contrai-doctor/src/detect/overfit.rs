@@ -1,14 +1,27 @@
 //! `overfitting`: validation has not improved for several evaluations (about 300 steps, in the
-//! log's own eval cadence) while the training loss still falls. Reports the generalisation gap
-//! and Prechelt's GL.
+//! log's own eval cadence) while the training loss still falls; or validation has risen at every
+//! one of its last [`SUSTAINED_RISES`] evaluations while the training loss fell by more than
+//! [`SUSTAINED_TRAIN_FALL`]. Reports the best step, the generalisation gap and Prechelt's GL.
 
 use super::{Ctx, finite, num, rel_drop};
 use crate::finding::{Finding, Label, Severity};
-use crate::series::{Series, XUnit};
+use crate::series::{Point, Series, XUnit};
 use crate::stats::{block_medians, median, median_gap};
+
+/// Consecutive rising evaluations that make a sustained rise.
+pub const SUSTAINED_RISES: usize = 4;
+/// A sustained rise counts from this total relative rise of validation.
+const SUSTAINED_RISE_MIN: f64 = 0.008;
+/// ... while the training loss fell by more than this share since the rise began.
+pub const SUSTAINED_TRAIN_FALL: f64 = 0.2;
 
 /// Reviews the validation and training losses.
 pub fn check(ctx: &Ctx) -> Option<Finding> {
+    past_patience(ctx).or_else(|| sustained_rise(ctx))
+}
+
+/// Validation has not improved for the patience and sits clearly above its best.
+fn past_patience(ctx: &Ctx) -> Option<Finding> {
     let mut val = finite(ctx.st.points(Series::ValLoss));
     if val.len() < 3 {
         return None;
@@ -51,22 +64,100 @@ pub fn check(ctx: &Ctx) -> Option<Finding> {
     if after_med <= best_p.value * (1.0 + 0.01_f64.max(2.0 * noise)) {
         return None;
     }
-    // Training loss still falls after the best eval.
+    let (at_best, at_end, fall) = train_fall_since(ctx, best_p.step)?;
+    if fall < ctx.cfg.train_fall_min {
+        return None;
+    }
+    let start = val[best + 1].step;
+    let last_val = val[val.len() - 1].value;
+    let gl = 100.0 * (last_val / best_p.value - 1.0);
+    let severity = if gl > 10.0 {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let why = format!(
+        "validation has not improved for {since} evals while the training loss fell {:.1} %",
+        100.0 * fall
+    );
+    let f = finding(
+        severity,
+        start,
+        best_p,
+        &why,
+        patience,
+        (at_best, at_end, fall),
+        last_val,
+    );
+    Some(
+        f.with("evals_since_best", since as f64)
+            .with("eval_cadence", cadence),
+    )
+}
+
+/// Validation rose at each of its last [`SUSTAINED_RISES`] evaluations, by
+/// [`SUSTAINED_RISE_MIN`] or more in total and by more than its noise, while the training loss
+/// fell by more than [`SUSTAINED_TRAIN_FALL`] since the best evaluation: a small rise, but a
+/// steady one.
+fn sustained_rise(ctx: &Ctx) -> Option<Finding> {
+    let val = finite(ctx.st.points(Series::ValLoss));
+    if val.len() < SUSTAINED_RISES + 2 {
+        return None;
+    }
+    let from = val.len() - 1 - SUSTAINED_RISES;
+    if !val[from..].windows(2).all(|w| w[1].value > w[0].value) {
+        return None;
+    }
+    let (low, last) = (val[from], val[val.len() - 1]);
+    let rise = last.value / low.value - 1.0;
+    // Noise near the current level: the early descent's curvature is no noise of the rise.
+    let tail = &val[val.len() - (val.len() / 2).max(SUSTAINED_RISES + 2)..];
+    let noise = relative_noise(&tail.iter().map(|p| p.value).collect::<Vec<_>>());
+    if low.value <= 0.0 || rise < SUSTAINED_RISE_MIN.max(3.0 * noise) {
+        return None;
+    }
+    // The best evaluation: the earliest minimum up to the rise's start.
+    let best = val[..=from]
+        .iter()
+        .copied()
+        .reduce(|b, p| if p.value < b.value * (1.0 - 1e-3) { p } else { b })?;
+    let (at_best, at_end, fall) = train_fall_since(ctx, best.step)?;
+    if fall <= SUSTAINED_TRAIN_FALL {
+        return None;
+    }
+    let why = format!(
+        "validation rose at each of the last {SUSTAINED_RISES} evals ({:.1} % in all) while the \
+         training loss fell {:.1} %",
+        100.0 * rise,
+        100.0 * fall
+    );
+    let patience = SUSTAINED_RISES;
+    let f = finding(
+        Severity::Warning,
+        val[from + 1].step,
+        best,
+        &why,
+        patience,
+        (at_best, at_end, fall),
+        last.value,
+    );
+    Some(
+        f.with("sustained_rise", rise)
+            .with("rising_evals", SUSTAINED_RISES as f64),
+    )
+}
+
+/// The training loss's level at `step` and at the end, and its relative fall between them;
+/// `None` with fewer than two training points after `step`, or when the fall is within the
+/// training loss's own log-to-log swing.
+fn train_fall_since(ctx: &Ctx, step: u64) -> Option<(f64, f64, f64)> {
     let train = finite(ctx.st.points(Series::TrainLoss));
-    let before: Vec<f64> = train
-        .iter()
-        .filter(|p| p.step <= best_p.step)
-        .map(|p| p.value)
-        .collect();
-    let later: Vec<f64> = train
-        .iter()
-        .filter(|p| p.step > best_p.step)
-        .map(|p| p.value)
-        .collect();
+    let before: Vec<f64> = train.iter().filter(|p| p.step <= step).map(|p| p.value).collect();
+    let later: Vec<f64> = train.iter().filter(|p| p.step > step).map(|p| p.value).collect();
     if later.len() < 2 {
         return None;
     }
-    // Level at the best eval: the last few training points up to it (or the first after it).
+    // Level at the step: the last few training points up to it (or the first after it).
     let k = (later.len() / 4).clamp(3, 50).min(later.len());
     let at_best = if before.is_empty() {
         median(&later[..k])?
@@ -74,10 +165,6 @@ pub fn check(ctx: &Ctx) -> Option<Finding> {
         median(&before[before.len().saturating_sub(k)..])?
     };
     let at_end = median(&later[later.len() - k..])?;
-    let fall = rel_drop(at_best, at_end);
-    if fall < ctx.cfg.train_fall_min {
-        return None;
-    }
     // The fall must exceed the training loss's own log-to-log swing (else it is noise).
     if at_best > 0.0 && at_end > 0.0 && train.iter().all(|p| p.value > 0.0) {
         let logs: Vec<f64> = train.iter().map(|p| p.value.ln()).collect();
@@ -88,53 +175,59 @@ pub fn check(ctx: &Ctx) -> Option<Finding> {
             return None;
         }
     }
-    let last_val = val[val.len() - 1].value;
-    let gl = 100.0 * (last_val / best_p.value - 1.0);
-    let start = val[best + 1].step;
-    let severity = if gl > 10.0 {
-        Severity::Critical
-    } else {
-        Severity::Warning
-    };
-    let rec = format!(
-        "stop at step {}: the best checkpoint was step {} (val loss {}); validation has not \
-         improved for {} evals while the training loss fell {:.1} %. Resume from step {} with \
-         early stopping (patience {} evals), peak LR x 0.5 and more regularisation (weight decay \
-         0.05-0.1, dropout +0.1), or add data",
-        start,
-        best_p.step,
-        num(best_p.value),
-        since,
-        100.0 * fall,
-        best_p.step,
-        patience
-    );
-    Some(
-        Finding::new(Label::Overfitting, severity, start, rec)
-            .with("best_step", best_p.step as f64)
-            .with("best_val_loss", best_p.value)
-            .with("last_val_loss", last_val)
-            .with("generalisation_loss_gl", gl)
-            .with("generalisation_gap", last_val - at_end)
-            .with("evals_since_best", since as f64)
-            .with("eval_cadence", cadence)
-            .with("train_loss_at_best", at_best)
-            .with("train_loss_last", at_end)
-            .with("train_fall", fall),
-    )
+    Some((at_best, at_end, rel_drop(at_best, at_end)))
 }
 
-/// Relative noise of a series: robust sigma of each point against the mean of its neighbours.
+/// The finding: stop where validation turned, back to the best checkpoint.
+fn finding(
+    severity: Severity,
+    start: u64,
+    best: Point,
+    why: &str,
+    patience: usize,
+    (at_best, at_end, fall): (f64, f64, f64),
+    last_val: f64,
+) -> Finding {
+    let gl = 100.0 * (last_val / best.value - 1.0);
+    let rec = format!(
+        "stop at step {start}: the best checkpoint was step {} (val loss {}); {why}. Resume \
+         from step {} with early stopping (patience {patience} evals), peak LR x 0.5 and more \
+         regularisation (weight decay 0.05-0.1, dropout +0.1), or add data",
+        best.step,
+        num(best.value),
+        best.step,
+    );
+    Finding::new(Label::Overfitting, severity, start, rec)
+        .with("best_step", best.step as f64)
+        .with("best_val_loss", best.value)
+        .with("last_val_loss", last_val)
+        .with("generalisation_loss_gl", gl)
+        .with("generalisation_gap", last_val - at_end)
+        .with("train_loss_at_best", at_best)
+        .with("train_loss_last", at_end)
+        .with("train_fall", fall)
+}
+
+/// Relative noise of a series, as the sigma of one point: the robust spread of its second
+/// differences (a straight trend cancels out), outliers — one bad evaluation, say — left out.
 fn relative_noise(v: &[f64]) -> f64 {
     if v.len() < 5 {
         return 0.0;
     }
     let d: Vec<f64> = v
         .windows(3)
-        .map(|w| {
-            let level = w[1].abs().max(1e-12);
-            (w[1] - 0.5 * (w[0] + w[2])).abs() / level
-        })
+        .map(|w| (w[2] - 2.0 * w[1] + w[0]) / w[1].abs().max(1e-12))
         .collect();
-    median(&d).unwrap_or(0.0) / 0.6745 / 1.2247
+    let spread = |d: &[f64]| -> Option<(f64, f64)> {
+        let m = median(d)?;
+        Some((m, 1.4826 * crate::stats::mad(d, m)))
+    };
+    let Some((m, sigma)) = spread(&d) else { return 0.0 };
+    let kept: Vec<f64> = d
+        .iter()
+        .copied()
+        .filter(|x| sigma == 0.0 || (x - m).abs() <= 3.5 * sigma)
+        .collect();
+    // A second difference carries the noise of three points: variance 6 sigma^2.
+    spread(&kept).map_or(0.0, |(_, s)| s / 6f64.sqrt())
 }

@@ -1,6 +1,8 @@
-//! `loss_spike` and `grad_explode`: robust z-score in log space against the recent history.
+//! `loss_spike` and `grad_explode`: robust z-score in log space against the recent history. At
+//! the run's end, a spike that gradient clipping bounded — the run clips, the spike stood alone
+//! and the training loss went straight back to its level — is settled as information.
 
-use super::{Ctx, num};
+use super::{Ctx, finite, num};
 use crate::finding::{Finding, Label, Severity};
 use crate::series::Series;
 use crate::stats::median_in_place;
@@ -128,4 +130,69 @@ pub fn grad_explode(ctx: &Ctx) -> Option<Finding> {
             .with("ratio_to_median", ratio)
             .with("recent_median", med),
     )
+}
+
+/// Training-loss points compared before and after a spike to tell a lasting rise.
+const SETTLE_WINDOW: usize = 10;
+/// A jump: a training-loss point this many times the median of the 20 before it.
+const JUMP_RATIO: f64 = 10.0;
+/// Jumps a run may have for its spikes to count as batch noise: this share of its loss points
+/// (a hard sample in a small batch at a low loss, every few dozen steps), and two at least.
+const JUMP_SHARE: f64 = 0.02;
+
+/// Settles a spike finding at the run's end: in a run that clips, a spike with no lasting rise
+/// (the loss's median over the next points back within `spike_ratio` of its median before) in
+/// a run whose jumps of [`JUMP_RATIO`] are rare ([`JUMP_SHARE`]) becomes information, its
+/// advice kept for if it recurs more often.
+pub fn settle(ctx: &Ctx, f: &mut Finding) {
+    let Some(clip) = ctx.st.hints.clip_norm else {
+        return;
+    };
+    if !matches!(f.label, Label::LossSpike | Label::GradExplode) || f.severity == Severity::Info {
+        return;
+    }
+    let loss = finite(ctx.st.points(Series::TrainLoss));
+    let Some(at) = loss.iter().position(|p| p.step >= f.step) else {
+        return;
+    };
+    let before: Vec<f64> = loss[at.saturating_sub(2 * SETTLE_WINDOW)..at]
+        .iter()
+        .map(|p| p.value)
+        .collect();
+    let after: Vec<f64> = loss[at + 1..]
+        .iter()
+        .take(SETTLE_WINDOW)
+        .map(|p| p.value)
+        .collect();
+    let (Some(level), Some(then)) = (crate::stats::median(&before), crate::stats::median(&after)) else {
+        return;
+    };
+    let jumps = count_jumps(&loss.iter().map(|p| p.value).collect::<Vec<_>>(), JUMP_RATIO);
+    let allowed = ((JUMP_SHARE * loss.len() as f64) as usize).max(2);
+    if after.len() < SETTLE_WINDOW / 2 || then > level * ctx.cfg.spike_ratio || jumps > allowed {
+        return;
+    }
+    f.severity = Severity::Info;
+    f.recommendation = format!(
+        "a passing spike at step {} ({jumps} jump(s) of {JUMP_RATIO}x in {} loss points, each \
+         gone at once): the run clips the gradient norm at {}, which bounded the update, and the \
+         training loss was back at its level (median {} before, {} after): nothing to do. If \
+         spikes come more often or the loss stays up: {}",
+        f.step,
+        loss.len(),
+        num(clip),
+        num(level),
+        num(then),
+        f.recommendation
+    );
+}
+
+/// Points at least `ratio` times the median of the 20 before them.
+fn count_jumps(values: &[f64], ratio: f64) -> usize {
+    (8..values.len())
+        .filter(|&i| {
+            let m = crate::stats::median(&values[i.saturating_sub(20)..i]).unwrap_or(f64::INFINITY);
+            m > 0.0 && values[i] >= ratio * m
+        })
+        .count()
 }

@@ -275,13 +275,26 @@ fn read_as(path: &Path, fmt: Format) -> Result<Vec<Run>, ReadError> {
 /// Reads every log found under a directory: each TensorBoard folder, trainer_state.json,
 /// JSONL, CSV, MLflow run and Burn artifact root becomes a run. A Contrai run directory is read
 /// through its `metrics.jsonl` alone (its data partitions and decisions are not logs).
+/// A Contrai run's gradient clip (`[main] clip_norm` of the resolved `recipe.toml` it keeps), or
+/// `None` when the directory holds no such recipe or the run does not clip.
+fn recipe_clip_norm(root: &Path) -> Option<f64> {
+    let text = fs::read_to_string(root.join("recipe.toml")).ok()?;
+    let recipe: toml::Table = text.parse().ok()?;
+    let v = recipe.get("main")?.get("clip_norm")?;
+    let clip = v.as_float().or_else(|| v.as_integer().map(|i| i as f64))?;
+    (clip.is_finite() && clip > 0.0).then_some(clip)
+}
+
 fn read_dir(root: &Path) -> Result<Vec<Run>, ReadError> {
     let metrics = root.join("metrics.jsonl");
     if metrics.is_file() {
         let mut runs = read_as(&metrics, Format::Jsonl)?;
-        if let Some(name) = root.file_name() {
-            runs.iter_mut()
-                .for_each(|r| r.name = name.to_string_lossy().into_owned());
+        let clip = recipe_clip_norm(root);
+        for r in &mut runs {
+            if let Some(name) = root.file_name() {
+                r.name = name.to_string_lossy().into_owned();
+            }
+            r.hints.clip_norm = clip;
         }
         return Ok(runs);
     }
