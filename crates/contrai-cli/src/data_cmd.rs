@@ -75,15 +75,18 @@ pub enum DataCommand {
 /// What to read and how to compare texts.
 #[derive(Args)]
 pub struct InputArgs {
-    /// A .jsonl, .csv/.tsv or .parquet file.
+    /// A .jsonl, .csv, .tsv or .parquet file.
     #[arg(required_unless_present = "demo", conflicts_with = "demo")]
     path: Option<PathBuf>,
     /// Use the built-in demo dataset instead of a file.
     #[arg(long)]
     demo: bool,
-    /// The format, when the extension does not tell it.
+    /// The format, when the extension does not tell it: jsonl, csv, tsv or parquet.
     #[arg(long)]
     format: Option<Format>,
+    /// A CSV/TSV file without a header row: its columns' names, in order (e.g. label,text).
+    #[arg(long, value_delimiter = ',')]
+    columns: Vec<String>,
     /// Field holding the text.
     #[arg(long, default_value = "text")]
     text: String,
@@ -110,7 +113,7 @@ impl InputArgs {
             return Ok(demo::generate(DemoConfig::default()).source());
         }
         let path = self.path.clone().context("give a data file or --demo")?;
-        Ok(Source::file(path, self.format)?)
+        Ok(Source::file(path, self.format)?.headerless(&self.columns)?)
     }
 
     fn audit_config(&self) -> AuditConfig {
@@ -177,12 +180,18 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
                 previous: manifest,
             };
             let outcome = split(input.source()?, &out, &cfg, &Bars::default())?;
+            for f in &outcome.leftovers {
+                eprintln!("{}", contrai_data::lock::removed_note(f));
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&outcome.manifest)?);
                 return Ok(ExitCode::SUCCESS);
             }
             print!("{}", outcome.report);
             print_split(&outcome.manifest, &out);
+            if let Some(w) = outcome.manifest.heavy_drop() {
+                eprintln!("\nwarning: {w}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         DataCommand::Demo { out, base, seed } => {

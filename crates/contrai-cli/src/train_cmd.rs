@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use contrai_recipe::Recipe;
 use contrai_run::{FINAL_INT8, FINAL_MODEL, FINAL_STUDENT, RunDir};
-use contrai_train::{Options, Stderr, train};
+use contrai_train::{Options, Stderr, Stop, train};
 
 use crate::progress::Bars;
 
@@ -17,6 +17,10 @@ use crate::progress::Bars;
 /// `model.kind = "mlp"` it trains an MLP on numeric features (the field `data.text` holding a
 /// JSON array of numbers, or numbers separated by commas or spaces), standardised on train.
 ///
+/// Ctrl-C, SIGTERM or SIGUSR1 (what clusters send before they preempt a job) finish the current
+/// step, write a checkpoint of it and exit; `--resume` then continues exactly as if the run had
+/// never stopped. A second Ctrl-C exits at once. One process at a time trains in a run directory.
+///
 /// Example: contrai train spam.toml --data mail.jsonl --out runs
 #[derive(Args)]
 pub struct TrainArgs {
@@ -26,6 +30,14 @@ pub struct TrainArgs {
     /// (overrides the recipe's data.path).
     #[arg(long)]
     data: Option<PathBuf>,
+    /// The data's format when its extension does not tell it: jsonl, csv, tsv or parquet
+    /// (overrides data.format).
+    #[arg(long)]
+    format: Option<contrai_data::Format>,
+    /// A CSV/TSV file without a header row: its columns' names, in order, e.g. label,text
+    /// (overrides data.columns).
+    #[arg(long, value_delimiter = ',')]
+    columns: Vec<String>,
     /// Parent directory of runs (overrides the recipe's run.out); the run is <out>/<run.name>.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -43,6 +55,12 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(d) = &args.data {
         recipe.data.path = d.display().to_string();
     }
+    if args.format.is_some() {
+        recipe.data.format = args.format;
+    }
+    if !args.columns.is_empty() {
+        recipe.data.columns = args.columns.clone();
+    }
     if let Some(o) = &args.out {
         recipe.run.out = o.display().to_string();
     }
@@ -51,9 +69,23 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let opts = Options {
         resume: args.resume,
         progress_bar: true,
+        stop: Stop::on_signals()?,
         ..Options::new(recipe, &run_dir)
     };
     let outcome = train(&opts, &Bars::default(), &Stderr)?;
+    if let Some(s) = &outcome.stopped {
+        eprintln!(
+            "stopped by {} after step {}: checkpoint {} written and verified; continue with\n  contrai train{} --out {} --resume",
+            s.signal.name(),
+            outcome.step,
+            s.checkpoint.display(),
+            args.recipe
+                .as_ref()
+                .map_or(String::new(), |p| format!(" {}", p.display())),
+            PathBuf::from(&opts.recipe.run.out).display()
+        );
+        return Ok(ExitCode::from(s.signal.exit_code()));
+    }
     let planned = outcome.eval.as_ref().map_or(0, |e| e.planned_steps);
     eprintln!(
         "{} steps (of {planned} planned) in {} ({} ms a step, {:.0} ms a checkpoint, effective batch {})",

@@ -102,3 +102,69 @@ fn help_teaches_with_examples() {
         "{s}"
     );
 }
+
+#[test]
+fn split_reads_a_headerless_tsv_with_columns_and_clears_leftovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("SMSSpamCollection");
+    let rows: String = (0..60)
+        .map(|i| {
+            let label = if i % 4 == 0 { "spam" } else { "ham" };
+            format!(
+                "{label}\tmessage {i}: \"quoted\" words {} and more {}\n",
+                i * 37 % 101,
+                i * 13 % 29
+            )
+        })
+        .collect();
+    std::fs::write(&corpus, rows).unwrap();
+    let corpus = corpus.to_str().unwrap();
+    let out = dir.path().join("d");
+    std::fs::create_dir(&out).unwrap();
+    // What a split killed mid-write left, and a file of the user's.
+    std::fs::write(out.join(".contrai-AbC123.tmp"), b"partial").unwrap();
+    std::fs::write(out.join("notes.txt"), b"mine").unwrap();
+
+    let no_format = contrai(&["data", "split", corpus, "--out", out.to_str().unwrap()]);
+    assert_eq!(no_format.status.code(), Some(2));
+    let err = text(&no_format.stderr);
+    assert!(
+        err.contains("without an extension") && err.contains("jsonl, csv, tsv or parquet"),
+        "{err}"
+    );
+
+    let ok = contrai(&[
+        "data",
+        "split",
+        corpus,
+        "--format",
+        "tsv",
+        "--columns",
+        "label,text",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = text(&ok.stderr);
+    assert!(ok.status.success(), "{err}");
+    assert!(
+        err.contains("removed") && err.contains(".contrai-AbC123.tmp"),
+        "{err}"
+    );
+    assert!(!out.join(".contrai-AbC123.tmp").exists());
+    assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"mine");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let total: u64 = manifest["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 60, "the first line is a row");
+    assert_eq!(manifest["format"], "tsv");
+    let train = std::fs::read_to_string(out.join("train.tsv")).unwrap();
+    assert!(
+        train.starts_with("label\ttext\n") && train.contains("\"quoted\""),
+        "{train}"
+    );
+}

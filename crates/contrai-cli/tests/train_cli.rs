@@ -60,3 +60,77 @@ fn train_writes_a_run_directory_and_its_report() {
     let student = std::fs::read_to_string(run.join("final/student-metrics.jsonl")).unwrap();
     assert_eq!(student.lines().count(), 20, "one line a student step");
 }
+
+/// Waits up to a minute for `cond`.
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(t0.elapsed().as_secs() < 60, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_second_process_on_a_training_run_is_refused_and_sigterm_stops_it_with_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("long.toml");
+    // Far more steps than the test lets it run.
+    std::fs::write(
+        &recipe,
+        "[run]\nname = \"long\"\nphases = [\"main\"]\neval_every = 50\ncheckpoint_every = 50\n\n[model]\nvocab = 256\nseq_len = 16\nd_model = 16\nheads = 2\nffn = 32\n\n[main]\nsteps = 1000000\nbatch = 8\n",
+    )
+    .unwrap();
+    let (recipe, out) = (recipe.to_str().unwrap(), dir.path().to_str().unwrap());
+    let mut first = Command::new(env!("CARGO_BIN_EXE_contrai"))
+        .args(["train", recipe, "--out", out])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run = dir.path().join("long");
+    let pid = first.id();
+    wait_for("the first process to train", || {
+        std::fs::read_to_string(run.join("metrics.jsonl")).is_ok_and(|m| m.matches("train_loss").count() >= 3)
+    });
+
+    for args in [
+        vec!["train", recipe, "--out", out, "--resume"],
+        vec!["compress", run.to_str().unwrap()],
+    ] {
+        let second = Command::new(env!("CARGO_BIN_EXE_contrai"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&second.stderr);
+        assert_eq!(second.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("in use by process {pid}")) && err.contains("contrai train"),
+            "{args:?}: {err}"
+        );
+    }
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = first.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(first.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(143), "{err}");
+    assert!(
+        err.contains("stopped by SIGTERM after step") && err.contains("--resume"),
+        "{err}"
+    );
+    // The step it stopped at is the last one logged, and its checkpoint is there.
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let last: serde_json::Value =
+        serde_json::from_str(metrics.lines().rev().find(|l| l.contains("train_loss")).unwrap()).unwrap();
+    let step = last["step"].as_u64().unwrap();
+    let names = [format!("stop-{step:08}"), format!("step-{step:08}")];
+    assert!(
+        names
+            .iter()
+            .any(|n| run.join("checkpoints").join(n).join("SHA256SUMS").is_file()),
+        "no checkpoint of step {step}: {err}"
+    );
+}

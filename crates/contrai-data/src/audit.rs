@@ -7,7 +7,7 @@ use contrai_stats::median;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::index::{Clustering, Index, IndexConfig, Skipped};
+use crate::index::{Clustering, Content, Index, IndexConfig, Skipped};
 use crate::minhash::Banding;
 use crate::progress::Progress;
 use crate::read::{FieldSpec, Source};
@@ -87,6 +87,7 @@ impl Audit {
         let mut report = AuditReport {
             verdict: String::new(),
             problems: Vec::new(),
+            content: self.config.index.content,
             source: self
                 .sources
                 .iter()
@@ -188,13 +189,17 @@ impl Audit {
                 .map(|s| s.id.clone())
                 .collect()
         };
+        let text = self.config.index.content == Content::Text;
         EmptyStats {
             empty: ids(&|w| w == 0),
-            near_empty: ids(&|w| w > 0 && w < NEAR_EMPTY_WORDS),
+            near_empty: ids(&|w| text && w > 0 && w < NEAR_EMPTY_WORDS),
         }
     }
 
     fn lengths(&self) -> LengthStats {
+        if self.config.index.content != Content::Text {
+            return LengthStats::default();
+        }
         let mut words: Vec<u32> = self
             .index
             .samples
@@ -274,6 +279,8 @@ pub struct AuditReport {
     pub verdict: String,
     /// One line a problem found.
     pub problems: Vec<String>,
+    /// What the text field holds (numeric features: duplicates are equal vectors, no text checks).
+    pub content: Content,
     /// The data read.
     pub source: String,
     /// Rows read.
@@ -473,9 +480,12 @@ impl AuditReport {
         }
         let (e, ne) = (self.empty.empty.len(), self.empty.near_empty.len());
         if e + ne > 0 {
-            p.push(format!(
-                "{e} empty and {ne} near-empty texts (under {NEAR_EMPTY_WORDS} words)"
-            ));
+            p.push(match self.content {
+                Content::Text => {
+                    format!("{e} empty and {ne} near-empty texts (under {NEAR_EMPTY_WORDS} words)")
+                }
+                Content::Numeric => format!("{e} samples with no feature value"),
+            });
         }
         if self.missing_text.count > 0 {
             p.push(format!("{} rows have no text value", self.missing_text.count));
@@ -523,17 +533,24 @@ impl fmt::Display for AuditReport {
             self.rows, self.samples, self.source
         )?;
         let b = self.params.banding;
-        writeln!(
-            f,
-            "near-duplicates: MinHash {} × LSH {} bands × {} rows (P(find) = {:.2} at J = {}), {} candidate pairs, {} verified",
-            self.params.num_perm,
-            b.bands,
-            b.rows,
-            self.params.recall_at_threshold,
-            self.params.threshold,
-            self.near.candidate_pairs,
-            self.near.verified_pairs
-        )?;
+        if self.content == Content::Numeric {
+            writeln!(
+                f,
+                "duplicates: equal feature vectors (numeric features: no near-duplicate search)"
+            )?;
+        } else {
+            writeln!(
+                f,
+                "near-duplicates: MinHash {} × LSH {} bands × {} rows (P(find) = {:.2} at J = {}), {} candidate pairs, {} verified",
+                self.params.num_perm,
+                b.bands,
+                b.rows,
+                self.params.recall_at_threshold,
+                self.params.threshold,
+                self.near.candidate_pairs,
+                self.near.verified_pairs
+            )?;
+        }
         if !self.classes.is_empty() {
             let parts: Vec<String> = self
                 .classes
@@ -543,11 +560,13 @@ impl fmt::Display for AuditReport {
             writeln!(f, "classes: {}", parts.join(", "))?;
         }
         let l = &self.length;
-        writeln!(
-            f,
-            "length (words): min {}, median {}, max {}",
-            l.min_words, l.median_words, l.max_words
-        )?;
+        if self.content == Content::Text {
+            writeln!(
+                f,
+                "length (words): min {}, median {}, max {}",
+                l.min_words, l.median_words, l.max_words
+            )?;
+        }
         write_clusters(f, "label conflicts", &self.conflicts.list)?;
         write_clusters(f, "largest duplicate clusters", &self.clusters)?;
         for (what, skips) in [

@@ -14,7 +14,7 @@ pub enum DataError {
         source: std::io::Error,
     },
     /// A directory was given where a data file was expected.
-    #[error("{}: is a directory; give a .jsonl, .csv or .parquet file", path.display())]
+    #[error("{}: is a directory; give a .jsonl, .csv, .tsv or .parquet file", path.display())]
     IsDirectory {
         /// The directory.
         path: PathBuf,
@@ -26,7 +26,7 @@ pub enum DataError {
         path: PathBuf,
     },
     /// The format could not be told from the extension.
-    #[error("{}: cannot tell the format from the extension `{ext}`; pass --format jsonl, csv or parquet", path.display())]
+    #[error("{}: cannot tell the format from {}; pass --format {} (in a recipe: data.format)", path.display(), if ext.is_empty() { "a name without an extension".to_string() } else { format!("the extension `.{ext}`") }, crate::read::FORMATS)]
     UnknownFormat {
         /// The file.
         path: PathBuf,
@@ -73,6 +73,17 @@ pub enum DataError {
         path: PathBuf,
         /// What was wrong.
         message: String,
+    },
+    /// Another process holds the directory's lock.
+    #[error(
+        "{}: in use by {holder}; wait for it to finish, or stop it (Ctrl-C, or `kill` with its pid: a training run writes a checkpoint first)",
+        dir.display()
+    )]
+    Busy {
+        /// The locked directory.
+        dir: PathBuf,
+        /// Who holds it: the process id, its command line and since when, as far as known.
+        holder: String,
     },
     /// The post-write guard found samples shared across partitions.
     #[error(

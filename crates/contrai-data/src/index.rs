@@ -27,9 +27,30 @@ pub const SHINGLE_CACHE: usize = 8 << 20;
 /// Characters kept of each text for reports.
 const SNIPPET_CHARS: usize = 80;
 
+/// What the text field holds, which decides what "the same sample" means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Content {
+    /// Natural-language text: normalised for exact duplicates, shingled for near-duplicates.
+    #[default]
+    Text,
+    /// A vector of numbers (an MLP's features): duplicates are equal vectors; there is no
+    /// near-duplicate search and no text check (emptiness aside).
+    Numeric,
+}
+
+impl Content {
+    fn is_text(&self) -> bool {
+        *self == Content::Text
+    }
+}
+
 /// How near-duplicates are found.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IndexConfig {
+    /// What the text field holds (written into manifests only when not text).
+    #[serde(default, skip_serializing_if = "Content::is_text")]
+    pub content: Content,
     /// Verified Jaccard similarity at or above which two texts are near-duplicates.
     pub threshold: f64,
     /// MinHash functions a signature.
@@ -51,6 +72,7 @@ fn default_cache() -> usize {
 impl Default for IndexConfig {
     fn default() -> Self {
         IndexConfig {
+            content: Content::Text,
             threshold: 0.8,
             num_perm: 256,
             recall_at_threshold: 0.85,
@@ -175,20 +197,37 @@ impl Index {
         let banding = cfg.banding();
         let hasher = MinHasher::new(cfg.num_perm, MINHASH_SEED);
         let mut index = Index {
-            banding: Some(banding),
+            // Numeric samples are compared for equality only.
+            banding: cfg.content.is_text().then_some(banding),
             shingle_cache: Some(Vec::new()),
             cache_limit: cfg.shingle_cache,
             ..Index::default()
         };
         let mut label_ids: HashMap<String, u32> = HashMap::new();
+        let mut failure = None;
         for (tag, source) in sources.iter().enumerate() {
             progress.stage(&format!("hashing {}", source.name()), source.progress_total());
+            let name = source.name();
             for_each_chunk(source, fields, skip_bad, &mut index, progress, |chunk, index| {
-                let hashed: Vec<Hashed> = chunk
+                let hashed: Vec<Result<Hashed>> = chunk
                     .into_par_iter()
-                    .map(|rec| hash_record(rec, tag as u8, cfg, &hasher, banding))
+                    .map(|rec| hash_record(rec, (tag as u8, &name, &fields.text), cfg, &hasher, banding))
                     .collect();
                 for h in hashed {
+                    let h = match h {
+                        Ok(h) => h,
+                        Err(e) if skip_bad => {
+                            index.bad_rows.push(Skipped {
+                                at: name.clone(),
+                                reason: e.to_string(),
+                            });
+                            continue;
+                        }
+                        Err(e) => {
+                            failure.get_or_insert(e);
+                            continue;
+                        }
+                    };
                     let label = h.label.map(|l| {
                         let next = label_ids.len() as u32;
                         *label_ids.entry(l.clone()).or_insert_with(|| {
@@ -202,6 +241,9 @@ impl Index {
                 }
             })?;
             progress.finish();
+            if let Some(e) = failure.take() {
+                return Err(e);
+            }
         }
         Ok(index)
     }
@@ -393,33 +435,54 @@ impl Index {
     }
 }
 
-/// Hashes one record (pass 1).
-fn hash_record(rec: Record, source: u8, cfg: &IndexConfig, hasher: &MinHasher, banding: Banding) -> Hashed {
+/// Hashes one record (pass 1); a numeric sample whose field does not parse is a row error.
+fn hash_record(
+    rec: Record,
+    (source, name, field): (u8, &str, &str),
+    cfg: &IndexConfig,
+    hasher: &MinHasher,
+    banding: Banding,
+) -> Result<Hashed> {
     let text = rec.text.unwrap_or_default();
-    let norm = normalize(&text);
-    let words = word_count(&norm);
-    let shingles = cfg.shingling.shingles(&norm);
-    let keys = if words == 0 {
-        vec![0; banding.bands]
-    } else {
-        banding.keys(&hasher.signature(&shingles))
+    let (content, words, keys, shingles) = match cfg.content {
+        Content::Text => {
+            let norm = normalize(&text);
+            let words = word_count(&norm);
+            let shingles = cfg.shingling.shingles(&norm);
+            let keys = if words == 0 {
+                vec![0; banding.bands]
+            } else {
+                banding.keys(&hasher.signature(&shingles))
+            };
+            (content_hash(&norm), words, keys, shingles)
+        }
+        Content::Numeric => {
+            let values = crate::numeric::parse(&text).map_err(|what| DataError::Row {
+                path: name.into(),
+                line: rec.line,
+                message: format!(
+                    "field `{field}`: {what} (expected numeric features: a JSON array of numbers, or numbers separated by commas or spaces)"
+                ),
+            })?;
+            let hash = crate::numeric::content_hash(&values);
+            (hash, values.len(), Vec::new(), Vec::new())
+        }
     };
-    let snippet = snippet(&text);
-    Hashed {
+    Ok(Hashed {
         sample: Sample {
             id: rec.id,
             line: rec.line,
             source,
             label: None,
-            content: content_hash(&norm),
+            content,
             raw: xxh3_128(text.as_bytes()),
             words: words as u32,
-            snippet,
+            snippet: snippet(&text),
         },
         label: rec.label,
         keys,
         shingles,
-    }
+    })
 }
 
 /// The first words of a text, whitespace collapsed, at most [`SNIPPET_CHARS`] characters.

@@ -6,7 +6,9 @@ pub mod cluster;
 pub mod demo;
 pub mod error;
 pub mod index;
+pub mod lock;
 pub mod minhash;
+pub mod numeric;
 pub mod progress;
 pub mod read;
 pub mod split;
@@ -15,6 +17,7 @@ pub mod write;
 
 pub use audit::{Audit, AuditConfig};
 pub use error::{DataError, Result};
-pub use index::IndexConfig;
+pub use index::{Content, IndexConfig};
+pub use lock::DirLock;
 pub use progress::{Progress, Silent};
 pub use read::{FieldSpec, Format, Source};

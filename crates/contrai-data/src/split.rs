@@ -136,6 +136,46 @@ pub struct Manifest {
     pub guard: Guard,
 }
 
+/// Share of the rows read that a split may leave out before it says so loudly.
+pub const LOUD_DROP_SHARE: f64 = 0.05;
+
+impl Manifest {
+    /// A warning when the split left out more than [`LOUD_DROP_SHARE`] of the rows it read,
+    /// with how many for each reason and the setting that decides it.
+    pub fn heavy_drop(&self) -> Option<String> {
+        let kept: u64 = self.partitions.iter().map(|p| p.count).sum();
+        let left: u64 = self.dropped.values().sum();
+        let read = kept + left;
+        if read == 0 || (left as f64) <= LOUD_DROP_SHARE * read as f64 {
+            return None;
+        }
+        let p = &self.params;
+        let why = |reason: &str| match reason {
+            "conflict" => format!(
+                "in duplicate clusters whose labels disagree (on_label_conflict = {})",
+                p.on_conflict
+            ),
+            "duplicate" => format!("duplicates of a sample kept (dedup = {})", p.dedup),
+            "empty" => "empty".into(),
+            "missing_text" => "without a text value".into(),
+            "bad_rows" => "malformed".into(),
+            other => other.into(),
+        };
+        let reasons: Vec<String> = self
+            .dropped
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| format!("{n} {}", why(r)))
+            .collect();
+        Some(format!(
+            "the split leaves out {left} of the {read} samples read ({:.0} %): {}. Check the duplicate clusters \
+             (`contrai data audit`) before training on what is left",
+            100.0 * left as f64 / read as f64,
+            reasons.join("; ")
+        ))
+    }
+}
+
 /// The parameters recorded in the manifest.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ManifestParams {
@@ -201,6 +241,8 @@ pub struct SplitOutcome {
     pub manifest: Manifest,
     /// The audit of the input.
     pub report: AuditReport,
+    /// Temporary files of an interrupted earlier write into `out`, removed before writing.
+    pub leftovers: Vec<PathBuf>,
 }
 
 /// Why a sample is not written.
@@ -214,6 +256,7 @@ enum Drop {
 /// Splits `source` into `out/{train,val,holdout}.<ext>` and `out/manifest.json`.
 pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progress) -> Result<SplitOutcome> {
     cfg.validate()?;
+    let dir_lock = crate::DirLock::acquire(out)?;
     let lock = cfg.previous.as_deref().map(load_lock).transpose()?;
     let mut sources = vec![source.clone()];
     if let Some(anchor) = lock.as_ref().and_then(|l| l.anchor.clone()) {
@@ -232,6 +275,7 @@ pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progr
     Ok(SplitOutcome {
         manifest,
         report: audit.report(),
+        leftovers: dir_lock.removed().to_vec(),
     })
 }
 
@@ -266,6 +310,7 @@ fn load_lock(path: &Path) -> Result<Lock> {
     let anchor = (file.is_file() && holdout.count > 0).then_some(Source::File {
         path: file,
         format: m.format,
+        columns: None,
     });
     Ok(Lock {
         path: path.to_path_buf(),
@@ -550,9 +595,11 @@ fn guard(
             w.as_ref().map(|w| {
                 (
                     p,
+                    // Read as written: in the input's format, under a header row.
                     Source::File {
                         path: w.file.temp_path().to_path_buf(),
                         format: source.format(),
+                        columns: None,
                     },
                 )
             })

@@ -10,7 +10,11 @@ use parquet::arrow::ArrowWriter;
 use tempfile::NamedTempFile;
 
 use crate::error::{DataError, Result};
-use crate::read::{Format, Raw, Source, header_of, schema_of};
+use crate::read::{Format, Raw, Source, delimiter, header_of, schema_of};
+
+/// The temporary name's start and end: `.contrai-XXXXXX.tmp`.
+const TMP_PREFIX: &str = ".contrai-";
+const TMP_SUFFIX: &str = ".tmp";
 
 /// A file written under a temporary name beside its destination, renamed into place on commit.
 ///
@@ -31,11 +35,12 @@ impl AtomicFile {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|e| DataError::io(dir, e))?;
-        let tmp = tempfile::Builder::new()
-            .prefix(".contrai-")
-            .suffix(".tmp")
-            .tempfile_in(dir)
-            .map_err(|e| DataError::io(dir, e))?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(TMP_PREFIX).suffix(TMP_SUFFIX);
+        // Like any other file: 0666 less the umask (tempfile's default is private, 0600).
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let tmp = builder.tempfile_in(dir).map_err(|e| DataError::io(dir, e))?;
         Ok(AtomicFile { tmp, dest })
     }
 
@@ -76,6 +81,31 @@ impl AtomicFile {
     }
 }
 
+/// Removes the temporary files of [`AtomicFile`]s that were never committed (a writer killed
+/// mid-write) in `dir` and its subdirectories down to `depth` levels; nothing else is touched.
+/// Call it only while holding the directory's [`crate::DirLock`]: a live writer's file looks the
+/// same. Returns the files removed.
+pub fn remove_leftovers(dir: &Path, depth: usize) -> Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(removed);
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else { continue };
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if kind.is_file() && name.starts_with(TMP_PREFIX) && name.ends_with(TMP_SUFFIX) {
+            std::fs::remove_file(&path).map_err(|e| DataError::io(&path, e))?;
+            removed.push(path);
+        } else if kind.is_dir() && depth > 0 {
+            removed.extend(remove_leftovers(&path, depth - 1)?);
+        }
+    }
+    removed.sort();
+    Ok(removed)
+}
+
 /// Writes `bytes` to `dest` atomically.
 pub fn write_atomic(dest: impl Into<PathBuf>, bytes: &[u8]) -> Result<()> {
     let mut f = AtomicFile::create(dest)?;
@@ -88,7 +118,7 @@ pub fn write_atomic(dest: impl Into<PathBuf>, bytes: &[u8]) -> Result<()> {
 pub enum RowWriter {
     /// JSONL lines, unchanged.
     Jsonl(BufWriter<File>, PathBuf),
-    /// CSV records under the source's header.
+    /// CSV or TSV records under the source's header.
     Csv(Box<csv::Writer<File>>, PathBuf),
     /// Parquet with the source's schema; rows of one input batch are gathered and taken at once.
     Parquet {
@@ -107,9 +137,25 @@ impl RowWriter {
         let path = path.to_path_buf();
         Ok(match (source, source.format()) {
             (_, Format::Jsonl) => RowWriter::Jsonl(BufWriter::with_capacity(1 << 20, file), path),
-            (Source::File { path: input, .. }, Format::Csv) => {
-                let (header, delim) = header_of(input)?;
-                let mut w = csv::WriterBuilder::new().delimiter(delim).from_writer(file);
+            (
+                Source::File {
+                    path: input,
+                    format,
+                    columns,
+                },
+                Format::Csv | Format::Tsv,
+            ) => {
+                // A headerless input's rows are written under a header of the names given, so
+                // that the partitions describe themselves. TSV has no quoting to add.
+                let header = header_of(input, *format, columns.as_deref())?;
+                let quote = match format {
+                    Format::Tsv => csv::QuoteStyle::Never,
+                    _ => csv::QuoteStyle::Necessary,
+                };
+                let mut w = csv::WriterBuilder::new()
+                    .delimiter(delimiter(*format))
+                    .quote_style(quote)
+                    .from_writer(file);
                 w.write_record(&header).map_err(|e| csv_error(&path, e))?;
                 RowWriter::Csv(Box::new(w), path)
             }
@@ -206,5 +252,52 @@ fn format_error(path: &Path, e: impl std::fmt::Display) -> DataError {
     DataError::Format {
         path: path.to_path_buf(),
         message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn atomic_files_get_the_same_mode_as_any_other_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain.txt");
+        std::fs::write(&plain, b"x").unwrap();
+        let atomic = dir.path().join("recipe.toml");
+        write_atomic(&atomic, b"x").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&atomic), mode(&plain), "the umask decides, as for any file");
+    }
+
+    #[test]
+    fn leftovers_are_only_our_own_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("data/deep/deeper")).unwrap();
+        let ours = [d.join(".contrai-a1B2c3.tmp"), d.join("data/.contrai-x.tmp")];
+        let theirs = [
+            d.join("notes.tmp"),
+            d.join(".other-x.tmp"),
+            d.join(".contrai-x.tmp.bak"),
+            d.join("train.jsonl"),
+            d.join("data/deep/deeper/.contrai-too-deep.tmp"),
+        ];
+        for p in ours.iter().chain(&theirs) {
+            std::fs::write(p, b"x").unwrap();
+        }
+        // A directory named like a temporary file is not one.
+        std::fs::create_dir(d.join(".contrai-dir.tmp")).unwrap();
+        let removed = remove_leftovers(d, 1).unwrap();
+        assert_eq!(removed, {
+            let mut v = ours.to_vec();
+            v.sort();
+            v
+        });
+        assert!(ours.iter().all(|p| !p.exists()));
+        assert!(theirs.iter().all(|p| p.exists()));
+        assert!(d.join(".contrai-dir.tmp").is_dir());
     }
 }

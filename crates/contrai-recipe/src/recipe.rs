@@ -1,5 +1,6 @@
 //! The recipe: every setting of a run, with defaults, validated before any work.
 
+use contrai_data::Format;
 use serde::{Deserialize, Serialize};
 
 use crate::choice::{Dedup, ModelKind, OnConflict, Phase, PruneSchedule, PruneScope, Quantize};
@@ -77,7 +78,8 @@ impl Default for Run {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Data {
-    /// A JSONL, CSV or Parquet file, or a split directory with a manifest; empty: the built-in demo.
+    /// A JSONL, CSV, TSV or Parquet file, or a split directory with a manifest; empty: the
+    /// built-in demo.
     pub path: String,
     /// Field holding the text.
     pub text: String,
@@ -85,6 +87,13 @@ pub struct Data {
     pub label: String,
     /// Field holding a unique id.
     pub id: String,
+    /// The file's format when its extension does not tell it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
+    /// A CSV/TSV file without a header row: its columns' names, in order (empty: the first line
+    /// names them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub columns: Vec<String>,
     /// Partition shares.
     pub split: Split,
     /// Near-duplicate detection.
@@ -102,6 +111,8 @@ impl Default for Data {
             text: "text".into(),
             label: "label".into(),
             id: "id".into(),
+            format: None,
+            columns: Vec::new(),
             split: Split::default(),
             near_duplicates: NearDuplicates::default(),
             on_label_conflict: OnConflict::Drop,

@@ -28,10 +28,12 @@ keep_last = 3            # checkpoints kept besides the best
 phases = ["validate", "main", "diagnose", "contract", "refine"]   # drop any but main
 
 [data]
-path = ""                # JSONL / CSV / Parquet file, or a split directory; "" = built-in demo
+path = ""                # JSONL / CSV / TSV / Parquet file, or a split directory; "" = built-in demo
 text = "text"            # field holding the text (mlp: numeric features, [1.5, 0, 2] or "1.5 0 2")
 label = "label"          # field holding the label
 id = "id"                # field holding a unique id (line numbers when absent)
+# format = "tsv"         # when the extension does not tell it: jsonl, csv, tsv or parquet
+# columns = ["label", "text"]   # a CSV/TSV file without a header row: its columns' names
 on_label_conflict = "drop"   # duplicate clusters with disagreeing labels: @ON_CONFLICT@
 dedup = "exact"          # duplicates dropped before training: @DEDUP@
 

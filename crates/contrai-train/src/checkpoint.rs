@@ -3,6 +3,12 @@
 //! A checkpoint is written into `checkpoints/.tmp-step-N`, every file fsynced, then renamed to
 //! `checkpoints/step-0000000N` in one step: a kill leaves either the whole checkpoint or none.
 //! `SHA256SUMS` uses `sha256sum`'s format, so `sha256sum -c SHA256SUMS` checks one by hand.
+//!
+//! A run stopped by a signal writes a *stop* checkpoint, `checkpoints/stop-0000000N`, of the step
+//! it stopped at. Resuming starts from it, but no rule of the lifecycle sees it: rollbacks, the
+//! newest-`keep_last` count and the best checkpoints are the scheduled ones (`step-*`) only, so a
+//! run stopped and resumed makes the same decisions as one never stopped. The next scheduled
+//! checkpoint removes it.
 
 use std::fs::File;
 use std::io::Write;
@@ -106,9 +112,32 @@ impl Loaded {
     }
 }
 
-/// The directory name of step `step`.
+/// Why a checkpoint was written, which decides its directory's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// On the lifecycle's schedule (`step-N`): what rollbacks go back to.
+    Scheduled,
+    /// Where a stopped run stopped (`stop-N`): only a resume starts from it.
+    Stop,
+}
+
+impl Kind {
+    fn prefix(self) -> &'static str {
+        match self {
+            Kind::Scheduled => "step-",
+            Kind::Stop => "stop-",
+        }
+    }
+}
+
+/// The directory name of step `step`'s scheduled checkpoint.
 pub fn dir_name(step: u64) -> String {
-    format!("step-{step:08}")
+    kind_dir_name(Kind::Scheduled, step)
+}
+
+/// The directory name of step `step`'s checkpoint of `kind`.
+pub fn kind_dir_name(kind: Kind, step: u64) -> String {
+    format!("{}{step:08}", kind.prefix())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -132,13 +161,14 @@ fn sync_dir(dir: &Path) {
 /// and optimizer; returns its directory.
 pub fn save(
     root: &Path,
+    kind: Kind,
     state: &State,
     model: &[u8],
     optimizer: &[u8],
     extra: &[(&str, &[u8])],
 ) -> Result<PathBuf> {
     std::fs::create_dir_all(root).map_err(|e| TrainError::io(root, e))?;
-    let name = dir_name(state.engine.step);
+    let name = kind_dir_name(kind, state.engine.step);
     let tmp = root.join(format!(".tmp-{name}"));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
@@ -171,15 +201,20 @@ pub fn save(
     Ok(dest)
 }
 
-/// Checkpoints under `root`, oldest first.
+/// Scheduled checkpoints under `root`, oldest first.
 pub fn list(root: &Path) -> Vec<(u64, PathBuf)> {
+    list_kind(root, Kind::Scheduled)
+}
+
+/// Checkpoints of `kind` under `root`, oldest first.
+pub fn list_kind(root: &Path, kind: Kind) -> Vec<(u64, PathBuf)> {
     let mut out: Vec<(u64, PathBuf)> = std::fs::read_dir(root)
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            let step = name.strip_prefix("step-")?.parse::<u64>().ok()?;
+            let step = name.strip_prefix(kind.prefix())?.parse::<u64>().ok()?;
             e.path().is_dir().then_some((step, e.path()))
         })
         .collect();
@@ -243,10 +278,20 @@ pub fn load(dir: &Path) -> Result<Loaded> {
     })
 }
 
-/// The newest checkpoint that passes its sums; each one skipped is reported through `warn` and
-/// renamed `*.corrupt` so that the step can be written again.
-pub fn load_latest(root: &Path, warn: &mut dyn FnMut(String)) -> Result<Option<Loaded>> {
-    for (_, dir) in list(root).into_iter().rev() {
+/// The newest checkpoint of `kinds` that passes its sums (a scheduled one before a stop one of
+/// the same step); each one skipped is reported through `warn` and renamed `*.corrupt` so that the
+/// step can be written again.
+pub fn load_latest(root: &Path, kinds: &[Kind], warn: &mut dyn FnMut(String)) -> Result<Option<Loaded>> {
+    let mut all: Vec<(u64, bool, PathBuf)> = kinds
+        .iter()
+        .flat_map(|&k| {
+            list_kind(root, k)
+                .into_iter()
+                .map(move |(s, d)| (s, k == Kind::Scheduled, d))
+        })
+        .collect();
+    all.sort();
+    for (_, _, dir) in all.into_iter().rev() {
         match load(&dir) {
             Ok(l) => return Ok(Some(l)),
             Err(e) => {
@@ -265,7 +310,7 @@ pub fn load_latest(root: &Path, warn: &mut dyn FnMut(String)) -> Result<Option<L
 
 /// Removes checkpoints newer than `step` (a resume replays them) and leftover temporaries.
 pub fn discard_after(root: &Path, step: u64) -> Result<()> {
-    for (s, dir) in list(root) {
+    for (s, dir) in list(root).into_iter().chain(list_kind(root, Kind::Stop)) {
         if s > step {
             std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
         }
@@ -278,9 +323,12 @@ pub fn discard_after(root: &Path, step: u64) -> Result<()> {
     Ok(())
 }
 
-/// Keeps the newest `keep_last` checkpoints and those of the steps in `keep` (the best ones);
-/// removes the rest.
+/// Keeps the newest `keep_last` scheduled checkpoints and those of the steps in `keep` (the best
+/// ones); removes the rest, and every stop checkpoint (a scheduled one has just superseded it).
 pub fn prune(root: &Path, keep_last: usize, keep: &[u64]) -> Result<()> {
+    for (_, dir) in list_kind(root, Kind::Stop) {
+        std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+    }
     let all = list(root);
     let cut = all.len().saturating_sub(keep_last);
     for (step, dir) in &all[..cut] {

@@ -81,6 +81,14 @@ struct Source {
 
 /// Makes the variants `opts` asks for from `run`'s best checkpoint and measures them.
 pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<CompressReport> {
+    // One writer per run: not while it trains, not two at once (a missing run is `open`'s error).
+    let lock = run
+        .is_dir()
+        .then(|| contrai_data::DirLock::acquire(run))
+        .transpose()?;
+    for f in lock.iter().flat_map(|l| l.removed()) {
+        log.warn(&contrai_data::lock::removed_note(f));
+    }
     let src = open(run, opts.step, log)?;
     if opts.heads && src.model.transformer().is_none() {
         return Err(TrainError::Unsupported(format!(
@@ -286,11 +294,15 @@ fn open(run: &Path, step: Option<u64>, log: &dyn Log) -> Result<Source> {
 
 /// The checkpoint of `step`, or the run's best (the newest when it names none).
 fn source_checkpoint(root: &Path, step: Option<u64>, log: &dyn Log) -> Result<Loaded> {
-    let latest =
-        checkpoint::load_latest(root, &mut |w| log.warn(&w))?.ok_or_else(|| TrainError::Corrupt {
-            path: root.to_path_buf(),
-            message: "holds no valid checkpoint".into(),
-        })?;
+    let latest = checkpoint::load_latest(
+        root,
+        &[checkpoint::Kind::Scheduled, checkpoint::Kind::Stop],
+        &mut |w| log.warn(&w),
+    )?
+    .ok_or_else(|| TrainError::Corrupt {
+        path: root.to_path_buf(),
+        message: "holds no valid checkpoint".into(),
+    })?;
     let want = step.or(latest.state.conductor.best.map(|b| b.0));
     match want {
         Some(s) if s != latest.state.engine.step => {

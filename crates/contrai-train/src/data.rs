@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use contrai_data::split::{Manifest, SplitConfig, split};
-use contrai_data::{AuditConfig, FieldSpec, Format, IndexConfig, Progress, Source};
-use contrai_recipe::Recipe;
+use contrai_data::{AuditConfig, Content, FieldSpec, Format, IndexConfig, Progress, Source};
+use contrai_recipe::{ModelKind, Recipe};
 
 use crate::error::{Result, TrainError};
 
@@ -98,6 +98,10 @@ pub fn split_config(recipe: &Recipe) -> SplitConfig {
         dedup: d.dedup,
         audit: AuditConfig {
             index: IndexConfig {
+                content: match recipe.model.kind {
+                    ModelKind::Mlp => Content::Numeric,
+                    _ => Content::Text,
+                },
                 threshold: d.near_duplicates.threshold,
                 ..IndexConfig::default()
             },
@@ -131,7 +135,7 @@ pub fn prepare(recipe: &Recipe, run_dir: &Path, progress: &dyn Progress, reuse: 
         let source = if recipe.data.path.is_empty() {
             contrai_data::demo::generate(contrai_data::demo::DemoConfig::default()).source()
         } else {
-            Source::file(&given, None)?
+            Source::file(&given, recipe.data.format)?.headerless(&recipe.data.columns)?
         };
         split(source, &own, &split_config(recipe), progress)?;
         own
@@ -230,14 +234,23 @@ fn read_manifest(dir: &Path) -> Result<Manifest> {
     })
 }
 
-/// Reads one partition file; every row needs a text and a label.
+/// Reads one partition file; every row needs a text and a label. Rows are numbered when the
+/// partition has no id field (a split of input without ids).
 fn read_partition(path: &Path, format: Format, fields: &FieldSpec) -> Result<Samples> {
     let source = Source::File {
         path: path.to_path_buf(),
         format,
+        columns: None,
+    };
+    let records = match source.records(fields) {
+        Err(contrai_data::DataError::MissingField { role: "id", .. }) => source.records(&FieldSpec {
+            id: None,
+            ..fields.clone()
+        }),
+        other => other,
     };
     let mut out = Samples::default();
-    for rec in source.records(fields)? {
+    for rec in records? {
         let rec = rec?;
         let label = rec.label.ok_or_else(|| {
             TrainError::BadData(format!(

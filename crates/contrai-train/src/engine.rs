@@ -17,7 +17,7 @@ use contrai_recipe::{Phase, Recipe};
 use contrai_run::{EvalRow, FinalEval, MetricsRow, RunDir, SparsityRow, TrainRow, ValidateRow, Variant};
 
 use crate::batch::{Batcher, Cursor};
-use crate::checkpoint::{self, Loaded};
+use crate::checkpoint::{self, Kind, Loaded};
 use crate::distill::Fitted;
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
@@ -32,6 +32,10 @@ use crate::step::{clip_grads, grad_norm, optimizer, step_grads};
 /// Runs (or resumes) the recipe's lifecycle in `opts.run_dir`.
 pub fn train(opts: &Options, data_progress: &dyn Progress, log: &dyn Log) -> Result<Outcome> {
     let run = RunDir::new(&opts.run_dir);
+    let lock = contrai_data::DirLock::acquire(run.path())?;
+    for f in lock.removed() {
+        log.warn(&contrai_data::lock::removed_note(f));
+    }
     if opts.resume && run.is_finished() {
         return Engine::already_finished(opts, &run, log);
     }
@@ -45,6 +49,9 @@ pub fn train(opts: &Options, data_progress: &dyn Progress, log: &dyn Log) -> Res
         let observation = match turn.request {
             Request::Train(_) if engine.step >= opts.stop_after.unwrap_or(u64::MAX) => {
                 return Ok(engine.outcome(None));
+            }
+            Request::Train(_) if let Some(signal) = opts.stop.requested() => {
+                return engine.stop(signal, conductor.state().clone());
             }
             Request::Train(plan) => engine.train_step(plan)?,
             Request::Finish(summary) => return engine.finish(*summary),
@@ -151,7 +158,9 @@ impl<'a> Engine<'a> {
         let model = Classifier::new(&recipe.model, classes, width, recipe.run.seed, &device)?;
         let run = RunDir::new(&opts.run_dir);
         let loaded = match opts.resume {
-            true => checkpoint::load_latest(&run.checkpoints(), &mut |w| log.warn(&w))?,
+            true => checkpoint::load_latest(&run.checkpoints(), &[Kind::Scheduled, Kind::Stop], &mut |w| {
+                log.warn(&w)
+            })?,
             false => None,
         };
         if opts.resume && loaded.is_none() && run.metrics().metadata().is_ok_and(|m| m.len() > 0) {
@@ -559,7 +568,19 @@ impl<'a> Engine<'a> {
                 0.0
             },
             effective_batch: self.recipe.main.effective_batch(),
+            stopped: None,
         }
+    }
+
+    /// Stops before the next step on `signal`'s request: the step's checkpoint written (unless
+    /// the schedule just wrote it), the bar cleared.
+    fn stop(&mut self, signal: crate::Signal, conductor: contrai_lifecycle::State) -> Result<Outcome> {
+        let checkpoint = self.stop_checkpoint(conductor)?;
+        self.journal.finish_bar();
+        Ok(Outcome {
+            stopped: Some(crate::Stopped { signal, checkpoint }),
+            ..self.outcome(None)
+        })
     }
 
     /// A resumed run that had already finished: its evaluation, nothing changed.
@@ -579,6 +600,7 @@ impl<'a> Engine<'a> {
             ms_per_step: 0.0,
             ms_per_checkpoint: 0.0,
             effective_batch: recipe.main.effective_batch(),
+            stopped: None,
         })
     }
 }

@@ -27,19 +27,8 @@ pub struct Scaler {
     pub std: Vec<f32>,
 }
 
-/// The numbers in one sample's feature text.
-pub fn parse(text: &str) -> std::result::Result<Vec<f32>, String> {
-    let inner = text.trim().trim_start_matches('[').trim_end_matches(']');
-    inner
-        .split(|c: char| c == ',' || c == ';' || c.is_whitespace())
-        .filter(|t| !t.is_empty())
-        .map(|t| match t.parse::<f32>() {
-            Ok(v) if v.is_finite() => Ok(v),
-            Ok(_) => Err(format!("`{t}` is not finite")),
-            Err(_) => Err(format!("`{t}` is not a number")),
-        })
-        .collect()
-}
+/// The numbers in one sample's feature text (the data stage reads them the same way).
+pub use contrai_data::numeric::parse;
 
 /// Every sample's features, checked to have `dim` numbers (the first sample's count when `None`).
 pub fn rows(samples: &Samples, dim: Option<usize>, part: &str, field: &str) -> Result<Vec<Vec<f32>>> {

@@ -33,8 +33,10 @@ pub mod prune;
 pub mod quantize;
 pub mod setup;
 pub mod step;
+pub mod stop;
 pub mod tokenizer;
 
 pub use engine::train;
 pub use error::{Result, TrainError};
-pub use options::{Log, Options, Outcome, Stderr};
+pub use options::{Log, Options, Outcome, Stderr, Stopped};
+pub use stop::{Signal, Stop};

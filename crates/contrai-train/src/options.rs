@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use contrai_recipe::Recipe;
 use contrai_run::FinalEval;
 
+use crate::stop::{Signal, Stop};
+
 /// Where messages go (the CLI prints them; tests collect them).
 pub trait Log {
     /// A progress line.
@@ -39,6 +41,8 @@ pub struct Options {
     pub stop_after: Option<u64>,
     /// Draw a progress bar on stderr (hidden anyway when stderr is not a terminal).
     pub progress_bar: bool,
+    /// Stop cleanly when this is requested (a checkpoint of the step it stops at is written).
+    pub stop: Stop,
     /// Test hook: poison the loss of this global step (1-based) with NaN, once per process, to
     /// exercise the non-finite guard.
     pub inject_nonfinite_at: Option<u64>,
@@ -53,6 +57,7 @@ impl Options {
             resume: false,
             stop_after: None,
             progress_bar: false,
+            stop: Stop::new(),
             inject_nonfinite_at: None,
         }
     }
@@ -65,7 +70,7 @@ pub struct Outcome {
     pub run_dir: PathBuf,
     /// Steps done.
     pub step: u64,
-    /// Whether the run finished (false after `stop_after`).
+    /// Whether the run finished (false after `stop_after` or a stop).
     pub finished: bool,
     /// The step resumed from, if any.
     pub resumed_from: Option<u64>,
@@ -77,4 +82,15 @@ pub struct Outcome {
     pub ms_per_checkpoint: f64,
     /// Effective batch.
     pub effective_batch: usize,
+    /// Why and where the run stopped before its end, when it was asked to.
+    pub stopped: Option<Stopped>,
+}
+
+/// A run stopped on request: `--resume` continues it from `checkpoint`.
+#[derive(Debug, Clone)]
+pub struct Stopped {
+    /// What asked it to stop.
+    pub signal: Signal,
+    /// The checkpoint of the step it stopped at.
+    pub checkpoint: PathBuf,
 }

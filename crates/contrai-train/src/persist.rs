@@ -2,12 +2,13 @@
 //! conductor's state), restored (weights only, or everything), and the round trip that proves
 //! the format before main.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use contrai_lifecycle::{Observation, RestorePoint, RestoreScope};
 use contrai_recipe::Phase;
 
-use crate::checkpoint::{self, FORMAT, MASKS, State};
+use crate::checkpoint::{self, FORMAT, Kind, MASKS, State};
 use crate::engine::Engine;
 use crate::error::{Result, TrainError, record_err};
 use crate::quantize::record_bytes;
@@ -17,6 +18,27 @@ impl Engine<'_> {
     /// newest `run.keep_last` and the steps in `keep` kept).
     pub(crate) fn checkpoint(&mut self, conductor: contrai_lifecycle::State, keep: &[u64]) -> Result<()> {
         let t = Instant::now();
+        self.save_checkpoint(Kind::Scheduled, conductor)?;
+        checkpoint::prune(&self.run.checkpoints(), self.recipe.run.keep_last as usize, keep)?;
+        self.checkpoint_timed(t);
+        Ok(())
+    }
+
+    /// The checkpoint a stopped run resumes from: this step's scheduled one when it was just
+    /// written, else a stop checkpoint holding `conductor`, verified by reading it back.
+    pub(crate) fn stop_checkpoint(&mut self, conductor: contrai_lifecycle::State) -> Result<PathBuf> {
+        let root = self.run.checkpoints();
+        let scheduled = root.join(checkpoint::dir_name(self.step));
+        if checkpoint::load(&scheduled).is_ok_and(|l| l.state.conductor == conductor) {
+            return Ok(scheduled);
+        }
+        let dir = self.save_checkpoint(Kind::Stop, conductor)?;
+        checkpoint::load(&dir)?;
+        Ok(dir)
+    }
+
+    /// Writes this step's checkpoint of `kind`; returns its directory.
+    fn save_checkpoint(&mut self, kind: Kind, conductor: contrai_lifecycle::State) -> Result<PathBuf> {
         if conductor.step != self.step {
             return Err(contrai_lifecycle::ConductorError::Protocol(format!(
                 "a checkpoint of step {} asked at step {}",
@@ -36,10 +58,7 @@ impl Engine<'_> {
             false => serde_json::to_vec(&self.net.masks).map_err(|e| record_err(&root, e))?,
         };
         let extra: &[(&str, &[u8])] = if masks.is_empty() { &[] } else { &[(MASKS, &masks)] };
-        checkpoint::save(&root, &state, &model, &optim, extra)?;
-        checkpoint::prune(&root, self.recipe.run.keep_last as usize, keep)?;
-        self.checkpoint_timed(t);
-        Ok(())
+        checkpoint::save(&root, kind, &state, &model, &optim, extra)
     }
 
     /// The model's and the optimizer's records as bytes (`path` names them in errors).
@@ -55,7 +74,7 @@ impl Engine<'_> {
         let l = match to {
             RestorePoint::Latest => {
                 let journal = &self.journal;
-                checkpoint::load_latest(&root, &mut |w| journal.warn(&w))?
+                checkpoint::load_latest(&root, &[Kind::Scheduled], &mut |w| journal.warn(&w))?
                     .ok_or_else(|| TrainError::Diverged("no checkpoint to roll back to".into()))?
             }
             RestorePoint::Step(step) => checkpoint::load(&root.join(checkpoint::dir_name(step)))?,
@@ -91,7 +110,7 @@ impl Engine<'_> {
             engine: self.engine_state((0, 0)),
             conductor: contrai_lifecycle::State::fresh(Phase::Main),
         };
-        let dir = checkpoint::save(&scratch, &state, &model, &optim, &[])?;
+        let dir = checkpoint::save(&scratch, Kind::Scheduled, &state, &model, &optim, &[])?;
         let back = checkpoint::load(&dir)?;
         let before = self.probe_logits();
         self.load(back, false)?;

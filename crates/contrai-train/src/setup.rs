@@ -64,6 +64,9 @@ impl Setup {
             contrai_data::write::write_atomic(run.recipe(), recipe.to_toml().as_bytes())?;
         }
         let mut prepared = data::prepare(&recipe, run.path(), data_progress, reuse)?;
+        if let Some(w) = prepared.manifest.heavy_drop().filter(|_| !reuse) {
+            log.warn(&w);
+        }
         let enc_path = run.path().join(Encoder::file_name(&recipe));
         let encoder = if reuse && enc_path.is_file() {
             Encoder::load(&recipe, run.path())?

@@ -42,6 +42,14 @@ fn the_default_reaches_the_stated_holdout_accuracy() {
     assert_eq!(phases("metrics.jsonl"), all);
     assert_eq!(phases("decisions.jsonl"), all);
     compare_with_golden(&run);
+    // A newcomer's first report: nothing in this run needs action, so no banner says it does.
+    let html = contrai_report::render(&run, None).unwrap();
+    let verdict = html.split("class=\"verdict").nth(1).expect("a verdict line");
+    let verdict = &verdict[..verdict.find("</p>").unwrap()];
+    assert!(
+        verdict.contains(">healthy") && !verdict.contains("action needed"),
+        "{verdict}"
+    );
     let e = out.eval.unwrap();
     eprintln!(
         "default: holdout accuracy {:.4} on {} samples, {:.0} ms a step",

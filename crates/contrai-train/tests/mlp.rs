@@ -77,6 +77,17 @@ fn an_mlp_trains_through_all_phases_on_numeric_features() {
         eval.holdout_accuracy
     );
     assert_eq!(eval.holdout_reads, 1);
+    // The data stage compared the vectors as numbers: a clean set loses nothing.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("data/manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["params"]["index"]["content"], "numeric");
+    let dropped: u64 = manifest["dropped"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(dropped, 0, "{}", manifest["dropped"]);
     let scaler: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run.join("final/features.json")).unwrap()).unwrap();
     assert_eq!(scaler["dim"], 8);

@@ -1,6 +1,7 @@
 //! Exact resume: a lifecycle run SIGKILLed at random moments (in any phase, across phase
 //! boundaries) and resumed writes the same metrics.jsonl and decisions.jsonl as one never
-//! interrupted; a corrupt newest checkpoint falls back to the previous one.
+//! interrupted; so does one stopped by SIGTERM (a stop checkpoint of the step it stopped at); a
+//! corrupt newest checkpoint falls back to the previous one.
 
 mod common;
 
@@ -15,6 +16,8 @@ use contrai_train::{Options, train};
 const STEPS: u64 = 40;
 const WORKER_DIR: &str = "CONTRAI_TEST_WORKER_RUN";
 const WORKER_DATA: &str = "CONTRAI_TEST_WORKER_DATA";
+/// Set: the worker stops on SIGTERM as `contrai train` does, and says where it stopped.
+const WORKER_SIGNALS: &str = "CONTRAI_TEST_WORKER_SIGNALS";
 
 /// The tiny recipe, made slow enough (tens of ms a step) for kills to land mid-run.
 fn recipe(data: &Path) -> contrai_recipe::Recipe {
@@ -36,21 +39,31 @@ fn lifecycle(data: &Path) -> contrai_recipe::Recipe {
     r
 }
 
-fn run_to_end(data: &Path, run: &Path, resume: bool) -> contrai_train::Outcome {
+fn run_to_end(data: &Path, run: &Path, resume: bool, stop: contrai_train::Stop) -> contrai_train::Outcome {
     let opts = Options {
         resume,
+        stop,
         ..Options::new(lifecycle(data), run)
     };
     train(&opts, &Silent, &Collect::default()).unwrap()
 }
 
-/// Not a test on its own: the child process the kill test starts (and SIGKILLs).
+/// Not a test on its own: the child process the kill tests start (and SIGKILL or SIGTERM).
 #[test]
 fn worker_entry() {
     let (Some(run), Some(data)) = (std::env::var_os(WORKER_DIR), std::env::var_os(WORKER_DATA)) else {
         return;
     };
-    run_to_end(Path::new(&data), Path::new(&run), true);
+    let signals = std::env::var_os(WORKER_SIGNALS).is_some();
+    let stop = match signals {
+        true => contrai_train::Stop::on_signals().unwrap(),
+        false => contrai_train::Stop::new(),
+    };
+    let out = run_to_end(Path::new(&data), Path::new(&run), true, stop);
+    if let Some(s) = out.stopped {
+        let note = format!("{} {}", out.step, s.checkpoint.display());
+        std::fs::write(Path::new(&run).join("stopped-at.txt"), note).unwrap();
+    }
 }
 
 fn train_rows(run: &Path) -> u64 {
@@ -63,26 +76,25 @@ fn train_rows(run: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-fn spawn_worker(run: &Path, data: &Path) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["worker_entry", "--exact", "--nocapture", "--test-threads=1"])
+fn spawn_worker(run: &Path, data: &Path, signals: bool) -> std::process::Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["worker_entry", "--exact", "--nocapture", "--test-threads=1"])
         .env(WORKER_DIR, run)
         .env(WORKER_DATA, data)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+        .stderr(Stdio::null());
+    if signals {
+        cmd.env(WORKER_SIGNALS, "1");
+    }
+    cmd.spawn().unwrap()
 }
 
-#[test]
-fn sigkill_at_random_steps_then_resume_matches_an_uninterrupted_run() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = demo_file(tmp.path(), 300);
-    let reference: PathBuf = tmp.path().join("reference");
-    let out = run_to_end(&data, &reference, false);
+/// A reference run of every phase in `tmp/reference`: its metrics and its train rows.
+fn reference(tmp: &Path, data: &Path) -> (PathBuf, Vec<String>, u64) {
+    let reference: PathBuf = tmp.join("reference");
+    let out = run_to_end(data, &reference, false, contrai_train::Stop::new());
     assert!(out.finished);
     let expected = metrics_of(&reference);
-    let total = train_rows(&reference);
     let phases: Vec<&str> = ["main", "contract", "refine"]
         .into_iter()
         .filter(|p| expected.iter().any(|r| r.contains(&format!("\"phase\":\"{p}\""))))
@@ -92,57 +104,134 @@ fn sigkill_at_random_steps_then_resume_matches_an_uninterrupted_run() {
         ["main", "contract", "refine"],
         "the reference runs every phase"
     );
+    let total = train_rows(&reference);
+    (reference, expected, total)
+}
 
-    let run = tmp.path().join("killed");
+/// Random targets (in train rows) for three interruptions, from the clock.
+fn targets() -> impl FnMut(u64, u64) -> u64 {
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
     let mut x = u64::from(nanos) | 1;
-    let mut kills = Vec::new();
-    for _ in 0..3 {
+    move |done, total| {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let target = (train_rows(&run) + 2 + x % 20).min(total - 2);
-        let mut child = spawn_worker(&run, &data);
-        let t0 = Instant::now();
-        while train_rows(&run) < target && t0.elapsed() < Duration::from_secs(120) {
-            if child.try_wait().unwrap().is_some() {
-                break;
-            }
+        (done + 2 + x % 20).min(total - 2)
+    }
+}
+
+/// Starts a worker and interrupts it (`interrupt`) once `run` has `target` train rows.
+fn interrupt_at(run: &Path, data: &Path, target: u64, signals: bool) {
+    let mut child = spawn_worker(run, data, signals);
+    let t0 = Instant::now();
+    while train_rows(run) < target && t0.elapsed() < Duration::from_secs(120) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if signals {
+        // Its handlers are in place once it holds the run's lock.
+        let me = format!("pid {}\n", child.id());
+        while !std::fs::read_to_string(run.join(".contrai.lock")).is_ok_and(|l| l.starts_with(&me))
+            && child.try_wait().unwrap().is_none()
+        {
             std::thread::sleep(Duration::from_millis(5));
         }
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        assert!(status.success(), "a stopped worker exits normally ({status})");
+    } else {
         child.kill().ok(); // SIGKILL
         child.wait().unwrap();
-        kills.push(train_rows(&run));
     }
-    let status = spawn_worker(&run, &data).wait().unwrap();
+}
+
+/// The interrupted run, resumed to its end, equals the reference: metrics, decisions, weights.
+fn assert_resumed_equal(run: &Path, data: &Path, reference: &Path, expected: &[String], stops: &[u64]) {
+    let status = spawn_worker(run, data, false).wait().unwrap();
     assert!(
         status.success(),
-        "the resumed worker failed (kills after steps {kills:?})"
+        "the resumed worker failed (stops after steps {stops:?})"
     );
-    let got = metrics_of(&run);
-    assert_eq!(got.len(), expected.len(), "kills after steps {kills:?}");
-    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
-        assert_eq!(g, e, "row {i} differs (kills after steps {kills:?})");
+    let got = metrics_of(run);
+    assert_eq!(got.len(), expected.len(), "stops after steps {stops:?}");
+    for (i, (g, e)) in got.iter().zip(expected).enumerate() {
+        assert_eq!(g, e, "row {i} differs (stops after steps {stops:?})");
     }
     let decisions = |r: &Path| std::fs::read_to_string(r.join("decisions.jsonl")).unwrap();
     assert_eq!(
-        decisions(&run),
-        decisions(&reference),
-        "kills after steps {kills:?}"
-    );
-    assert!(
-        kills.windows(2).all(|w| w[0] <= w[1]) && kills[0] < total,
-        "kills after steps {kills:?}"
+        decisions(run),
+        decisions(reference),
+        "stops after steps {stops:?}"
     );
     let a = safetensors(&reference.join("final/model.safetensors"));
     assert!(
         a == safetensors(&run.join("final/model.safetensors")),
-        "final weights differ"
+        "final weights differ (stops after steps {stops:?})"
     );
+}
+
+#[test]
+fn sigkill_at_random_steps_then_resume_matches_an_uninterrupted_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 300);
+    let (reference, expected, total) = reference(tmp.path(), &data);
+    let run = tmp.path().join("killed");
+    let mut next = targets();
+    let mut kills = Vec::new();
+    for _ in 0..3 {
+        interrupt_at(&run, &data, next(train_rows(&run), total), false);
+        kills.push(train_rows(&run));
+    }
+    assert!(
+        kills.windows(2).all(|w| w[0] <= w[1]) && kills[0] < total,
+        "kills after steps {kills:?}"
+    );
+    assert_resumed_equal(&run, &data, &reference, &expected, &kills);
     eprintln!("killed after steps {kills:?}; resumed run identical");
+}
+
+#[test]
+fn sigterm_at_random_steps_checkpoints_where_it_stops_and_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 300);
+    let (reference, expected, total) = reference(tmp.path(), &data);
+    let run = tmp.path().join("stopped");
+    let note = run.join("stopped-at.txt");
+    let mut next = targets();
+    let mut stops = Vec::new();
+    for _ in 0..3 {
+        let _ = std::fs::remove_file(&note);
+        interrupt_at(&run, &data, next(train_rows(&run), total), true);
+        let Ok(text) = std::fs::read_to_string(&note) else {
+            continue; // the signal came after the last step: the run finished
+        };
+        let (step, dir) = text.split_once(' ').unwrap();
+        let step: u64 = step.parse().unwrap();
+        // Nothing trained is lost: the checkpoint holds the last step logged.
+        let last = std::fs::read_to_string(run.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .rev()
+            .find(|l| l.contains("train_loss"))
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                    .as_u64()
+                    .unwrap()
+            });
+        assert_eq!(last, Some(step), "{text}");
+        assert!(dir.ends_with(&format!("{step:08}")), "{text}");
+        contrai_train::checkpoint::load(Path::new(dir)).unwrap();
+        stops.push(step);
+    }
+    assert!(!stops.is_empty(), "no SIGTERM landed mid-run");
+    assert_resumed_equal(&run, &data, &reference, &expected, &stops);
+    eprintln!("stopped after steps {stops:?}; resumed run identical");
 }
 
 #[test]

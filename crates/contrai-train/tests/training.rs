@@ -242,6 +242,43 @@ fn split_into(data: &Path, dir: &Path) {
 }
 
 #[test]
+fn a_headerless_tsv_is_read_with_the_recipes_columns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 200);
+    // The same rows as `label<TAB>text` lines, no header, no extension (a TSV field holds no
+    // tab: the texts' tabs become spaces, in the JSONL reference too).
+    let tsv = tmp.path().join("reviews");
+    let (mut lines, mut json) = (String::new(), String::new());
+    for l in std::fs::read_to_string(&data).unwrap().lines() {
+        let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let text = v["text"].as_str().unwrap().replace('\t', " ");
+        lines.push_str(&format!("{}\t{text}\n", v["label"].as_str().unwrap()));
+        v["text"] = text.into();
+        json.push_str(&format!("{v}\n"));
+    }
+    std::fs::write(&tsv, lines).unwrap();
+    std::fs::write(&data, json).unwrap();
+    let recipe = contrai_recipe::Recipe::parse(
+        &format!(
+            "[data]\npath = \"{}\"\nformat = \"tsv\"\ncolumns = [\"label\", \"text\"]\n",
+            tsv.display()
+        ),
+        Path::new("tsv.toml"),
+    )
+    .unwrap();
+    let got = contrai_train::data::prepare(&recipe, &tmp.path().join("a"), &Silent, false).unwrap();
+    let mut reference = recipe.clone();
+    reference.data = contrai_recipe::Recipe::default().data;
+    reference.data.path = data.display().to_string();
+    let want = contrai_train::data::prepare(&reference, &tmp.path().join("b"), &Silent, false).unwrap();
+    let kept = |p: &contrai_train::data::Prepared| p.manifest.partitions.iter().map(|p| p.count).sum::<u64>();
+    assert_eq!(kept(&got), kept(&want), "every row read, the first line too");
+    assert_eq!(got.manifest.dropped, want.manifest.dropped);
+    assert_eq!(got.manifest.format, contrai_data::Format::Tsv);
+    assert!(got.train.texts.iter().all(|t| !t.is_empty()) && got.train.labels.iter().all(|l| l != "text"));
+}
+
+#[test]
 fn an_existing_split_is_copied_into_the_run_and_checked_against_its_manifest() {
     let tmp = tempfile::tempdir().unwrap();
     let data = demo_file(tmp.path(), 200);

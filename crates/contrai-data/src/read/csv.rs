@@ -1,39 +1,54 @@
-//! CSV (and TSV) with a header row; every row must have the header's number of fields.
+//! CSV and TSV, with a header row or with the columns' names given; every row must have as many
+//! fields as there are names. TSV is read as IANA defines it: no quoting, so a double quote is a
+//! character like any other and a row is exactly one line.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use csv::{ErrorKind, StringRecord};
 
-use super::{FieldSpec, Raw, Record, Records, row_error};
+use super::{FieldSpec, Format, Raw, Record, Records, row_error};
 use crate::error::{DataError, Result};
 
-/// The field delimiter: tab for `.tsv`, comma otherwise.
-pub(crate) fn delimiter(path: &Path) -> u8 {
-    let tsv = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("tsv"));
-    if tsv { b'\t' } else { b',' }
+/// The field delimiter of a delimited format.
+pub(crate) fn delimiter(format: Format) -> u8 {
+    match format {
+        Format::Tsv => b'\t',
+        _ => b',',
+    }
 }
 
-fn reader(path: &Path) -> Result<csv::Reader<File>> {
+/// A reader of `path` as `format`; `header`: its first line names the columns.
+fn reader(path: &Path, format: Format, header: bool) -> Result<csv::Reader<File>> {
     let file = File::open(path).map_err(|e| DataError::io(path, e))?;
     Ok(csv::ReaderBuilder::new()
-        .delimiter(delimiter(path))
-        .has_headers(true)
-        .flexible(false)
+        .delimiter(delimiter(format))
+        .quoting(format != Format::Tsv)
+        .has_headers(header)
+        // Without a header, rows are checked against the names given instead.
+        .flexible(!header)
         .buffer_capacity(1 << 20)
         .from_reader(file))
 }
 
-/// The header row of a CSV file and its delimiter, for writing rows back.
-pub(crate) fn header_of(path: &Path) -> Result<(StringRecord, u8)> {
-    let mut r = reader(path)?;
-    let header = r.headers().map_err(|e| convert(path, e, 1))?.clone();
-    Ok((header, delimiter(path)))
+/// The header row of a CSV/TSV file (or the names given for a headerless one), for writing
+/// rows back.
+pub(crate) fn header_of(path: &Path, format: Format, columns: Option<&[String]>) -> Result<StringRecord> {
+    if let Some(names) = columns {
+        return Ok(StringRecord::from(names.to_vec()));
+    }
+    let mut r = reader(path, format, true)?;
+    Ok(r.headers().map_err(|e| convert(path, e, 1))?.clone())
 }
 
-/// Opens a CSV file as a stream of records.
-pub(super) fn open(path: &Path, fields: &FieldSpec) -> Result<Records> {
-    let (header, _) = header_of(path)?;
+/// Opens a CSV/TSV file as a stream of records.
+pub(super) fn open(
+    path: &Path,
+    format: Format,
+    columns: Option<&[String]>,
+    fields: &FieldSpec,
+) -> Result<Records> {
+    let header = header_of(path, format, columns)?;
     if header.is_empty() {
         return Err(DataError::Empty {
             path: path.to_path_buf(),
@@ -41,8 +56,10 @@ pub(super) fn open(path: &Path, fields: &FieldSpec) -> Result<Records> {
     }
     let names: Vec<String> = header.iter().map(str::to_string).collect();
     let [text, label, id] = fields.resolve(path, &names)?.positions(&names);
-    let mut reader = reader(path)?;
-    reader.headers().map_err(|e| convert(path, e, 1))?;
+    let mut reader = reader(path, format, columns.is_none())?;
+    if columns.is_none() {
+        reader.headers().map_err(|e| convert(path, e, 1))?;
+    }
     Ok(Box::new(Rows {
         path: path.to_path_buf(),
         reader,
@@ -51,6 +68,7 @@ pub(super) fn open(path: &Path, fields: &FieldSpec) -> Result<Records> {
             label.unwrap_or(usize::MAX),
             id.unwrap_or(usize::MAX),
         ],
+        named: columns.map(|c| c.to_vec()),
         last_byte: 0,
         yielded: false,
         done: false,
@@ -62,6 +80,8 @@ struct Rows {
     path: PathBuf,
     reader: csv::Reader<File>,
     cols: [usize; 3],
+    /// The names given for a headerless file (each row must have that many fields).
+    named: Option<Vec<String>>,
     last_byte: u64,
     yielded: bool,
     done: bool,
@@ -89,6 +109,15 @@ impl Iterator for Rows {
                 let pos = rec.position().cloned().unwrap_or_else(csv::Position::new);
                 let progress = pos.byte().saturating_sub(self.last_byte);
                 self.last_byte = pos.byte();
+                if let Some(names) = self.named.as_ref().filter(|n| n.len() != rec.len()) {
+                    let message = format!(
+                        "the row has {} fields, the columns given name {} ({})",
+                        rec.len(),
+                        names.len(),
+                        names.join(", ")
+                    );
+                    return Some(Err(row_error(&self.path, pos.line(), message)));
+                }
                 let get = |i: usize| rec.get(i).filter(|s| !s.is_empty()).map(str::to_string);
                 Some(Ok(Record {
                     line: pos.line(),

@@ -1,4 +1,5 @@
-//! Streaming readers for JSONL, CSV and Parquet: one [`Record`] a row, errors with file and line.
+//! Streaming readers for JSONL, CSV, TSV and Parquet: one [`Record`] a row, errors with file and
+//! line.
 
 mod csv;
 mod jsonl;
@@ -12,14 +13,19 @@ use arrow_array::RecordBatch;
 
 use crate::error::{DataError, Result};
 
+/// The formats Contrai reads, as the user names them.
+pub const FORMATS: &str = "jsonl, csv, tsv or parquet";
+
 /// A dataset's on-disk format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     /// One JSON object a line.
     Jsonl,
-    /// Comma-separated values with a header row (`.tsv`: tab-separated).
+    /// Comma-separated values (RFC 4180: double quotes around fields that need them).
     Csv,
+    /// Tab-separated values (IANA: no quoting; a field holds no tab and no line break).
+    Tsv,
     /// Apache Parquet.
     Parquet,
 }
@@ -34,7 +40,8 @@ impl Format {
             .to_ascii_lowercase();
         match ext.as_str() {
             "jsonl" | "ndjson" | "json" => Ok(Format::Jsonl),
-            "csv" | "tsv" => Ok(Format::Csv),
+            "csv" => Ok(Format::Csv),
+            "tsv" | "tab" => Ok(Format::Tsv),
             "parquet" | "pq" => Ok(Format::Parquet),
             _ => Err(DataError::UnknownFormat {
                 path: path.to_path_buf(),
@@ -48,8 +55,14 @@ impl Format {
         match self {
             Format::Jsonl => "jsonl",
             Format::Csv => "csv",
+            Format::Tsv => "tsv",
             Format::Parquet => "parquet",
         }
+    }
+
+    /// Whether rows are delimited text (CSV or TSV), the formats that may lack a header row.
+    pub fn is_delimited(self) -> bool {
+        matches!(self, Format::Csv | Format::Tsv)
     }
 }
 
@@ -60,10 +73,9 @@ impl FromStr for Format {
         match s.to_ascii_lowercase().as_str() {
             "jsonl" | "ndjson" => Ok(Format::Jsonl),
             "csv" => Ok(Format::Csv),
+            "tsv" => Ok(Format::Tsv),
             "parquet" => Ok(Format::Parquet),
-            other => Err(format!(
-                "unknown format `{other}`: expected jsonl, csv or parquet"
-            )),
+            other => Err(format!("unknown format `{other}`: expected {FORMATS}")),
         }
     }
 }
@@ -175,6 +187,9 @@ pub enum Source {
         path: PathBuf,
         /// Its format.
         format: Format,
+        /// A CSV/TSV file without a header row: its columns' names, in order (`None`: the
+        /// first line names them).
+        columns: Option<Vec<String>>,
     },
     /// JSONL lines in memory, shown under `name`.
     Memory {
@@ -196,7 +211,39 @@ impl Source {
             Some(f) => f,
             None => Format::detect(&path)?,
         };
-        Ok(Source::File { path, format })
+        Ok(Source::File {
+            path,
+            format,
+            columns: None,
+        })
+    }
+
+    /// This source read as a file without a header row whose columns are named `columns`, in
+    /// order (CSV and TSV only; an empty list changes nothing).
+    pub fn headerless(self, columns: &[String]) -> Result<Source> {
+        if columns.is_empty() {
+            return Ok(self);
+        }
+        match self {
+            Source::File { path, format, .. } if format.is_delimited() => {
+                let mut seen = std::collections::HashSet::new();
+                if let Some(dup) = columns.iter().find(|c| !seen.insert(c.as_str())) {
+                    return Err(DataError::Param(format!(
+                        "column `{dup}` is named twice in the columns"
+                    )));
+                }
+                Ok(Source::File {
+                    path,
+                    format,
+                    columns: Some(columns.to_vec()),
+                })
+            }
+            other => Err(DataError::Param(format!(
+                "{}: column names apply to CSV and TSV files without a header row; this one is {}",
+                other.name(),
+                other.format().extension()
+            ))),
+        }
     }
 
     /// The format rows are written back in.
@@ -218,7 +265,7 @@ impl Source {
     /// Total progress units (bytes, or rows for Parquet), when known.
     pub fn progress_total(&self) -> Option<u64> {
         match self {
-            Source::File { path, format } => match format {
+            Source::File { path, format, .. } => match format {
                 Format::Parquet => parquet::row_count(path).ok(),
                 _ => std::fs::metadata(path).ok().map(|m| m.len()),
             },
@@ -229,11 +276,15 @@ impl Source {
     /// Opens a stream of records; row-level problems arrive as `Err` items, fatal ones end it.
     pub fn records(&self, fields: &FieldSpec) -> Result<Records> {
         match self {
-            Source::File { path, format } => {
+            Source::File {
+                path,
+                format,
+                columns,
+            } => {
                 check_file(path)?;
                 match format {
                     Format::Jsonl => jsonl::open(path, fields),
-                    Format::Csv => csv::open(path, fields),
+                    Format::Csv | Format::Tsv => csv::open(path, *format, columns.as_deref(), fields),
                     Format::Parquet => parquet::open(path, fields),
                 }
             }
@@ -267,5 +318,5 @@ fn row_error(path: &Path, line: u64, message: impl Into<String>) -> DataError {
     }
 }
 
-pub(crate) use self::csv::header_of;
+pub(crate) use self::csv::{delimiter, header_of};
 pub(crate) use self::parquet::schema_of;
