@@ -264,13 +264,21 @@ fn audit_config(text: &str, label: &str) -> contrai_data::AuditConfig {
     }
 }
 
+/// A data file as a source: its format from the extension; `columns` names the columns of a
+/// CSV/TSV file without a header row.
+fn data_source(path: &Path, columns: Option<Vec<String>>) -> PyResult<contrai_data::Source> {
+    contrai_data::Source::file(path, None)
+        .and_then(|s| s.headerless(&columns.unwrap_or_default()))
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 /// The data audit of a JSONL/CSV/TSV/Parquet file (duplicates, near-duplicates, label
 /// conflicts, outliers, balance), as JSON.
 #[pyfunction]
-#[pyo3(signature = (path, text = "text", label = "label"))]
-fn audit(path: PathBuf, text: &str, label: &str) -> PyResult<String> {
-    use contrai_data::{Audit, Silent, Source};
-    let source = Source::file(&path, None).map_err(|e| PyValueError::new_err(e.to_string()))?;
+#[pyo3(signature = (path, text = "text", label = "label", columns = None))]
+fn audit(path: PathBuf, text: &str, label: &str, columns: Option<Vec<String>>) -> PyResult<String> {
+    use contrai_data::{Audit, Silent};
+    let source = data_source(&path, columns)?;
     let audit = Audit::run(vec![source], audit_config(text, label), &Silent)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     json(&audit.report())
@@ -280,7 +288,7 @@ fn audit(path: PathBuf, text: &str, label: &str) -> PyResult<String> {
 /// near-duplicate of one, in two partitions (exact duplicates dropped, conflicting labels
 /// dropped); returns the manifest as JSON.
 #[pyfunction]
-#[pyo3(signature = (path, out, ratios = (0.85, 0.10, 0.05), seed = 42, text = "text", label = "label"))]
+#[pyo3(signature = (path, out, ratios = (0.85, 0.10, 0.05), seed = 42, text = "text", label = "label", columns = None))]
 fn split(
     path: PathBuf,
     out: PathBuf,
@@ -288,10 +296,11 @@ fn split(
     seed: u64,
     text: &str,
     label: &str,
+    columns: Option<Vec<String>>,
 ) -> PyResult<String> {
+    use contrai_data::Silent;
     use contrai_data::split::{Dedup, OnConflict, SplitConfig};
-    use contrai_data::{Silent, Source};
-    let source = Source::file(&path, None).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let source = data_source(&path, columns)?;
     let cfg = SplitConfig {
         ratios: [ratios.0, ratios.1, ratios.2],
         seed,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -51,3 +52,21 @@ def test_the_run_writer_checks_rows_and_stamps_the_format(tmp_path):
     (tmp_path / "run" / "run.json").write_text('{"format": 9, "writer": "later"}')
     with pytest.raises(ValueError, match="format 9"):
         _core.RunWriter(str(tmp_path / "run"), "test")
+
+
+def test_a_headerless_tsv_is_split_with_the_columns_given(tmp_path):
+    rng = random.Random(5)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(6)) for _ in range(400)]
+    rows = [
+        ("spam" if i % 3 == 0 else "ham", " ".join(rng.sample(words, 12)) + ' "hello"')
+        for i in range(300)
+    ]
+    data = tmp_path / "mail.tsv"
+    data.write_text("".join(f"{label}\t{text}\n" for label, text in rows))
+    assert contrai.audit(data, columns=["label", "text"])["samples"] == 300, "quotes are text in TSV"
+    manifest = contrai.split(data, tmp_path / "split", columns=["label", "text"])
+    assert sum(p["count"] for p in manifest["partitions"]) == 300
+    train = (tmp_path / "split" / "train.tsv").read_text().splitlines()
+    assert train[0] == "label\ttext" and '"hello"' in train[1]
+    with pytest.raises(ValueError, match="named twice"):
+        contrai.split(data, tmp_path / "other", columns=["text", "text"])

@@ -32,9 +32,17 @@ def report(path: str | os.PathLike[str]) -> str:
     return _core.report(os.fspath(path))
 
 
-def audit(path: str | os.PathLike[str], text: str = "text", label: str = "label") -> dict[str, Any]:
-    """The data audit of a JSONL/CSV/TSV/Parquet file: duplicates, near-duplicates, conflicts."""
-    return json.loads(_core.audit(os.fspath(path), text, label))
+def audit(
+    path: str | os.PathLike[str],
+    text: str = "text",
+    label: str = "label",
+    columns: list[str] | None = None,
+) -> dict[str, Any]:
+    """The data audit of a JSONL/CSV/TSV/Parquet file: duplicates, near-duplicates, conflicts.
+
+    ``columns`` names the columns of a CSV/TSV file without a header row, e.g. ``["label", "text"]``.
+    """
+    return json.loads(_core.audit(os.fspath(path), text, label, columns))
 
 
 def split(
@@ -44,6 +52,11 @@ def split(
     seed: int = 42,
     text: str = "text",
     label: str = "label",
+    columns: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Splits a file into train/val/holdout under ``out`` with no leak; returns the manifest."""
-    return json.loads(_core.split(os.fspath(path), os.fspath(out), ratios, seed, text, label))
+    """Splits a file into train/val/holdout under ``out`` with no leak; returns the manifest.
+
+    ``columns`` names the columns of a CSV/TSV file without a header row; the partitions are
+    written with that header.
+    """
+    return json.loads(_core.split(os.fspath(path), os.fspath(out), ratios, seed, text, label, columns))
