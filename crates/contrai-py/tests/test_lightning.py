@@ -105,3 +105,66 @@ def test_every_action_is_applied_in_a_lightning_job(tmp_path):
     dropped = {int(i) for i in next(d for d in decisions if d["kind"] == "drop_noisiest")["evidence"]["ids"]}
     assert dropped and data.after_drop and not dropped & set(data.after_drop)
     assert evaluation["holdout_accuracy"] > 0.85
+
+
+class StopAt(pl.Callback):
+    """Stops the job after an optimizer step (a preemption)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
+
+def fit(tmp_path, recipe, run: str, *, stop_at: int | None = None, ckpt: str | None = None) -> tuple[Mlp, LrAtStep]:
+    """The test job with Lightning's own checkpointing every 5 steps, stopped or resumed as asked."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    torch.manual_seed(0)
+    seen = LrAtStep()
+    saver = ModelCheckpoint(dirpath=tmp_path / f"ckpt-{run}", every_n_train_steps=5, save_top_k=-1,
+                            filename="{step}")
+    callbacks = [ContraiCallback(recipe, tmp_path / run, holdout_dataset=task(64, 3)), seen, saver]
+    if stop_at is not None:
+        callbacks.append(StopAt(stop_at))
+    module = Mlp()
+    trainer = pl.Trainer(max_steps=110, callbacks=callbacks, logger=False, enable_progress_bar=False,
+                         accelerator="cpu", num_sanity_val_steps=0)
+    data = DataLoader(ServedRows(task(512, 1)), batch_size=16, shuffle=False)
+    trainer.fit(module, data, DataLoader(task(128, 2), batch_size=64), ckpt_path=ckpt)
+    return module, seen
+
+
+def test_a_lightning_job_stopped_mid_contraction_resumes_with_the_same_decisions(tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE)
+    whole, _ = fit(tmp_path, recipe, "whole")
+    # Contraction starts at optimizer step 80; stop at 88, resume from Lightning's checkpoint of 85.
+    fit(tmp_path, recipe, "resumed", stop_at=88)
+    ckpt = tmp_path / "ckpt-resumed" / "step=85.ckpt"
+    assert "contrai" in torch.load(ckpt, weights_only=False), "the conductor's state rides in the checkpoint"
+    resumed, seen = fit(tmp_path, recipe, "resumed", ckpt=str(ckpt))
+
+    def read(run: str, name: str) -> list[dict]:
+        return [json.loads(x) for x in (tmp_path / run / name).read_text().splitlines()]
+
+    def decided(run: str) -> list[tuple]:
+        return [(d["step"], d["kind"]) for d in read(run, "decisions.jsonl")]
+
+    assert decided("resumed") == decided("whole")
+    drop = [d["evidence"]["ids"] for r in ("whole", "resumed") for d in read(r, "decisions.jsonl")
+            if d["kind"] == "drop_noisiest"]
+    assert drop[0] == drop[1]
+    steps = {r: [x for x in read(r, "metrics.jsonl") if "train_loss" in x] for r in ("whole", "resumed")}
+    assert [x["step"] for x in steps["resumed"]] == [x["step"] for x in steps["whole"]]
+    # After the resume every step ran at the LR the uninterrupted job ran at: the anneal carried on.
+    after = [x["lr"] for x in steps["whole"] if x["phase"] != "main"][-len(seen.lr):]
+    assert seen.lr == pytest.approx(after, rel=1e-9)
+    # The pruning masks and the dropout scale came back: the same sparsity, the same dropout.
+    assert resumed.net[2].p == pytest.approx(whole.net[2].p) == pytest.approx(0.1)
+    sparsity = [json.loads((tmp_path / r / "final" / "eval.json").read_text())["sparsity"] for r in ("whole", "resumed")]
+    assert sparsity[0] == sparsity[1] and sparsity[0]["net.0"] > 0
+    w = resumed.net[0].weight
+    assert float((w == 0).float().mean()) == pytest.approx(sparsity[1]["net.0"], abs=1e-9)

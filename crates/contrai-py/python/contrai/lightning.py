@@ -6,6 +6,11 @@ Batches are ``(inputs, labels)`` pairs the module's ``forward`` maps to logits, 
 ``labels`` that a Hugging Face model takes (pass ``forward=`` for other layouts). The module's
 ``training_step`` returns the loss (a tensor or a dict with ``loss``). The recipe governs the LR
 (set before every optimizer step), the evaluation and checkpoint cadence and the phases.
+
+Resume: the conductor's state and the pruning masks ride in Lightning's checkpoints, so
+``trainer.fit(..., ckpt_path=...)`` continues the lifecycle where it stopped. The losses after a
+mid-epoch resume match the uninterrupted job's only when the data loader is resumable (Lightning's
+own rule: a loader with ``state_dict``/``load_state_dict``, or an end-of-epoch checkpoint).
 """
 
 from __future__ import annotations
