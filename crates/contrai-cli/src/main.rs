@@ -5,6 +5,7 @@ mod compress_cmd;
 mod data_cmd;
 mod doctor_cmd;
 mod plan_cmd;
+mod predict_cmd;
 mod progress;
 mod recipe_cmd;
 mod report_cmd;
@@ -44,6 +45,16 @@ enum Command {
     ///
     /// Example: contrai report runs/demo    or    contrai report trainer_state.json -o run.html
     Report(report_cmd::ReportArgs),
+    /// Apply a finished run's model (f32, int8 or student) to a data file: labels and probabilities.
+    ///
+    /// The run's own tokenizer or feature scaler encodes each sample's text field; one JSON line a
+    /// sample, in file order, gives its id, the predicted label, each class's probability and the
+    /// label the file gave (if any). Predictions go to stdout or --out (written atomically); the
+    /// summary (samples, throughput, accuracy when the file has labels) to stderr, or to stdout
+    /// with --out.
+    ///
+    /// Example: contrai predict runs/demo new.jsonl --out predictions.jsonl
+    Predict(predict_cmd::PredictArgs),
     /// Plan the lifecycle: phase table, LR segments, calendar of a long programme, cost, advice.
     ///
     /// Example: contrai plan spam.toml --weeks 12 --cost-per-day 250 --unstable-infra
@@ -60,6 +71,7 @@ fn main() -> ExitCode {
         Command::Compress(args) => compress_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(args),
+        Command::Predict(args) => predict_cmd::run(args),
     };
     match result {
         Ok(code) => code,

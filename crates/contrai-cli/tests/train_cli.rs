@@ -59,6 +59,53 @@ fn train_writes_a_run_directory_and_its_report() {
     assert!(decisions.contains("\"kind\":\"distill\""), "{decisions}");
     let student = std::fs::read_to_string(run.join("final/student-metrics.jsonl")).unwrap();
     assert_eq!(student.lines().count(), 20, "one line a student step");
+
+    // `contrai predict`: the student on the holdout file, written to --out, the summary on stdout.
+    let hold = run.join("data/holdout.jsonl");
+    let preds = dir.path().join("preds.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_contrai"))
+        .args(["predict", run.to_str().unwrap(), hold.to_str().unwrap()])
+        .args(["--variant", "student", "--json", "--out", preds.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let card: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("final/model-card.json")).unwrap()).unwrap();
+    let recorded = card["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "student")
+        .unwrap();
+    let (got, want) = (
+        summary["accuracy"].as_f64().unwrap(),
+        recorded["holdout_accuracy"].as_f64().unwrap(),
+    );
+    assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+    let lines = std::fs::read_to_string(&preds).unwrap();
+    assert_eq!(lines.lines().count() as u64, summary["samples"].as_u64().unwrap());
+    let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    assert!(
+        first["id"].is_string() && first["label"].is_string() && first["probabilities"].is_object(),
+        "{first}"
+    );
+    // A variant that does not exist is refused with the values there are.
+    let out = Command::new(env!("CARGO_BIN_EXE_contrai"))
+        .args([
+            "predict",
+            run.to_str().unwrap(),
+            hold.to_str().unwrap(),
+            "--variant",
+            "fp16",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("f32") && err.contains("int8"),
+        "{err}"
+    );
 }
 
 /// Waits up to a minute for `cond`.

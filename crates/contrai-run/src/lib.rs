@@ -187,6 +187,42 @@ impl RunDir {
     }
 }
 
+/// One of the models a finished run exports in `final/`, as `contrai predict --variant` names it.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantNames,
+    strum::AsRefStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum FinalModel {
+    /// The refined model, f32 weights (`final/model.safetensors`).
+    F32,
+    /// Its int8 model (`final/model-int8.bpk`), written when refine kept it.
+    Int8,
+    /// The distilled student (`final/student.safetensors`), written when refine distilled one.
+    Student,
+}
+
+impl FinalModel {
+    /// Its file in `final/`.
+    pub fn file(self) -> &'static str {
+        match self {
+            FinalModel::F32 => FINAL_MODEL,
+            FinalModel::Int8 => FINAL_INT8,
+            FinalModel::Student => FINAL_STUDENT,
+        }
+    }
+}
+
 /// The refined model's weights in `final/` (safetensors, pruned zeros real).
 pub const FINAL_MODEL: &str = "model.safetensors";
 /// The int8 model's record in `final/`.

@@ -139,22 +139,6 @@ pub struct Encoded {
 impl Encoded {
     /// Encodes `samples` (the `part` partition) with `enc`, labels mapped through `classes`.
     pub fn new(samples: &Samples, enc: &Encoder, classes: &Classes, part: &str) -> Result<Encoded> {
-        let width = enc.width();
-        let inputs = match enc {
-            Encoder::Text { tokenizer, seq } => {
-                let mut ids = vec![0i32; samples.len() * seq];
-                for (row, text) in ids.chunks_mut(*seq).zip(&samples.texts) {
-                    for (slot, id) in row.iter_mut().zip(tokenizer.encode(text, *seq)) {
-                        *slot = id as i32;
-                    }
-                }
-                Inputs::Tokens(ids)
-            }
-            Encoder::Features { scaler, field } => {
-                let rows = features::rows(samples, Some(scaler.dim), part, field)?;
-                Inputs::Features(scaler.encode(&rows))
-            }
-        };
         let labels = samples
             .labels
             .iter()
@@ -168,9 +152,37 @@ impl Encoded {
             })
             .collect::<Result<Vec<i32>>>()?;
         Ok(Encoded {
-            inputs,
+            inputs: Self::inputs(samples, enc, part)?,
             labels,
-            width,
+            width: enc.width(),
+        })
+    }
+
+    /// Encodes `samples` for prediction: their labels, if any, are not read (class 0 stands in).
+    pub fn unlabelled(samples: &Samples, enc: &Encoder, part: &str) -> Result<Encoded> {
+        Ok(Encoded {
+            inputs: Self::inputs(samples, enc, part)?,
+            labels: vec![0; samples.len()],
+            width: enc.width(),
+        })
+    }
+
+    /// The model inputs of `samples`.
+    fn inputs(samples: &Samples, enc: &Encoder, part: &str) -> Result<Inputs> {
+        Ok(match enc {
+            Encoder::Text { tokenizer, seq } => {
+                let mut ids = vec![0i32; samples.len() * seq];
+                for (row, text) in ids.chunks_mut(*seq).zip(&samples.texts) {
+                    for (slot, id) in row.iter_mut().zip(tokenizer.encode(text, *seq)) {
+                        *slot = id as i32;
+                    }
+                }
+                Inputs::Tokens(ids)
+            }
+            Encoder::Features { scaler, field } => {
+                let rows = features::rows(samples, Some(scaler.dim), part, field)?;
+                Inputs::Features(scaler.encode(&rows))
+            }
         })
     }
 

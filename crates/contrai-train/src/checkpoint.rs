@@ -95,12 +95,7 @@ pub struct Loaded {
 impl Loaded {
     /// The checkpoint's weights loaded into `model` (the same architecture).
     pub fn weights_into(&self, model: Classifier) -> Result<Classifier> {
-        use burn::module::Module;
-        use burn::store::ModuleRecord;
-        use burn::tensor::Bytes;
-        let bad = |e: &dyn std::fmt::Display| crate::error::record_err(&self.dir, e);
-        let rec = ModuleRecord::from_bytes(Bytes::from_bytes_vec(self.model.clone())).map_err(|e| bad(&e))?;
-        model.try_load_record(rec).map_err(|e| bad(&e))
+        crate::quantize::load_record(model, self.model.clone(), &self.dir)
     }
 
     /// The pruning masks it holds (none before contraction).

@@ -113,3 +113,18 @@ pub fn save_safetensors(model: &Classifier, path: &Path) -> Result<()> {
     contrai_data::write::write_atomic(path, &bytes)?;
     Ok(())
 }
+
+/// `model` with the weights of the safetensors file `path` (as [`save_safetensors`] writes them):
+/// every tensor of the model must be there with its shape.
+pub fn load_safetensors(mut model: Classifier, path: &Path) -> Result<Classifier> {
+    use burn::store::{ModuleSnapshot, SafetensorsStore};
+    let mut store = SafetensorsStore::from_file(path).skip_enum_variants(true);
+    let applied = model.load_from(&mut store).map_err(|e| record_err(path, e))?;
+    if !applied.missing.is_empty() || !applied.errors.is_empty() {
+        let missing = applied.missing.iter().map(|(p, _)| p.as_str());
+        let wrong = applied.errors.iter().map(|e| e.to_string());
+        let what: Vec<String> = missing.map(|p| format!("{p} missing")).chain(wrong).collect();
+        return Err(record_err(path, what.join("; ")));
+    }
+    Ok(model)
+}

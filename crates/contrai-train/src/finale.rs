@@ -4,7 +4,7 @@
 
 use burn::module::Module;
 use contrai_lifecycle::{Int8Verdict, Observation, Summary};
-use contrai_run::{FINAL_CARD, FINAL_INT8, FINAL_MODEL, FINAL_STUDENT, FinalEval, ModelCard};
+use contrai_run::{FINAL_CARD, FINAL_INT8, FINAL_MODEL, FINAL_STUDENT, FinalEval, FinalModel, ModelCard};
 
 use crate::batch::{Encoded, Encoder};
 use crate::distill::{FitData, student_note, student_size};
@@ -124,7 +124,7 @@ impl Engine<'_> {
         };
         let note = "the refined model, masks applied".to_string();
         let mut variants = vec![variant(
-            "f32",
+            FinalModel::F32.as_ref(),
             Some(format!("final/{FINAL_MODEL}")),
             &valid,
             dense,
@@ -154,14 +154,14 @@ impl Engine<'_> {
                     ),
                 )
             };
-            variants.push(variant("int8", file, q, m, note));
+            variants.push(variant(FinalModel::Int8.as_ref(), file, q, m, note));
             models.push(q);
         }
         if let Some(fitted) = &self.finale.student {
             let m = Measured::of(&fitted.model, &self.data.val, &hold, eb, size(FINAL_STUDENT));
             let note = student_note(&self.recipe.refine.distill, self.recipe.model.kind, fitted);
             variants.push(variant(
-                "student",
+                FinalModel::Student.as_ref(),
                 Some(format!("final/{FINAL_STUDENT}")),
                 &fitted.model,
                 m,
@@ -170,7 +170,10 @@ impl Engine<'_> {
             models.push(&fitted.model);
         }
         time_variants(&mut variants, &models, &self.data.val);
-        self.finale.student_variant = variants.iter().find(|v| v.name == "student").cloned();
+        self.finale.student_variant = variants
+            .iter()
+            .find(|v| v.name == FinalModel::Student.as_ref())
+            .cloned();
         let card = ModelCard {
             model: self.recipe.model.clone(),
             classes: x.classes.names.clone(),

@@ -29,6 +29,7 @@ pub mod measure;
 pub mod model;
 pub mod options;
 mod persist;
+pub mod predict;
 pub mod prune;
 pub mod quantize;
 pub mod setup;

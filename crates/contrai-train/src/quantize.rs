@@ -73,6 +73,16 @@ pub fn record_bytes(model: &Classifier) -> Result<Vec<u8>> {
         .map_err(|e| TrainError::Unsupported(format!("serialising the model: {e}")))
 }
 
+/// `model` with the weights of the burnpack record `bytes` (a checkpoint's, or the int8 model's:
+/// the record's tensors replace the model's, quantized ones included); `path` names it in errors.
+pub fn load_record(model: Classifier, bytes: Vec<u8>, path: &std::path::Path) -> Result<Classifier> {
+    use burn::store::ModuleRecord;
+    use burn::tensor::Bytes;
+    let bad = |e: &dyn std::fmt::Display| crate::error::record_err(path, e);
+    let rec = ModuleRecord::from_bytes(Bytes::from_bytes_vec(bytes)).map_err(|e| bad(&e))?;
+    model.try_load_record(rec).map_err(|e| bad(&e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

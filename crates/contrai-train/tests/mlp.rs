@@ -127,6 +127,8 @@ fn an_mlp_trains_through_all_phases_on_numeric_features() {
         "student {}",
         student.holdout_accuracy
     );
+    // `contrai predict` with the run's scaler: each model scores what its card says.
+    common::predictions_match_the_card(&run);
 }
 
 #[test]

@@ -175,3 +175,70 @@ pub fn kinds(run: &Path) -> Vec<String> {
         .map(|d| d["kind"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// The file of `run`'s holdout partition (as its split manifest names it).
+pub fn holdout_file(run: &Path) -> PathBuf {
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("data/manifest.json")).unwrap()).unwrap();
+    let part = m["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "holdout")
+        .unwrap();
+    run.join("data").join(part["file"].as_str().unwrap())
+}
+
+/// `contrai predict` of `variant` on `file`: the rows written and the summary.
+pub fn predict(
+    run: &Path,
+    file: &Path,
+    variant: contrai_run::FinalModel,
+) -> (
+    Vec<contrai_train::predict::Prediction>,
+    contrai_train::predict::PredictSummary,
+) {
+    let p = contrai_train::predict::Predictor::open(run, variant).unwrap();
+    let source = contrai_data::Source::file(file, None).unwrap();
+    let mut out = Vec::new();
+    let summary = p.predict(&source, &mut out, &contrai_data::Silent).unwrap();
+    let rows = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (rows, summary)
+}
+
+/// Checks that each of `run`'s final models, applied by `contrai predict` to the run's holdout
+/// file, scores the holdout accuracy the model card recorded for it, row for row in file order.
+pub fn predictions_match_the_card(run: &Path) {
+    let card: contrai_run::ModelCard =
+        serde_json::from_slice(&std::fs::read(run.join("final/model-card.json")).unwrap()).unwrap();
+    let hold = holdout_file(run);
+    let ids: Vec<String> = rows(&hold)
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    for v in &card.variants {
+        let which: contrai_run::FinalModel = v.name.parse().unwrap();
+        let (preds, summary) = predict(run, &hold, which);
+        assert_eq!(summary.samples, ids.len());
+        assert_eq!(summary.labelled, ids.len());
+        let got: Vec<&str> = preds.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(got, ids, "{which}: rows in file order");
+        let acc = summary.accuracy.unwrap();
+        assert!(
+            (acc - f64::from(v.holdout_accuracy)).abs() < 1e-6,
+            "{which}: predict {acc} vs the card's {}",
+            v.holdout_accuracy
+        );
+        for p in &preds {
+            let sum: f32 = p.probabilities.values().sum();
+            assert!((sum - 1.0).abs() < 1e-4, "{which}: {p:?}");
+            let top = p.probabilities.iter().max_by(|a, b| a.1.total_cmp(b.1)).unwrap();
+            assert_eq!(top.0, &p.label);
+            assert!(p.given.is_some());
+        }
+    }
+}
