@@ -1,0 +1,298 @@
+//! The BERT encoder in Burn, its modules named as Hugging Face names them (`bert.encoder.layer.0
+//! .attention.self.query`, read here as `self_attn`; `LayerNorm` as `layer_norm`), so that loading
+//! and exporting a checkpoint is a rename, not a rewrite: post-LayerNorm blocks, exact GELU,
+//! absolute positions, the [CLS] pooler.
+
+use burn::module::Module;
+use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::{Device, Int, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::config::BertConfig;
+
+/// How a sequence's hidden states become one vector for the classification head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// The [CLS] token's state through the pretrained pooler (dense + tanh): what Hugging Face's
+    /// `BertForSequenceClassification` does.
+    #[default]
+    Cls,
+    /// The mean of the real tokens' states: what sentence encoders (all-MiniLM) were trained for.
+    Mean,
+}
+
+/// Dropout as the caller draws it, one site number a place in the network; `None` evaluates.
+pub trait Dropper {
+    /// `x` with the mask of `site` applied (`attention` is true on attention probabilities).
+    fn drop<const D: usize>(&self, x: Tensor<D>, site: u64, attention: bool) -> Tensor<D>;
+}
+
+/// No dropout: evaluation.
+#[derive(Debug, Clone, Copy)]
+pub struct NoDropout;
+
+impl Dropper for NoDropout {
+    fn drop<const D: usize>(&self, x: Tensor<D>, _site: u64, _attention: bool) -> Tensor<D> {
+        x
+    }
+}
+
+/// Word, position and token-type embeddings, summed and normalised.
+#[derive(Module, Debug)]
+pub struct Embeddings {
+    /// Token ids → vectors.
+    pub word_embeddings: Embedding,
+    /// Absolute positions → vectors.
+    pub position_embeddings: Embedding,
+    /// Segments → vectors.
+    pub token_type_embeddings: Embedding,
+    /// Hugging Face's `LayerNorm`.
+    pub layer_norm: LayerNorm,
+}
+
+/// Query, key and value projections (Hugging Face's `attention.self`).
+#[derive(Module, Debug)]
+pub struct SelfAttention {
+    /// Query projection.
+    pub query: Linear,
+    /// Key projection.
+    pub key: Linear,
+    /// Value projection.
+    pub value: Linear,
+    /// Heads.
+    pub heads: usize,
+}
+
+/// A sublayer's projection back to the hidden size, added to its input and normalised.
+#[derive(Module, Debug)]
+pub struct Output {
+    /// The projection.
+    pub dense: Linear,
+    /// Hugging Face's `LayerNorm`.
+    pub layer_norm: LayerNorm,
+}
+
+/// Self-attention with its output sublayer.
+#[derive(Module, Debug)]
+pub struct Attention {
+    /// Hugging Face's `self`.
+    pub self_attn: SelfAttention,
+    /// Projection, residual, norm.
+    pub output: Output,
+}
+
+/// The feed-forward layer's expansion.
+#[derive(Module, Debug)]
+pub struct Intermediate {
+    /// `hidden → intermediate`.
+    pub dense: Linear,
+}
+
+/// One encoder layer.
+#[derive(Module, Debug)]
+pub struct Layer {
+    /// Self-attention.
+    pub attention: Attention,
+    /// Feed-forward expansion (GELU).
+    pub intermediate: Intermediate,
+    /// Feed-forward projection, residual, norm.
+    pub output: Output,
+}
+
+/// The layers.
+#[derive(Module, Debug)]
+pub struct Encoder {
+    /// Hugging Face's `layer`.
+    pub layer: Vec<Layer>,
+}
+
+/// The [CLS] pooler: dense + tanh.
+#[derive(Module, Debug)]
+pub struct Pooler {
+    /// The projection.
+    pub dense: Linear,
+}
+
+/// The encoder.
+#[derive(Module, Debug)]
+pub struct Bert {
+    /// Embeddings.
+    pub embeddings: Embeddings,
+    /// Layers.
+    pub encoder: Encoder,
+    /// The pooler.
+    pub pooler: Pooler,
+}
+
+/// A classifier on the encoder, laid out as `BertForSequenceClassification` (`bert.*`,
+/// `classifier.*`).
+#[derive(Module, Debug)]
+pub struct BertClassifier {
+    /// The encoder.
+    pub bert: Bert,
+    /// The head: pooled vector → class logits.
+    pub classifier: Linear,
+    /// How the head's input is pooled.
+    #[module(skip)]
+    pub pooling: Pooling,
+}
+
+/// Model inputs: token ids, segments and the attention mask, `[batch, seq]` each.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// Token ids.
+    pub ids: Tensor<2, Int>,
+    /// Token types (0 for a single sequence).
+    pub type_ids: Tensor<2, Int>,
+    /// 1 for real tokens, 0 for padding.
+    pub mask: Tensor<2>,
+}
+
+impl BertClassifier {
+    /// A model of `config`'s shape for `classes` classes, with Burn's default initialisation
+    /// (a checkpoint's weights are loaded over it).
+    pub fn new(config: &BertConfig, classes: usize, pooling: Pooling, device: &Device) -> Self {
+        let h = config.hidden_size;
+        let ln = || {
+            LayerNormConfig::new(h)
+                .with_epsilon(config.layer_norm_eps)
+                .init(device)
+        };
+        let lin = |i: usize, o: usize| LinearConfig::new(i, o).init(device);
+        let output = |i: usize| Output {
+            dense: lin(i, h),
+            layer_norm: ln(),
+        };
+        let layer = (0..config.num_hidden_layers)
+            .map(|_| Layer {
+                attention: Attention {
+                    self_attn: SelfAttention {
+                        query: lin(h, h),
+                        key: lin(h, h),
+                        value: lin(h, h),
+                        heads: config.num_attention_heads,
+                    },
+                    output: output(h),
+                },
+                intermediate: Intermediate {
+                    dense: lin(h, config.intermediate_size),
+                },
+                output: output(config.intermediate_size),
+            })
+            .collect();
+        let emb = |n: usize| EmbeddingConfig::new(n, h).init(device);
+        BertClassifier {
+            bert: Bert {
+                embeddings: Embeddings {
+                    word_embeddings: emb(config.vocab_size),
+                    position_embeddings: emb(config.max_position_embeddings),
+                    token_type_embeddings: emb(config.type_vocab_size),
+                    layer_norm: ln(),
+                },
+                encoder: Encoder { layer },
+                pooler: Pooler { dense: lin(h, h) },
+            },
+            classifier: lin(h, classes),
+            pooling,
+        }
+    }
+
+    /// Class logits `[batch, classes]`.
+    pub fn forward<D: Dropper>(&self, x: &Inputs, drop: Option<&D>) -> Tensor<2> {
+        let hidden = self.bert.forward(x, drop);
+        let pooled = self.bert.pool(hidden, &x.mask, self.pooling);
+        let pooled = match drop {
+            Some(d) => d.drop(pooled, 0, false),
+            None => pooled,
+        };
+        self.classifier.forward(pooled)
+    }
+}
+
+impl Bert {
+    /// The last layer's hidden states `[batch, seq, hidden]`.
+    pub fn forward<D: Dropper>(&self, x: &Inputs, drop: Option<&D>) -> Tensor<3> {
+        let [b, s] = x.ids.dims();
+        let e = &self.embeddings;
+        let h = e.word_embeddings.weight.dims()[1];
+        let pos = e
+            .position_embeddings
+            .weight
+            .val()
+            .narrow(0, 0, s)
+            .reshape([1, s, h]);
+        let sum = e.word_embeddings.forward(x.ids.clone())
+            + pos
+            + e.token_type_embeddings.forward(x.type_ids.clone());
+        let site = |i: u64| 1 + i;
+        let dr3 = |t: Tensor<3>, i: u64| match drop {
+            Some(d) => d.drop(t, site(i), false),
+            None => t,
+        };
+        let mut hs = dr3(e.layer_norm.forward(sum), 0);
+        // 0 for real keys, -10⁴ for padding, added to every head's scores.
+        let bias = x
+            .mask
+            .clone()
+            .sub_scalar(1.0)
+            .mul_scalar(1e4)
+            .reshape([b, 1, 1, s]);
+        for (i, l) in self.encoder.layer.iter().enumerate() {
+            let at = 1 + 3 * i as u64;
+            let ctx = l
+                .attention
+                .self_attn
+                .forward(hs.clone(), bias.clone(), |p| match drop {
+                    Some(d) => d.drop(p, site(at), true),
+                    None => p,
+                });
+            let a = l.attention.output.dense.forward(ctx);
+            hs = l.attention.output.layer_norm.forward(dr3(a, at + 1) + hs);
+            let f = l
+                .output
+                .dense
+                .forward(gelu(l.intermediate.dense.forward(hs.clone())));
+            hs = l.output.layer_norm.forward(dr3(f, at + 2) + hs);
+        }
+        hs
+    }
+
+    /// One vector a sequence `[batch, hidden]`: the pooled [CLS] state, or the real tokens' mean.
+    pub fn pool(&self, hidden: Tensor<3>, mask: &Tensor<2>, pooling: Pooling) -> Tensor<2> {
+        let [b, _, h] = hidden.dims();
+        match pooling {
+            Pooling::Cls => {
+                let cls = hidden.narrow(1, 0, 1).reshape([b, h]);
+                self.pooler.dense.forward(cls).tanh()
+            }
+            Pooling::Mean => {
+                let keep = mask.clone().unsqueeze_dim::<3>(2);
+                let count = mask.clone().sum_dim(1).clamp_min(1.0);
+                (hidden * keep).sum_dim(1).reshape([b, h]) / count
+            }
+        }
+    }
+}
+
+impl SelfAttention {
+    /// The heads' context vectors `[batch, seq, hidden]`; `drop_probs` acts on the attention
+    /// probabilities.
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        bias: Tensor<4>,
+        drop_probs: impl Fn(Tensor<4>) -> Tensor<4>,
+    ) -> Tensor<3> {
+        let [b, s, h] = x.dims();
+        let dk = h / self.heads;
+        let split = |t: Tensor<3>| t.reshape([b, s, self.heads, dk]).swap_dims(1, 2);
+        let q = split(self.query.forward(x.clone()));
+        let k = split(self.key.forward(x.clone()));
+        let v = split(self.value.forward(x));
+        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(1.0 / (dk as f64).sqrt()) + bias;
+        let probs = drop_probs(softmax(scores, 3));
+        probs.matmul(v).swap_dims(1, 2).reshape([b, s, h])
+    }
+}
