@@ -73,6 +73,34 @@ pub enum ModelKind {
     Transformer,
     /// A multi-layer perceptron on numeric features.
     Mlp,
+    /// A pretrained BERT-family encoder (`model.pretrained`: a Hugging Face model directory) with
+    /// a fresh classification head.
+    Bert,
+}
+
+/// How a pretrained encoder's hidden states become the classification head's input.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantNames,
+    strum::AsRefStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum Pooling {
+    /// The [CLS] token through the checkpoint's pooler (Hugging Face's sequence classifier).
+    #[default]
+    Cls,
+    /// The mean of the real tokens (what sentence encoders such as all-MiniLM were trained for).
+    Mean,
 }
 
 /// Where one magnitude threshold applies when pruning.
@@ -170,6 +198,7 @@ mod tests {
     fn serde_and_strum_agree_on_every_value() {
         same_spelling::<Phase>();
         same_spelling::<ModelKind>();
+        same_spelling::<Pooling>();
         same_spelling::<PruneScope>();
         same_spelling::<PruneSchedule>();
         same_spelling::<Quantize>();

@@ -74,11 +74,15 @@ impl Recipe {
     /// pruned (`layers.*`, 0.1 → 0.5), and it trains at LR 1e-3 (validate 3e-3): a small MLP at
     /// the transformer's 5e-4 barely moves in the validate phase's 30 steps.
     fn model_defaults(&mut self, text: &str) {
+        let table: toml::Table = toml::from_str(text).unwrap_or_default();
+        let unset = |section: &str, key: &str| table.get(section).and_then(|s| s.get(key)).is_none();
+        if self.model.kind == ModelKind::Bert {
+            self.bert_defaults(&unset);
+            return;
+        }
         if self.model.kind != ModelKind::Mlp {
             return;
         }
-        let table: toml::Table = toml::from_str(text).unwrap_or_default();
-        let unset = |section: &str, key: &str| table.get(section).and_then(|s| s.get(key)).is_none();
         if unset("main", "lr") {
             self.main.lr = 1e-3;
         }
@@ -91,6 +95,30 @@ impl Recipe {
                 init: 0.1,
                 final_sparsity: 0.5,
             }];
+        }
+    }
+
+    /// A pretrained encoder fine-tunes at a small LR (validate overfits its batch at 1e-4), and
+    /// contraction prunes its feed-forward matrices (to 30 %) and attention projections (to 20 %)
+    /// by their Hugging Face names.
+    fn bert_defaults(&mut self, unset: &dyn Fn(&str, &str) -> bool) {
+        if unset("main", "lr") {
+            self.main.lr = 5e-5;
+        }
+        if unset("validate", "lr") {
+            self.validate.lr = 1e-4;
+        }
+        if unset("contract", "prune") {
+            let rule = |params: &str, final_sparsity: f64| crate::recipe::Prune {
+                params: params.into(),
+                init: 0.1,
+                final_sparsity,
+            };
+            self.contract.prune = vec![
+                rule("bert.encoder.layer.*.attention.self_attn.*", 0.2),
+                rule("bert.encoder.layer.*.intermediate.dense.*", 0.3),
+                rule("bert.encoder.layer.*.output.dense.*", 0.3),
+            ];
         }
     }
 
@@ -249,6 +277,23 @@ impl Recipe {
                 "model.heads",
                 format!("is {}, which does not divide d_model = {}", m.heads, m.d_model),
             );
+        }
+        match (m.kind, &m.pretrained) {
+            (ModelKind::Bert, None) => {
+                return err(
+                    "model.kind",
+                    "is \"bert\", which needs model.pretrained: a Hugging Face model directory (config.json, model.safetensors, tokenizer.json)".into(),
+                );
+            }
+            (k, Some(_)) if k != ModelKind::Bert => {
+                return err(
+                    "model.pretrained",
+                    format!(
+                        "is set, but model.kind is \"{k}\"; a pretrained checkpoint needs kind = \"bert\""
+                    ),
+                );
+            }
+            _ => {}
         }
         if !(0.0..1.0).contains(&m.dropout) {
             return err(

@@ -175,8 +175,15 @@ pub struct Model {
     pub heads: usize,
     /// Width of the feed-forward layer.
     pub ffn: usize,
-    /// Dropout probability.
+    /// Dropout probability (`bert`: hidden and attention dropout alike, replacing the config's).
     pub dropout: f64,
+    /// `bert`: the Hugging Face model directory (config.json, model.safetensors, tokenizer.json);
+    /// its config sets the sizes above and its tokenizer the vocabulary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pretrained: Option<String>,
+    /// `bert`: how the head's input is pooled [default: cls].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pooling: Option<crate::choice::Pooling>,
 }
 
 impl Default for Model {
@@ -190,6 +197,8 @@ impl Default for Model {
             heads: 4,
             ffn: 512,
             dropout: 0.1,
+            pretrained: None,
+            pooling: None,
         }
     }
 }

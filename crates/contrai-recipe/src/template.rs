@@ -54,6 +54,8 @@ layers = 2               # pre-LayerNorm blocks (mlp: hidden GELU layers)
 heads = 4                # attention heads
 ffn = 512                # feed-forward width (mlp: hidden width)
 dropout = 0.1
+# pretrained = "DIR"     # kind = "bert": a Hugging Face model directory; its config sets the sizes
+# pooling = "cls"        # kind = "bert": cls (the checkpoint's pooler) or mean (sentence encoders)
 
 [validate]               # prove the pipeline before the main compute is spent
 steps = 30               # steps of overfitting one batch ...

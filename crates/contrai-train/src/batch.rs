@@ -29,6 +29,13 @@ pub enum Encoder {
         /// Tokens a sample.
         seq: usize,
     },
+    /// A pretrained checkpoint's own tokenizer (its `tokenizer.json`, copied into the run).
+    Pretrained {
+        /// The tokenizer, giving `seq` tokens a text.
+        tokenizer: Box<contrai_bert::BertTokenizer>,
+        /// The `tokenizer.json` it was read from.
+        file: std::path::PathBuf,
+    },
     /// Standardised numeric features (`features.json`).
     Features {
         /// Means and deviations of train.
@@ -50,6 +57,10 @@ impl Encoder {
 
     /// Fits the encoder of `recipe`'s model on the train partition.
     pub fn fit(recipe: &Recipe, train: &Samples) -> Result<Encoder> {
+        if recipe.model.kind == ModelKind::Bert {
+            let dir = crate::pretrained::open(&recipe.model)?;
+            return Self::pretrained(&dir.dir.join(contrai_bert::load::TOKENIZER), recipe.model.seq_len);
+        }
         if recipe.model.kind == ModelKind::Mlp {
             let rows = features::rows(train, None, "train", &recipe.data.text)?;
             let scaler = Scaler::fit(&rows)?;
@@ -68,6 +79,9 @@ impl Encoder {
     /// Reads the encoder a run saved in `dir`.
     pub fn load(recipe: &Recipe, dir: &Path) -> Result<Encoder> {
         let path = dir.join(Self::file_name(recipe));
+        if recipe.model.kind == ModelKind::Bert {
+            return Self::pretrained(&path, recipe.model.seq_len);
+        }
         if recipe.model.kind == ModelKind::Mlp {
             let scaler = Scaler::load(&path)?;
             return Ok(Encoder::Features {
@@ -82,10 +96,31 @@ impl Encoder {
         })
     }
 
+    /// A checkpoint's `tokenizer.json` giving `seq` tokens a text; its padding id must be 0 (the
+    /// batches mask id 0), as in BERT's vocabularies.
+    fn pretrained(file: &Path, seq: usize) -> Result<Encoder> {
+        let tokenizer = contrai_bert::BertTokenizer::read(file, seq)?;
+        let pad = tokenizer.encode(&[""])?.ids.last().copied().unwrap_or(0);
+        if seq > 2 && pad != 0 {
+            return Err(TrainError::Unsupported(format!(
+                "{}: the padding token's id is {pad}; Contrai's batches need it to be 0 (BERT's [PAD])",
+                file.display()
+            )));
+        }
+        Ok(Encoder::Pretrained {
+            tokenizer: Box::new(tokenizer),
+            file: file.to_path_buf(),
+        })
+    }
+
     /// Writes the encoder as `path`.
     pub fn save(&self, path: &Path) -> Result<()> {
         match self {
             Encoder::Text { tokenizer, .. } => tokenizer.save(path),
+            Encoder::Pretrained { file, .. } => {
+                let bytes = std::fs::read(file).map_err(|e| TrainError::io(file, e))?;
+                Ok(contrai_data::write::write_atomic(path, &bytes)?)
+            }
             Encoder::Features { scaler, .. } => scaler.save(path),
         }
     }
@@ -94,6 +129,7 @@ impl Encoder {
     pub fn width(&self) -> usize {
         match self {
             Encoder::Text { seq, .. } => *seq,
+            Encoder::Pretrained { tokenizer, .. } => tokenizer.len(),
             Encoder::Features { scaler, .. } => scaler.dim,
         }
     }
@@ -105,6 +141,11 @@ impl Encoder {
                 "tokenizer: {} ids ({} words) fitted on train",
                 tokenizer.size,
                 tokenizer.words.len()
+            ),
+            Encoder::Pretrained { tokenizer, file } => format!(
+                "tokenizer: the checkpoint's {} ({} ids)",
+                file.display(),
+                tokenizer.vocab_size()
             ),
             Encoder::Features { scaler, field } => {
                 format!(
@@ -178,6 +219,10 @@ impl Encoded {
                     }
                 }
                 Inputs::Tokens(ids)
+            }
+            Encoder::Pretrained { tokenizer, .. } => {
+                let texts: Vec<&str> = samples.texts.iter().map(String::as_str).collect();
+                Inputs::Tokens(tokenizer.encode(&texts)?.ids)
             }
             Encoder::Features { scaler, field } => {
                 let rows = features::rows(samples, Some(scaler.dim), part, field)?;

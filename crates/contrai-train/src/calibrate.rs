@@ -35,12 +35,12 @@ pub fn calibrate(recipe: &Recipe, steps: usize) -> Result<Calibration> {
             "calibration needs at least one step".into(),
         ));
     }
-    if recipe.model.kind == contrai_recipe::ModelKind::Mlp {
-        return Err(TrainError::Unsupported(
-            "calibration times the transformer on random tokens; an MLP's step depends on its \
-             feature count, known only from the data: time a short `contrai train` instead"
-                .into(),
-        ));
+    if recipe.model.kind != contrai_recipe::ModelKind::Transformer {
+        return Err(TrainError::Unsupported(format!(
+            "calibration times Contrai's transformer on random tokens; a {} model's step is timed by \
+             a short `contrai train` instead",
+            recipe.model.kind
+        )));
     }
     crate::alloc::keep_freed_memory();
     let spec = &recipe.model;

@@ -59,15 +59,25 @@ pub fn teacher_logits(
 }
 
 /// The student's architecture: the teacher's vocabulary, sequence length and dropout, the
-/// recipe's depth and widths.
-pub fn student_spec(teacher: &ModelSpec, cfg: &Distill) -> ModelSpec {
-    ModelSpec {
+/// recipe's depth and widths. A pretrained teacher's student is Contrai's transformer on the
+/// teacher's tokenizer (its vocabulary size from the checkpoint's config).
+pub fn student_spec(teacher: &ModelSpec, cfg: &Distill) -> Result<ModelSpec> {
+    let base = match teacher.kind {
+        ModelKind::Bert => ModelSpec {
+            kind: ModelKind::Transformer,
+            pretrained: None,
+            pooling: None,
+            ..crate::pretrained::sized(teacher)?
+        },
+        ModelKind::Transformer | ModelKind::Mlp => teacher.clone(),
+    };
+    Ok(ModelSpec {
         layers: cfg.layers,
         d_model: cfg.d_model,
         heads: cfg.heads,
         ffn: cfg.ffn,
-        ..teacher.clone()
-    }
+        ..base
+    })
 }
 
 /// A short training run's settings.
@@ -239,7 +249,7 @@ pub fn distill(
     for (i, &r) in data.rows.iter().enumerate() {
         at[r] = i;
     }
-    let spec = student_spec(teacher_spec, cfg);
+    let spec = student_spec(teacher_spec, cfg)?;
     let student = Classifier::new(
         &spec,
         classes,

@@ -29,6 +29,9 @@ pub enum TrainError {
         /// Near-duplicate pairs across partitions.
         near: u64,
     },
+    /// A pretrained model directory is missing a file, or its files do not fit together.
+    #[error(transparent)]
+    Pretrained(#[from] contrai_bert::BertError),
     /// The data cannot train a classifier (no samples, one class, unknown labels ...).
     #[error("data: {0}")]
     BadData(String),

@@ -30,6 +30,7 @@ pub mod model;
 pub mod options;
 mod persist;
 pub mod predict;
+pub mod pretrained;
 pub mod prune;
 pub mod quantize;
 pub mod setup;

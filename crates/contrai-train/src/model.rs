@@ -168,6 +168,8 @@ pub enum Classifier {
     Transformer(TextClassifier),
     /// The MLP for numeric features.
     Mlp(Mlp),
+    /// A pretrained BERT-family encoder with a classification head.
+    Bert(contrai_bert::BertClassifier),
 }
 
 impl Classifier {
@@ -178,6 +180,9 @@ impl Classifier {
             ModelKind::Mlp => Mlp::new(spec, inputs, classes, seed, device).map(Classifier::Mlp),
             ModelKind::Transformer => {
                 TextClassifier::new(spec, classes, seed, device).map(Classifier::Transformer)
+            }
+            ModelKind::Bert => {
+                crate::pretrained::classifier(spec, classes, seed, device).map(Classifier::Bert)
             }
         }
     }
@@ -190,6 +195,10 @@ impl Classifier {
         match (self, batch) {
             (Classifier::Transformer(m), Batch::Text(b)) => m.forward(b, drop),
             (Classifier::Mlp(m), Batch::Features(b)) => m.forward(b.x.clone(), drop),
+            (Classifier::Bert(m), Batch::Text(b)) => {
+                let d = drop.map(crate::pretrained::Drop);
+                m.forward(&crate::pretrained::inputs(b), d.as_ref())
+            }
             _ => panic!("a batch of the other model's kind: the data was encoded for another model"),
         }
     }
@@ -199,6 +208,7 @@ impl Classifier {
         match self {
             Classifier::Transformer(m) => m.head.weight.dims()[1],
             Classifier::Mlp(m) => m.head.weight.dims()[1],
+            Classifier::Bert(m) => m.classifier.weight.dims()[1],
         }
     }
 
@@ -206,7 +216,7 @@ impl Classifier {
     pub fn transformer(&self) -> Option<&TextClassifier> {
         match self {
             Classifier::Transformer(m) => Some(m),
-            Classifier::Mlp(_) => None,
+            Classifier::Mlp(_) | Classifier::Bert(_) => None,
         }
     }
 }

@@ -95,7 +95,7 @@ impl Predictor {
             return Err(corrupt(&path, absent(which)));
         }
         let spec = match which {
-            FinalModel::Student => student_spec(&recipe.model, &recipe.refine.distill),
+            FinalModel::Student => student_spec(&recipe.model, &recipe.refine.distill)?,
             FinalModel::F32 | FinalModel::Int8 => recipe.model.clone(),
         };
         let fresh = Classifier::new(

@@ -152,14 +152,29 @@ pub fn check(recipe: &Recipe) -> Result<()> {
     recipe
         .validate()
         .map_err(|(k, m)| TrainError::Unsupported(format!("`{k}` {m}")))?;
-    if recipe.model.kind == ModelKind::Mlp {
-        check_mlp(recipe)?;
+    match recipe.model.kind {
+        ModelKind::Mlp => check_mlp(recipe)?,
+        ModelKind::Bert => check_bert(recipe)?,
+        ModelKind::Transformer => {}
     }
     if recipe.main.devices != 1 {
         return Err(TrainError::Unsupported(format!(
             "main.devices = {}: data-parallel training is not available yet on the CPU backend; use 1",
             recipe.main.devices
         )));
+    }
+    Ok(())
+}
+
+/// A pretrained model directory that is whole and fits the recipe's sequence length; what its
+/// model cannot be asked for.
+fn check_bert(recipe: &Recipe) -> Result<()> {
+    let dir = crate::pretrained::open(&recipe.model)?;
+    dir.tokenizer(recipe.model.seq_len)?;
+    if recipe.contract.prune_heads {
+        return Err(TrainError::Unsupported(
+            "model.kind = \"bert\": contract.prune_heads is not available for pretrained encoders yet; prune single weights (contract.prune)".into(),
+        ));
     }
     Ok(())
 }

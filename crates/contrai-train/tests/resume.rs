@@ -18,6 +18,8 @@ const WORKER_DIR: &str = "CONTRAI_TEST_WORKER_RUN";
 const WORKER_DATA: &str = "CONTRAI_TEST_WORKER_DATA";
 /// Set: the worker stops on SIGTERM as `contrai train` does, and says where it stopped.
 const WORKER_SIGNALS: &str = "CONTRAI_TEST_WORKER_SIGNALS";
+/// Set: the worker fine-tunes the tiny pretrained BERT instead of training the transformer.
+const WORKER_BERT: &str = "CONTRAI_TEST_WORKER_BERT";
 
 /// The tiny recipe, made slow enough (tens of ms a step) for kills to land mid-run.
 fn recipe(data: &Path) -> contrai_recipe::Recipe {
@@ -30,20 +32,30 @@ fn recipe(data: &Path) -> contrai_recipe::Recipe {
     r
 }
 
-/// [`recipe`] with all five phases.
-fn lifecycle(data: &Path) -> contrai_recipe::Recipe {
-    let mut r = with_all_phases(recipe(data));
+/// [`recipe`] (or, with `bert`, the tiny pretrained BERT's) with all five phases.
+fn lifecycle(data: &Path, bert: bool) -> contrai_recipe::Recipe {
+    let base = match bert {
+        true => common::bert_recipe(data, STEPS),
+        false => recipe(data),
+    };
+    let mut r = with_all_phases(base);
     r.contract.eval_every = 4;
     // Main runs its 40 steps and contraction is forced at its end (never skipped).
     r.contract.stable_checkpoints = 1000;
     r
 }
 
-fn run_to_end(data: &Path, run: &Path, resume: bool, stop: contrai_train::Stop) -> contrai_train::Outcome {
+fn run_to_end(
+    data: &Path,
+    run: &Path,
+    resume: bool,
+    stop: contrai_train::Stop,
+    bert: bool,
+) -> contrai_train::Outcome {
     let opts = Options {
         resume,
         stop,
-        ..Options::new(lifecycle(data), run)
+        ..Options::new(lifecycle(data, bert), run)
     };
     train(&opts, &Silent, &Collect::default()).unwrap()
 }
@@ -59,7 +71,8 @@ fn worker_entry() {
         true => contrai_train::Stop::on_signals().unwrap(),
         false => contrai_train::Stop::new(),
     };
-    let out = run_to_end(Path::new(&data), Path::new(&run), true, stop);
+    let bert = std::env::var_os(WORKER_BERT).is_some();
+    let out = run_to_end(Path::new(&data), Path::new(&run), true, stop, bert);
     if let Some(s) = out.stopped {
         let note = format!("{} {}", out.step, s.checkpoint.display());
         std::fs::write(Path::new(&run).join("stopped-at.txt"), note).unwrap();
@@ -76,7 +89,7 @@ fn train_rows(run: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-fn spawn_worker(run: &Path, data: &Path, signals: bool) -> std::process::Child {
+fn spawn_worker(run: &Path, data: &Path, signals: bool, bert: bool) -> std::process::Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["worker_entry", "--exact", "--nocapture", "--test-threads=1"])
         .env(WORKER_DIR, run)
@@ -86,13 +99,16 @@ fn spawn_worker(run: &Path, data: &Path, signals: bool) -> std::process::Child {
     if signals {
         cmd.env(WORKER_SIGNALS, "1");
     }
+    if bert {
+        cmd.env(WORKER_BERT, "1");
+    }
     cmd.spawn().unwrap()
 }
 
 /// A reference run of every phase in `tmp/reference`: its metrics and its train rows.
-fn reference(tmp: &Path, data: &Path) -> (PathBuf, Vec<String>, u64) {
+fn reference(tmp: &Path, data: &Path, bert: bool) -> (PathBuf, Vec<String>, u64) {
     let reference: PathBuf = tmp.join("reference");
-    let out = run_to_end(data, &reference, false, contrai_train::Stop::new());
+    let out = run_to_end(data, &reference, false, contrai_train::Stop::new(), bert);
     assert!(out.finished);
     let expected = metrics_of(&reference);
     let phases: Vec<&str> = ["main", "contract", "refine"]
@@ -124,8 +140,8 @@ fn targets() -> impl FnMut(u64, u64) -> u64 {
 }
 
 /// Starts a worker and interrupts it (`interrupt`) once `run` has `target` train rows.
-fn interrupt_at(run: &Path, data: &Path, target: u64, signals: bool) {
-    let mut child = spawn_worker(run, data, signals);
+fn interrupt_at(run: &Path, data: &Path, target: u64, signals: bool, bert: bool) {
+    let mut child = spawn_worker(run, data, signals, bert);
     let t0 = Instant::now();
     while train_rows(run) < target && t0.elapsed() < Duration::from_secs(120) {
         if child.try_wait().unwrap().is_some() {
@@ -152,8 +168,15 @@ fn interrupt_at(run: &Path, data: &Path, target: u64, signals: bool) {
 }
 
 /// The interrupted run, resumed to its end, equals the reference: metrics, decisions, weights.
-fn assert_resumed_equal(run: &Path, data: &Path, reference: &Path, expected: &[String], stops: &[u64]) {
-    let status = spawn_worker(run, data, false).wait().unwrap();
+fn assert_resumed_equal(
+    run: &Path,
+    data: &Path,
+    reference: &Path,
+    expected: &[String],
+    stops: &[u64],
+    bert: bool,
+) {
+    let status = spawn_worker(run, data, false, bert).wait().unwrap();
     assert!(
         status.success(),
         "the resumed worker failed (stops after steps {stops:?})"
@@ -178,21 +201,32 @@ fn assert_resumed_equal(run: &Path, data: &Path, reference: &Path, expected: &[S
 
 #[test]
 fn sigkill_at_random_steps_then_resume_matches_an_uninterrupted_run() {
+    killed_and_resumed(false);
+}
+
+#[test]
+fn a_pretrained_fine_tune_killed_at_random_steps_resumes_exactly() {
+    killed_and_resumed(true);
+}
+
+/// Three SIGKILLs at random steps of a lifecycle run, then a resume to its end: equal to the
+/// run never killed.
+fn killed_and_resumed(bert: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let data = demo_file(tmp.path(), 300);
-    let (reference, expected, total) = reference(tmp.path(), &data);
+    let (reference, expected, total) = reference(tmp.path(), &data, bert);
     let run = tmp.path().join("killed");
     let mut next = targets();
     let mut kills = Vec::new();
     for _ in 0..3 {
-        interrupt_at(&run, &data, next(train_rows(&run), total), false);
+        interrupt_at(&run, &data, next(train_rows(&run), total), false, bert);
         kills.push(train_rows(&run));
     }
     assert!(
         kills.windows(2).all(|w| w[0] <= w[1]) && kills[0] < total,
         "kills after steps {kills:?}"
     );
-    assert_resumed_equal(&run, &data, &reference, &expected, &kills);
+    assert_resumed_equal(&run, &data, &reference, &expected, &kills, bert);
     eprintln!("killed after steps {kills:?}; resumed run identical");
 }
 
@@ -200,14 +234,14 @@ fn sigkill_at_random_steps_then_resume_matches_an_uninterrupted_run() {
 fn sigterm_at_random_steps_checkpoints_where_it_stops_and_resumes_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let data = demo_file(tmp.path(), 300);
-    let (reference, expected, total) = reference(tmp.path(), &data);
+    let (reference, expected, total) = reference(tmp.path(), &data, false);
     let run = tmp.path().join("stopped");
     let note = run.join("stopped-at.txt");
     let mut next = targets();
     let mut stops = Vec::new();
     for _ in 0..3 {
         let _ = std::fs::remove_file(&note);
-        interrupt_at(&run, &data, next(train_rows(&run), total), true);
+        interrupt_at(&run, &data, next(train_rows(&run), total), true, false);
         let Ok(text) = std::fs::read_to_string(&note) else {
             continue; // the signal came after the last step: the run finished
         };
@@ -230,7 +264,7 @@ fn sigterm_at_random_steps_checkpoints_where_it_stops_and_resumes_exactly() {
         stops.push(step);
     }
     assert!(!stops.is_empty(), "no SIGTERM landed mid-run");
-    assert_resumed_equal(&run, &data, &reference, &expected, &stops);
+    assert_resumed_equal(&run, &data, &reference, &expected, &stops, false);
     eprintln!("stopped after steps {stops:?}; resumed run identical");
 }
 

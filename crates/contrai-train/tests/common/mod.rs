@@ -30,6 +30,7 @@ pub fn tiny_recipe(data: &Path, steps: u64) -> Recipe {
         heads: 2,
         ffn: 64,
         dropout: 0.1,
+        ..Model::default()
     };
     r.main.steps = steps;
     r.main.batch = 8;
@@ -122,10 +123,11 @@ pub fn safetensor(path: &Path, name: &str) -> Vec<f32> {
 pub fn zero_counts(path: &Path) -> std::collections::BTreeMap<String, (usize, usize)> {
     let mut acc: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     for (name, (shape, data)) in safetensors(path) {
-        if !name.ends_with(".weight") || shape.len() != 2 || !name.starts_with("blocks.") {
+        let blocks = name.starts_with("blocks.") || name.starts_with("bert.encoder.");
+        if !name.ends_with(".weight") || shape.len() != 2 || !blocks {
             continue;
         }
-        let module = name.rsplitn(3, '.').nth(2).unwrap().to_string();
+        let module = contrai_lifecycle::prune::module_of(&name);
         let e = acc.entry(module).or_default();
         *e = (e.0 + data.iter().filter(|w| **w == 0.0).count(), e.1 + data.len());
     }
@@ -241,4 +243,30 @@ pub fn predictions_match_the_card(run: &Path) {
             assert!(p.given.is_some());
         }
     }
+}
+
+/// The tiny random BERT checkpoint `contrai-bert`'s tests hold (made by
+/// `scripts/fixtures/tiny_bert.py`).
+pub fn tiny_bert_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../contrai-bert/tests/fixtures/tiny-bert")
+}
+
+/// [`tiny_recipe`] fine-tuning the tiny BERT (mean pooling, 24 tokens), with the pretrained
+/// defaults' prune rules, at LRs that move a random 2-layer encoder.
+pub fn bert_recipe(data: &Path, steps: u64) -> Recipe {
+    let mut r = tiny_recipe(data, steps);
+    r.model.kind = ModelKind::Bert;
+    r.model.pretrained = Some(tiny_bert_dir().display().to_string());
+    r.model.pooling = Some(contrai_recipe::Pooling::Mean);
+    r.model.seq_len = 24;
+    r.main.lr = 1e-3;
+    r.contract.prune = ["attention.self_attn", "intermediate.dense", "output.dense"]
+        .iter()
+        .map(|m| contrai_recipe::recipe::Prune {
+            params: format!("bert.encoder.layer.*.{m}.*"),
+            init: 0.1,
+            final_sparsity: 0.3,
+        })
+        .collect();
+    r
 }

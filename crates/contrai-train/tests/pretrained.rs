@@ -1,0 +1,143 @@
+//! `model.kind = "bert"`: a pretrained checkpoint (the tiny random BERT fixture) fine-tuned
+//! through all five phases — its pretrained weights loaded, its own tokenizer, the feed-forward
+//! and attention matrices pruned by their Hugging Face names, int8, a student on the teacher's
+//! tokenizer — and every final model predicting what its card recorded.
+
+mod common;
+
+use common::{
+    Collect, bert_recipe, demo_file, kinds, predictions_match_the_card, safetensors, tiny_bert_dir,
+    with_all_phases,
+};
+use contrai_data::Silent;
+use contrai_train::{Options, TrainError, train};
+
+/// `n` messages of 8–16 words the fixture's vocabulary knows, spam or ham by their words (a
+/// few shared), numbered so that no two are duplicates.
+fn word_file(dir: &std::path::Path, n: usize) -> std::path::PathBuf {
+    let spam = [
+        "free", "money", "click", "claim", "prize", "offer", "cheap", "now",
+    ];
+    let ham = [
+        "hi", "bob", "meeting", "moved", "tuesday", "cafe", "students", "ok",
+    ];
+    let shared = ["the", "to", "your", "at", "here", "no"];
+    let mut x: u64 = 0x9E37_79B9;
+    let mut next = |m: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % m as u64) as usize
+    };
+    let mut lines = Vec::new();
+    for i in 0..n {
+        let (label, own) = if i % 2 == 0 {
+            ("spam", &spam)
+        } else {
+            ("ham", &ham)
+        };
+        let words: Vec<&str> = (0..8 + next(9))
+            .map(|_| {
+                if next(3) == 0 {
+                    shared[next(shared.len())]
+                } else {
+                    own[next(own.len())]
+                }
+            })
+            .collect();
+        lines.push(format!(
+            "{{\"id\": \"m{i}\", \"text\": \"{} {i}\", \"label\": \"{label}\"}}",
+            words.join(" ")
+        ));
+    }
+    let path = dir.join("words.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+#[test]
+fn a_pretrained_encoder_fine_tunes_through_every_phase() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = word_file(tmp.path(), 400);
+    let run = tmp.path().join("run");
+    let mut r = with_all_phases(bert_recipe(&data, 60));
+    r.validate.lr = 3e-3;
+    r.contract.stable_checkpoints = 1000; // contraction at main's end whatever the trajectory
+    r.refine.max_drop = 100.0;
+    (r.contract.prune_every, r.contract.divergence) = (2, 1.0); // the schedule runs its course
+    let out = train(&Options::new(r, &run), &Silent, &Collect::default()).unwrap();
+    let e = out.eval.unwrap();
+    assert!(e.holdout_accuracy > 0.6, "holdout {}", e.holdout_accuracy);
+    let k = kinds(&run);
+    for want in [
+        "validate_passed",
+        "sensitivity",
+        "drop_noisiest",
+        "enter_contract",
+        "enter_refine",
+        "int8",
+        "distill",
+        "holdout",
+    ] {
+        assert!(k.iter().any(|x| x == want), "{want} missing from {k:?}");
+    }
+    // The checkpoint's tokenizer travels with the model; the exported weights keep BERT's names.
+    assert_eq!(
+        std::fs::read(run.join("final/tokenizer.json")).unwrap(),
+        std::fs::read(tiny_bert_dir().join("tokenizer.json")).unwrap()
+    );
+    let w = safetensors(&run.join("final/model.safetensors"));
+    let q = &w["bert.encoder.layer.1.attention.self_attn.query.weight"];
+    assert_eq!(q.0, [32, 32]);
+    // Pruned as the rules say: each module at its rule's 30 % within diagnose's cap, the
+    // exported zeros as recorded, the embeddings untouched.
+    let caps = common::decisions(&run)
+        .into_iter()
+        .find(|d| d["kind"] == "sensitivity")
+        .unwrap()["evidence"]["caps"]
+        .clone();
+    let exported = common::zeros_by_module(&run.join("final/model.safetensors"));
+    assert_eq!(e.sparsity.len(), 8, "{:?}", e.sparsity);
+    for (module, share) in &e.sparsity {
+        let want = caps[module].as_f64().unwrap().min(0.3);
+        assert!((share - want).abs() < 0.01, "{module}: {share} vs {want}");
+        assert!(
+            (exported[module] - share).abs() < 1e-9,
+            "{module}: exported {}",
+            exported[module]
+        );
+    }
+    assert!(e.sparsity.values().any(|s| *s > 0.25), "{:?}", e.sparsity);
+    let emb = &w["bert.embeddings.word_embeddings.weight"].1;
+    assert!(emb.iter().all(|x| *x != 0.0));
+    predictions_match_the_card(&run);
+}
+
+#[test]
+fn a_pretrained_directory_that_does_not_fit_is_refused_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 60);
+    let mut r = bert_recipe(&data, 10);
+    r.model.seq_len = 65; // the fixture has 64 positions
+    let err = train(
+        &Options::new(r, tmp.path().join("a")),
+        &Silent,
+        &Collect::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, TrainError::Pretrained(_)), "{err}");
+    assert!(err.to_string().contains("max_position_embeddings 64"), "{err}");
+    let mut r = bert_recipe(&data, 10);
+    r.model.pretrained = Some(tmp.path().display().to_string());
+    let err = train(
+        &Options::new(r, tmp.path().join("b")),
+        &Silent,
+        &Collect::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("no config.json"), "{err}");
+    assert!(
+        !contrai_run::RunDir::new(tmp.path().join("b")).is_started(),
+        "nothing trained"
+    );
+}
