@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod error;
+pub mod export;
 pub mod load;
 pub mod model;
 pub mod tokenize;

@@ -4,15 +4,24 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use contrai_recipe::{Recipe, default_recipe};
+use contrai_recipe::{Checkpoint, Recipe, default_recipe, pretrained_recipe};
 
 /// The `contrai recipe` subcommands.
 #[derive(Subcommand)]
 pub enum RecipeCommand {
     /// Print the default recipe, every key with a comment (redirect it to a file and edit).
     ///
+    /// With --pretrained DIR: the recipe for fine-tuning that Hugging Face model directory
+    /// (config.json, model.safetensors, tokenizer.json): kind = "bert", its pooling, sequence
+    /// length and dropout, fine-tuning LRs with warmup, pruning by its parameter names.
+    ///
     /// Example: contrai recipe init > spam.toml
-    Init,
+    ///          contrai recipe init --pretrained models/all-MiniLM-L6-v2 > minilm.toml
+    Init {
+        /// A BERT-family model directory to fine-tune.
+        #[arg(long, value_name = "DIR")]
+        pretrained: Option<PathBuf>,
+    },
     /// Validate a recipe and print it resolved, every default filled in.
     Check {
         /// The recipe file.
@@ -23,7 +32,21 @@ pub enum RecipeCommand {
 /// Runs a `contrai recipe` subcommand.
 pub fn run(cmd: RecipeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        RecipeCommand::Init => print!("{}", default_recipe()),
+        RecipeCommand::Init { pretrained: None } => print!("{}", default_recipe()),
+        RecipeCommand::Init {
+            pretrained: Some(dir),
+        } => {
+            let c = contrai_bert::ModelDir::open(&dir)?.config;
+            print!(
+                "{}",
+                pretrained_recipe(&Checkpoint {
+                    dir: dir.display().to_string(),
+                    max_positions: c.max_position_embeddings,
+                    dropout: c.hidden_dropout_prob,
+                    sentence_encoder: dir.join("modules.json").is_file(),
+                })
+            );
+        }
         RecipeCommand::Check { path } => {
             let recipe = Recipe::from_file(&path)?;
             print!("{}", recipe.to_toml());

@@ -479,6 +479,41 @@ mod tests {
     }
 
     #[test]
+    fn the_pretrained_template_is_a_fine_tune_of_its_checkpoint() {
+        let ck = crate::template::Checkpoint {
+            dir: "models/minilm".into(),
+            max_positions: 512,
+            dropout: 0.1,
+            sentence_encoder: true,
+        };
+        let r = parse(&crate::template::pretrained_recipe(&ck)).unwrap();
+        assert_eq!(r.model.kind, ModelKind::Bert);
+        assert_eq!(r.model.pretrained.as_deref(), Some("models/minilm"));
+        assert_eq!(r.model.pooling, Some(crate::Pooling::Mean));
+        assert_eq!((r.model.seq_len, r.model.dropout), (128, 0.1));
+        assert_eq!((r.main.lr, r.main.warmup, r.validate.lr), (5e-5, 0.06, 1e-4));
+        let globs: Vec<&str> = r.contract.prune.iter().map(|p| p.params.as_str()).collect();
+        assert!(
+            globs.iter().all(|g| g.starts_with("bert.encoder.layer.*.")),
+            "{globs:?}"
+        );
+        // Everything else is the default recipe's.
+        let d = Recipe::default();
+        assert_eq!((r.data, r.refine, r.guards), (d.data, d.refine, d.guards));
+        // A short checkpoint gets its own length; a plain BERT the [CLS] pooler.
+        let short = crate::template::Checkpoint {
+            max_positions: 64,
+            sentence_encoder: false,
+            ..ck
+        };
+        let r = parse(&crate::template::pretrained_recipe(&short)).unwrap();
+        assert_eq!(
+            (r.model.seq_len, r.model.pooling),
+            (64, Some(crate::Pooling::Cls))
+        );
+    }
+
+    #[test]
     fn the_template_is_the_default() {
         assert_eq!(parse(&default_recipe()).unwrap(), Recipe::default());
         assert_eq!(parse("").unwrap(), Recipe::default());

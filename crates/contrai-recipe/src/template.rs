@@ -6,8 +6,66 @@ use crate::schedule::Decay;
 /// The default recipe, every key with a comment; it parses to [`crate::Recipe::default`]. The
 /// lists of allowed values come from the types that define them.
 pub fn default_recipe() -> String {
-    TEMPLATE
-        .replace("@ON_CONFLICT@", &choices::<OnConflict>())
+    fill(TEMPLATE)
+}
+
+/// What [`pretrained_recipe`] needs to know of a checkpoint (read from its `config.json`).
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    /// The model directory, as the recipe will name it.
+    pub dir: String,
+    /// Its `max_position_embeddings`.
+    pub max_positions: usize,
+    /// Its `hidden_dropout_prob`.
+    pub dropout: f64,
+    /// A sentence encoder (sentence-transformers' `modules.json` beside it): mean pooling.
+    pub sentence_encoder: bool,
+}
+
+/// The default recipe fitted to fine-tuning `ck`: `kind = "bert"` with its directory, pooling,
+/// sequence length (128, or fewer positions if it has fewer) and dropout; the LRs of a
+/// fine-tune (main 5e-5 with 6 % warmup, validate 1e-4); contraction pruning its feed-forward and
+/// attention matrices by their Hugging Face names. It parses to what it says.
+pub fn pretrained_recipe(ck: &Checkpoint) -> String {
+    let pooling = if ck.sentence_encoder { "mean" } else { "cls" };
+    let model = format!(
+        "[model]\n\
+         kind = \"bert\"            # a pretrained BERT-family encoder with a fresh classification head\n\
+         pretrained = {dir:?}\n\
+         pooling = \"{pooling}\"{pad}# cls: the checkpoint's pooler | mean: the real tokens' mean (sentence encoders)\n\
+         seq_len = {seq}            # tokens a sample, special tokens included (the checkpoint has {max} positions)\n\
+         dropout = {dropout}            # hidden and attention dropout (the checkpoint's {dropout})\n\
+         # vocab, d_model, layers, heads and ffn come from the checkpoint's config.json\n",
+        dir = ck.dir,
+        pad = " ".repeat(13 - pooling.len()),
+        seq = ck.max_positions.min(128),
+        max = ck.max_positions,
+        dropout = ck.dropout,
+    );
+    let start = TEMPLATE.find("[model]").unwrap_or(0);
+    let end = TEMPLATE.find("[validate]").unwrap_or(start);
+    let text = format!("{}{model}\n{}", &TEMPLATE[..start], &TEMPLATE[end..]);
+    let text = text
+        .replace(
+            "lr = 1e-3                # constant LR of the check (mlp: 3e-3)",
+            "lr = 1e-4                # constant LR of the check",
+        )
+        .replace(
+            "lr = 5e-4                # peak learning rate (mlp: 1e-3)",
+            "lr = 5e-5                # peak learning rate: 2e-5 … 5e-5 fine-tunes a pretrained encoder",
+        )
+        .replace("warmup = 0.03            # linear warmup, as a fraction of the steps (2–5 %)",
+                 "warmup = 0.06            # linear warmup, as a fraction of the steps (6–10 % for a fine-tune)")
+        .replace(
+            "    { params = \"blocks.*.attn.*\", init = 0.1, final = 0.2 },\n    { params = \"blocks.*.ffn.*\", init = 0.1, final = 0.5 },\n",
+            "    { params = \"bert.encoder.layer.*.attention.self_attn.*\", init = 0.1, final = 0.2 },\n    { params = \"bert.encoder.layer.*.intermediate.dense.*\", init = 0.1, final = 0.3 },\n    { params = \"bert.encoder.layer.*.output.dense.*\", init = 0.1, final = 0.3 },\n",
+        );
+    fill(&text)
+}
+
+/// The template's lists of allowed values, filled in from the types that define them.
+fn fill(text: &str) -> String {
+    text.replace("@ON_CONFLICT@", &choices::<OnConflict>())
         .replace("@DEDUP@", &choices::<Dedup>())
         .replace("@MODEL_KIND@", &choices::<ModelKind>())
         .replace("@DECAY@", &choices::<Decay>())

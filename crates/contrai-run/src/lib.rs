@@ -225,6 +225,8 @@ impl FinalModel {
 
 /// The refined model's weights in `final/` (safetensors, pruned zeros real).
 pub const FINAL_MODEL: &str = "model.safetensors";
+/// A pretrained model's fine-tune as a Hugging Face model directory in `final/`.
+pub const FINAL_HF: &str = "hf";
 /// The int8 model's record in `final/`.
 pub const FINAL_INT8: &str = "model-int8.bpk";
 /// The distilled student's weights in `final/`.

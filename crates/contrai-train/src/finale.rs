@@ -25,6 +25,10 @@ impl Engine<'_> {
         save_safetensors(&valid, &fin.join(FINAL_MODEL))?;
         x.encoder.save(&fin.join(Encoder::file_name(&self.recipe)))?;
         contrai_run::write_json(&fin.join(contrai_run::CLASSES), &x.classes)?;
+        if let crate::model::Classifier::Bert(m) = &valid {
+            let names = &x.classes.names;
+            crate::pretrained::export_hf(&self.recipe.model, m, names, &fin.join(contrai_run::FINAL_HF))?;
+        }
         let (val_loss, val_accuracy) = evaluate(&valid, &self.data.val, self.eval_batch(), &self.plain);
         self.finale.val = (val_loss, val_accuracy);
         Ok(Observation::Exported {

@@ -71,3 +71,20 @@ impl Dropper for Drop<'_> {
         self.0.apply(x, site, &device)
     }
 }
+
+/// Writes `model` as a Hugging Face model directory `out` (`transformers` loads it): the
+/// weights under `BertForSequenceClassification`'s names, the config with `labels` and the run's
+/// dropout, the checkpoint's tokenizer files.
+pub fn export_hf(spec: &ModelSpec, model: &BertClassifier, labels: &[String], out: &Path) -> Result<()> {
+    let dir = open(spec)?;
+    let config = contrai_bert::BertConfig {
+        hidden_dropout_prob: spec.dropout,
+        attention_probs_dropout_prob: spec.dropout,
+        ..dir.config.clone()
+    };
+    std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
+    for (name, bytes) in contrai_bert::export::export(model, &config, labels, &dir.dir)? {
+        contrai_data::write::write_atomic(out.join(name), &bytes)?;
+    }
+    Ok(())
+}

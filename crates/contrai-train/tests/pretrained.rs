@@ -111,6 +111,31 @@ fn a_pretrained_encoder_fine_tunes_through_every_phase() {
     let emb = &w["bert.embeddings.word_embeddings.weight"].1;
     assert!(emb.iter().all(|x| *x != 0.0));
     predictions_match_the_card(&run);
+    // Exported as a Hugging Face directory: the fixture's names and layouts, the final weights.
+    let hf = run.join("final/hf");
+    let ours = safetensors(&hf.join("model.safetensors"));
+    let theirs = safetensors(&tiny_bert_dir().join("model.safetensors"));
+    let names = |m: &std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)>| {
+        m.iter()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(&ours),
+        names(&theirs),
+        "same names and shapes as the checkpoint"
+    );
+    let q = &w["bert.encoder.layer.1.attention.self_attn.query.weight"].1;
+    let q_hf = &ours["bert.encoder.layer.1.attention.self.query.weight"].1;
+    assert!(
+        (0..32).all(|i| (0..32).all(|j| q[i * 32 + j] == q_hf[j * 32 + i])),
+        "transposed back"
+    );
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(hf.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["id2label"]["0"], "ham");
+    assert_eq!(config["contrai_pooling"], "mean");
+    assert!(hf.join("tokenizer.json").is_file());
 }
 
 #[test]
