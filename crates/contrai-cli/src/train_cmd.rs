@@ -88,7 +88,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     }
     let planned = outcome.eval.as_ref().map_or(0, |e| e.planned_steps);
     eprintln!(
-        "{} steps (of {planned} planned) in {} ({} ms a step, {:.0} ms a checkpoint, effective batch {})",
+        "{} steps (of {planned} planned) in {} ({} ms a step, {:.0} ms a checkpoint, effective batch {}, peak memory {})",
         outcome.step,
         run_dir.display(),
         // An MLP's step takes well under a millisecond.
@@ -98,7 +98,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             format!("{:.0}", outcome.ms_per_step)
         },
         outcome.ms_per_checkpoint,
-        outcome.effective_batch
+        outcome.effective_batch,
+        peak_memory()
     );
     if let Some(e) = &outcome.eval {
         println!(
@@ -136,4 +137,15 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     contrai_data::write::write_atomic(&report, contrai_report::render(&run_dir, None)?.as_bytes())?;
     println!("report: {}", report.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The process's peak resident memory so far, in words (`getrusage`'s maximum RSS).
+fn peak_memory() -> String {
+    // SAFETY: getrusage(2) fills the struct it is given; RUSAGE_SELF is always valid.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return "unknown".into();
+    }
+    // Linux reports kilobytes.
+    format!("{:.2} GB", u.ru_maxrss as f64 / 1e6)
 }
