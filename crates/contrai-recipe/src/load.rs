@@ -109,16 +109,14 @@ impl Recipe {
             self.validate.lr = 1e-4;
         }
         if unset("contract", "prune") {
-            let rule = |params: &str, final_sparsity: f64| crate::recipe::Prune {
-                params: params.into(),
-                init: 0.1,
-                final_sparsity,
-            };
-            self.contract.prune = vec![
-                rule("bert.encoder.layer.*.attention.self_attn.*", 0.2),
-                rule("bert.encoder.layer.*.intermediate.dense.*", 0.3),
-                rule("bert.encoder.layer.*.output.dense.*", 0.3),
-            ];
+            self.contract.prune = crate::recipe::BERT_PRUNE
+                .iter()
+                .map(|(params, final_sparsity)| crate::recipe::Prune {
+                    params: params.to_string(),
+                    init: 0.1,
+                    final_sparsity: *final_sparsity,
+                })
+                .collect();
         }
     }
 
@@ -476,6 +474,22 @@ mod tests {
 
     fn parse(s: &str) -> Result<Recipe, RecipeError> {
         Recipe::parse(s, Path::new("r.toml"))
+    }
+
+    #[test]
+    fn a_pretrained_model_needs_kind_bert_and_a_directory() {
+        let err = parse("[model]\nkind = \"bert\"\n").unwrap_err().to_string();
+        assert!(
+            err.starts_with("r.toml:2: `model.kind`") && err.contains("model.pretrained"),
+            "{err}"
+        );
+        let err = parse("[model]\npretrained = \"m\"\n").unwrap_err().to_string();
+        assert!(
+            err.contains("`model.pretrained`") && err.contains("kind = \"bert\""),
+            "{err}"
+        );
+        let r = parse("[model]\nkind = \"bert\"\npretrained = \"m\"\n").unwrap();
+        assert_eq!((r.main.lr, r.contract.prune.len()), (5e-5, 3));
     }
 
     #[test]

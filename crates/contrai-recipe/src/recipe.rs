@@ -157,6 +157,14 @@ impl Default for NearDuplicates {
     }
 }
 
+/// What contraction prunes in a pretrained BERT-family encoder when the recipe does not say:
+/// parameter-path globs and their final sparsity (attention capped lower, as for the transformer).
+pub const BERT_PRUNE: [(&str, f64); 3] = [
+    ("bert.encoder.layer.*.attention.self_attn.*", 0.2),
+    ("bert.encoder.layer.*.intermediate.dense.*", 0.3),
+    ("bert.encoder.layer.*.output.dense.*", 0.3),
+];
+
 /// `[model]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -58,7 +58,10 @@ pub fn pretrained_recipe(ck: &Checkpoint) -> String {
                  "warmup = 0.06            # linear warmup, as a fraction of the steps (6–10 % for a fine-tune)")
         .replace(
             "    { params = \"blocks.*.attn.*\", init = 0.1, final = 0.2 },\n    { params = \"blocks.*.ffn.*\", init = 0.1, final = 0.5 },\n",
-            "    { params = \"bert.encoder.layer.*.attention.self_attn.*\", init = 0.1, final = 0.2 },\n    { params = \"bert.encoder.layer.*.intermediate.dense.*\", init = 0.1, final = 0.3 },\n    { params = \"bert.encoder.layer.*.output.dense.*\", init = 0.1, final = 0.3 },\n",
+            &crate::recipe::BERT_PRUNE
+                .iter()
+                .map(|(p, f)| format!("    {{ params = {p:?}, init = 0.1, final = {f} }},\n"))
+                .collect::<String>(),
         );
     fill(&text)
 }
