@@ -2,7 +2,7 @@
 //! normalisation, word pieces and special tokens as the file says, truncated and padded to the
 //! recipe's length.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
@@ -26,6 +26,8 @@ pub struct Tokens {
 pub struct BertTokenizer {
     inner: Tokenizer,
     len: usize,
+    pad_id: u32,
+    path: PathBuf,
 }
 
 impl std::fmt::Debug for BertTokenizer {
@@ -52,6 +54,7 @@ impl BertTokenizer {
             pad_token: "[PAD]".into(),
             ..PaddingParams::default()
         });
+        let pad_id = pad.pad_id;
         inner.with_padding(Some(PaddingParams {
             strategy: PaddingStrategy::Fixed(len),
             ..pad
@@ -62,7 +65,12 @@ impl BertTokenizer {
                 ..TruncationParams::default()
             }))
             .map_err(|e| bad(e.to_string()))?;
-        Ok(BertTokenizer { inner, len })
+        Ok(BertTokenizer {
+            inner,
+            len,
+            pad_id,
+            path: path.to_path_buf(),
+        })
     }
 
     /// Tokens a text.
@@ -73,6 +81,16 @@ impl BertTokenizer {
     /// Whether texts get no tokens (never, for a usable tokenizer).
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The id padding fills a short text with.
+    pub fn pad_id(&self) -> u32 {
+        self.pad_id
+    }
+
+    /// The `tokenizer.json` it was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Ids in the vocabulary, special tokens included.
@@ -86,7 +104,7 @@ impl BertTokenizer {
             .inner
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| BertError::Tokenizer {
-                path: "tokenizer.json".into(),
+                path: self.path.clone(),
                 message: e.to_string(),
             })?;
         let mut t = Tokens {

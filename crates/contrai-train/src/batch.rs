@@ -33,8 +33,6 @@ pub enum Encoder {
     Pretrained {
         /// The tokenizer, giving `seq` tokens a text.
         tokenizer: Box<contrai_bert::BertTokenizer>,
-        /// The `tokenizer.json` it was read from.
-        file: std::path::PathBuf,
     },
     /// Standardised numeric features (`features.json`).
     Features {
@@ -100,8 +98,8 @@ impl Encoder {
     /// batches mask id 0), as in BERT's vocabularies.
     fn pretrained(file: &Path, seq: usize) -> Result<Encoder> {
         let tokenizer = contrai_bert::BertTokenizer::read(file, seq)?;
-        let pad = tokenizer.encode(&[""])?.ids.last().copied().unwrap_or(0);
-        if seq > 2 && pad != 0 {
+        let pad = tokenizer.pad_id();
+        if pad != 0 {
             return Err(TrainError::Unsupported(format!(
                 "{}: the padding token's id is {pad}; Contrai's batches need it to be 0 (BERT's [PAD])",
                 file.display()
@@ -109,7 +107,6 @@ impl Encoder {
         }
         Ok(Encoder::Pretrained {
             tokenizer: Box::new(tokenizer),
-            file: file.to_path_buf(),
         })
     }
 
@@ -117,7 +114,8 @@ impl Encoder {
     pub fn save(&self, path: &Path) -> Result<()> {
         match self {
             Encoder::Text { tokenizer, .. } => tokenizer.save(path),
-            Encoder::Pretrained { file, .. } => {
+            Encoder::Pretrained { tokenizer } => {
+                let file = tokenizer.path();
                 let bytes = std::fs::read(file).map_err(|e| TrainError::io(file, e))?;
                 Ok(contrai_data::write::write_atomic(path, &bytes)?)
             }
@@ -142,9 +140,9 @@ impl Encoder {
                 tokenizer.size,
                 tokenizer.words.len()
             ),
-            Encoder::Pretrained { tokenizer, file } => format!(
+            Encoder::Pretrained { tokenizer } => format!(
                 "tokenizer: the checkpoint's {} ({} ids)",
-                file.display(),
+                tokenizer.path().display(),
                 tokenizer.vocab_size()
             ),
             Encoder::Features { scaler, field } => {

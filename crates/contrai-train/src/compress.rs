@@ -223,15 +223,7 @@ pub struct RunData {
 impl RunData {
     /// Reads `run`'s recipe, encoder, classes and split.
     pub fn open(run: &Path) -> Result<RunData> {
-        let recipe_path = run.join("recipe.toml");
-        if !recipe_path.is_file() {
-            return Err(TrainError::Corrupt {
-                path: run.to_path_buf(),
-                message: "is not a run directory (no recipe.toml); give the directory `contrai train` wrote"
-                    .into(),
-            });
-        }
-        let recipe = Recipe::from_file(&recipe_path).map_err(|e| TrainError::Unsupported(e.to_string()))?;
+        let recipe = crate::setup::run_recipe(run)?;
         let enc = Encoder::load(&recipe, run)?;
         let classes: Classes = contrai_run::read_json(&run.join(contrai_run::CLASSES))?;
         let mut prepared = crate::data::prepare(&recipe, run, &Silent, true)?;

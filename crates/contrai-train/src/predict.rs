@@ -10,7 +10,6 @@ use std::time::Instant;
 use burn::tensor::Device;
 use burn::tensor::activation::softmax;
 use contrai_data::{FieldSpec, Progress, Source};
-use contrai_recipe::Recipe;
 use contrai_run::{FinalModel, RunDir};
 use serde::{Deserialize, Serialize};
 
@@ -72,21 +71,14 @@ pub struct Predictor {
 impl Predictor {
     /// Loads `which` of `run`'s final models with the run's encoder and classes.
     pub fn open(run: &Path, which: FinalModel) -> Result<Predictor> {
+        let recipe = crate::setup::run_recipe(run)?;
         let dir = RunDir::new(run);
-        let recipe_path = run.join("recipe.toml");
-        if !recipe_path.is_file() {
-            return Err(corrupt(
-                run,
-                "is not a run directory (no recipe.toml); give the directory `contrai train` wrote",
-            ));
-        }
         if !dir.is_finished() {
             return Err(corrupt(
                 run,
                 "has no finished model (final/eval.json is missing): `contrai train --resume` finishes the run; `contrai compress` makes models from its checkpoints",
             ));
         }
-        let recipe = Recipe::from_file(&recipe_path).map_err(|e| TrainError::Unsupported(e.to_string()))?;
         let fin = dir.final_dir();
         let encoder = Encoder::load(&recipe, &fin)?;
         let classes: Classes = contrai_run::read_json(&fin.join(contrai_run::CLASSES))?;

@@ -147,6 +147,19 @@ fn resolve(opts: &Options, log: &dyn Log) -> Result<Recipe> {
     Ok(stored)
 }
 
+/// The recipe a run directory holds (`compress` and `predict` read a run through it).
+pub fn run_recipe(run: &std::path::Path) -> Result<Recipe> {
+    let path = run.join("recipe.toml");
+    if !path.is_file() {
+        return Err(TrainError::Corrupt {
+            path: run.to_path_buf(),
+            message: "is not a run directory (no recipe.toml); give the directory `contrai train` wrote"
+                .into(),
+        });
+    }
+    Recipe::from_file(&path).map_err(|e| TrainError::Unsupported(e.to_string()))
+}
+
 /// Refuses what the trainer cannot run, before any work.
 pub fn check(recipe: &Recipe) -> Result<()> {
     recipe
