@@ -13,14 +13,20 @@ pub enum RecipeCommand {
     ///
     /// With --pretrained DIR: the recipe for fine-tuning that Hugging Face model directory
     /// (config.json, model.safetensors, tokenizer.json): kind = "bert", its pooling, sequence
-    /// length and dropout, fine-tuning LRs with warmup, pruning by its parameter names.
+    /// length and dropout, fine-tuning LRs with warmup, pruning by its parameter names. With
+    /// --lora as well: a [model.lora] section (rank 8, alpha 16, query and value adapted) and
+    /// LoRA's LRs.
     ///
     /// Example: contrai recipe init > spam.toml
     ///          contrai recipe init --pretrained models/all-MiniLM-L6-v2 > minilm.toml
+    ///          contrai recipe init --pretrained models/all-MiniLM-L6-v2 --lora > minilm-lora.toml
     Init {
         /// A BERT-family model directory to fine-tune.
         #[arg(long, value_name = "DIR")]
         pretrained: Option<PathBuf>,
+        /// Fine-tune through LoRA adapters (needs --pretrained).
+        #[arg(long, requires = "pretrained")]
+        lora: bool,
     },
     /// Validate a recipe and print it resolved, every default filled in.
     Check {
@@ -32,19 +38,23 @@ pub enum RecipeCommand {
 /// Runs a `contrai recipe` subcommand.
 pub fn run(cmd: RecipeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        RecipeCommand::Init { pretrained: None } => print!("{}", default_recipe()),
+        RecipeCommand::Init { pretrained: None, .. } => print!("{}", default_recipe()),
         RecipeCommand::Init {
             pretrained: Some(dir),
+            lora,
         } => {
             let c = contrai_bert::ModelDir::open(&dir)?.config;
             print!(
                 "{}",
-                pretrained_recipe(&Checkpoint {
-                    dir: dir.display().to_string(),
-                    max_positions: c.max_position_embeddings,
-                    dropout: c.hidden_dropout_prob,
-                    sentence_encoder: dir.join("modules.json").is_file(),
-                })
+                pretrained_recipe(
+                    &Checkpoint {
+                        dir: dir.display().to_string(),
+                        max_positions: c.max_position_embeddings,
+                        dropout: c.hidden_dropout_prob,
+                        sentence_encoder: dir.join("modules.json").is_file(),
+                    },
+                    lora
+                )
             );
         }
         RecipeCommand::Check { path } => {

@@ -98,15 +98,17 @@ impl Recipe {
         }
     }
 
-    /// A pretrained encoder fine-tunes at a small LR (validate overfits its batch at 1e-4), and
+    /// A pretrained encoder fine-tunes at a small LR (validate overfits its batch at 1e-4; with
+    /// LoRA, [`LORA_LR`](crate::recipe::LORA_LR) and 1e-3), and
     /// contraction prunes its feed-forward matrices (to 30 %) and attention projections (to 20 %)
     /// by their Hugging Face names.
     fn bert_defaults(&mut self, unset: &dyn Fn(&str, &str) -> bool) {
+        let lora = self.model.lora.is_some();
         if unset("main", "lr") {
-            self.main.lr = 5e-5;
+            self.main.lr = if lora { crate::recipe::LORA_LR } else { 5e-5 };
         }
         if unset("validate", "lr") {
-            self.validate.lr = 1e-4;
+            self.validate.lr = if lora { 1e-3 } else { 1e-4 };
         }
         if unset("contract", "prune") {
             self.contract.prune = crate::recipe::BERT_PRUNE
@@ -292,6 +294,31 @@ impl Recipe {
                 );
             }
             _ => {}
+        }
+        if let Some(l) = &m.lora {
+            if m.kind != ModelKind::Bert {
+                return err(
+                    "model.lora",
+                    format!(
+                        "is set, but model.kind is \"{}\"; LoRA adapts a pretrained encoder (kind = \"bert\")",
+                        m.kind
+                    ),
+                );
+            }
+            positive("model.lora.rank", l.rank as u64)?;
+            if !(l.alpha > 0.0 && l.alpha.is_finite()) {
+                return err(
+                    "model.lora.alpha",
+                    format!("is {}, expected a positive number", l.alpha),
+                );
+            }
+            if l.targets.is_empty() || l.targets.iter().any(|t| t.trim().is_empty()) {
+                return err(
+                    "model.lora.targets",
+                    "is empty or holds an empty name; expected module names such as [\"query\", \"value\"]"
+                        .into(),
+                );
+            }
         }
         if !(0.0..1.0).contains(&m.dropout) {
             return err(
@@ -500,7 +527,7 @@ mod tests {
             dropout: 0.1,
             sentence_encoder: true,
         };
-        let r = parse(&crate::template::pretrained_recipe(&ck)).unwrap();
+        let r = parse(&crate::template::pretrained_recipe(&ck, false)).unwrap();
         assert_eq!(r.model.kind, ModelKind::Bert);
         assert_eq!(r.model.pretrained.as_deref(), Some("models/minilm"));
         assert_eq!(r.model.pooling, Some(crate::Pooling::Mean));
@@ -520,11 +547,58 @@ mod tests {
             sentence_encoder: false,
             ..ck
         };
-        let r = parse(&crate::template::pretrained_recipe(&short)).unwrap();
+        let r = parse(&crate::template::pretrained_recipe(&short, false)).unwrap();
         assert_eq!(
             (r.model.seq_len, r.model.pooling),
             (64, Some(crate::Pooling::Cls))
         );
+    }
+
+    #[test]
+    fn a_lora_section_adapts_a_pretrained_encoder_at_lora_lrs() {
+        let base = "[model]\nkind = \"bert\"\npretrained = \"m\"\n";
+        let r = parse(&format!("{base}[model.lora]\nrank = 4\n")).unwrap();
+        let l = r.model.lora.clone().unwrap();
+        assert_eq!(
+            (l.rank, l.alpha, l.targets),
+            (4, 16.0, vec!["query".to_string(), "value".into()])
+        );
+        assert_eq!((r.main.lr, r.validate.lr), (crate::recipe::LORA_LR, 1e-3));
+        // The resolved form round-trips, and an explicit LR wins.
+        assert_eq!(parse(&r.to_toml()).unwrap(), r);
+        let r = parse(&format!("[main]\nlr = 2e-4\n{base}[model.lora]\n")).unwrap();
+        assert_eq!(r.main.lr, 2e-4);
+        for (body, key) in [
+            ("[model.lora]\nrank = 0\n", "model.lora.rank"),
+            ("[model.lora]\nalpha = -1.0\n", "model.lora.alpha"),
+            ("[model.lora]\ntargets = []\n", "model.lora.targets"),
+        ] {
+            let err = parse(&format!("{base}{body}")).unwrap_err().to_string();
+            assert!(err.contains(&format!("`{key}`")), "{err}");
+        }
+        let err = parse("[model.lora]\nrank = 4\n").unwrap_err().to_string();
+        assert!(
+            err.contains("`model.lora`") && err.contains("kind = \"bert\""),
+            "{err}"
+        );
+        let err = parse(&format!("{base}[model.lora]\nrnak = 4\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rank"), "{err}");
+    }
+
+    #[test]
+    fn the_lora_template_parses_to_its_section_and_lrs() {
+        let ck = crate::template::Checkpoint {
+            dir: "models/minilm".into(),
+            max_positions: 512,
+            dropout: 0.1,
+            sentence_encoder: true,
+        };
+        let r = parse(&crate::template::pretrained_recipe(&ck, true)).unwrap();
+        assert_eq!(r.model.lora, Some(crate::recipe::Lora::default()));
+        assert_eq!((r.main.lr, r.validate.lr), (crate::recipe::LORA_LR, 1e-3));
+        assert_eq!(r.model.pretrained.as_deref(), Some("models/minilm"));
     }
 
     #[test]

@@ -165,6 +165,10 @@ pub const BERT_PRUNE: [(&str, f64); 3] = [
     ("bert.encoder.layer.*.output.dense.*", 0.3),
 ];
 
+/// The main phase's peak LR of a LoRA fine-tune when the recipe does not say: adapters start at
+/// zero and need an LR about ten times a full fine-tune's (1e-4 … 5e-4 is usual).
+pub const LORA_LR: f64 = 5e-4;
+
 /// `[model]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -192,6 +196,34 @@ pub struct Model {
     /// `bert`: how the head's input is pooled [default: cls].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pooling: Option<crate::choice::Pooling>,
+    /// `bert`: fine-tune through low-rank adapters instead of every weight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<Lora>,
+}
+
+/// `[model.lora]`: LoRA adapters on a pretrained encoder's linear layers. The encoder's own weights
+/// stay frozen through validate and main, the adapters and the head train; at the end of main
+/// the adapters are merged into the weights, which contraction then prunes and fine-tunes whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Lora {
+    /// Rank of each adapter's two factors.
+    pub rank: usize,
+    /// The adapters' scale numerator: their update is scaled by `alpha / rank`.
+    pub alpha: f64,
+    /// The linear layers that get an adapter, by the end of their module path (`query` matches
+    /// every `...attention.self_attn.query`).
+    pub targets: Vec<String>,
+}
+
+impl Default for Lora {
+    fn default() -> Self {
+        Lora {
+            rank: 8,
+            alpha: 16.0,
+            targets: vec!["query".into(), "value".into()],
+        }
+    }
 }
 
 impl Default for Model {
@@ -207,6 +239,7 @@ impl Default for Model {
             dropout: 0.1,
             pretrained: None,
             pooling: None,
+            lora: None,
         }
     }
 }

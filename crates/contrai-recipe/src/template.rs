@@ -25,8 +25,9 @@ pub struct Checkpoint {
 /// The default recipe fitted to fine-tuning `ck`: `kind = "bert"` with its directory, pooling,
 /// sequence length (128, or fewer positions if it has fewer) and dropout; the LRs of a
 /// fine-tune (main 5e-5 with 6 % warmup, validate 1e-4); contraction pruning its feed-forward and
-/// attention matrices by their Hugging Face names. It parses to what it says.
-pub fn pretrained_recipe(ck: &Checkpoint) -> String {
+/// attention matrices by their Hugging Face names. With `lora`, a `[model.lora]` section and
+/// LoRA's LRs (main [`LORA_LR`](crate::recipe::LORA_LR), validate 1e-3). It parses to what it says.
+pub fn pretrained_recipe(ck: &Checkpoint, lora: bool) -> String {
     let pooling = if ck.sentence_encoder { "mean" } else { "cls" };
     let model = format!(
         "[model]\n\
@@ -35,25 +36,37 @@ pub fn pretrained_recipe(ck: &Checkpoint) -> String {
          pooling = \"{pooling}\"{pad}# cls: the checkpoint's pooler | mean: the real tokens' mean (sentence encoders)\n\
          seq_len = {seq}            # tokens a sample, special tokens included (the checkpoint has {max} positions)\n\
          dropout = {dropout}            # hidden and attention dropout (the checkpoint's {dropout})\n\
-         # vocab, d_model, layers, heads and ffn come from the checkpoint's config.json\n",
+         # vocab, d_model, layers, heads and ffn come from the checkpoint's config.json\n{lora}",
         dir = ck.dir,
         pad = " ".repeat(13 - pooling.len()),
         seq = ck.max_positions.min(128),
         max = ck.max_positions,
         dropout = ck.dropout,
+        lora = if lora { LORA_SECTION } else { "" },
     );
+    let (validate_lr, main_lr) = match lora {
+        true => (
+            "lr = 1e-3                # constant LR of the check (adapters start at zero)".to_string(),
+            format!(
+                "lr = {:e}                # peak learning rate: 1e-4 … 5e-4 trains LoRA adapters",
+                crate::recipe::LORA_LR
+            ),
+        ),
+        false => (
+            "lr = 1e-4                # constant LR of the check".to_string(),
+            "lr = 5e-5                # peak learning rate: 2e-5 … 5e-5 fine-tunes a pretrained encoder"
+                .to_string(),
+        ),
+    };
     let start = TEMPLATE.find("[model]").unwrap_or(0);
     let end = TEMPLATE.find("[validate]").unwrap_or(start);
     let text = format!("{}{model}\n{}", &TEMPLATE[..start], &TEMPLATE[end..]);
     let text = text
         .replace(
             "lr = 1e-3                # constant LR of the check (mlp: 3e-3)",
-            "lr = 1e-4                # constant LR of the check",
+            &validate_lr,
         )
-        .replace(
-            "lr = 5e-4                # peak learning rate (mlp: 1e-3)",
-            "lr = 5e-5                # peak learning rate: 2e-5 … 5e-5 fine-tunes a pretrained encoder",
-        )
+        .replace("lr = 5e-4                # peak learning rate (mlp: 1e-3)", &main_lr)
         .replace("warmup = 0.03            # linear warmup, as a fraction of the steps (2–5 %)",
                  "warmup = 0.06            # linear warmup, as a fraction of the steps (6–10 % for a fine-tune)")
         .replace(
@@ -65,6 +78,13 @@ pub fn pretrained_recipe(ck: &Checkpoint) -> String {
         );
     fill(&text)
 }
+
+/// `[model.lora]` with its defaults, as [`pretrained_recipe`] writes it.
+const LORA_SECTION: &str = "\n[model.lora]              # LoRA: the encoder frozen through main, low-rank adapters and the head trained;\n\
+                            # the adapters are merged into the weights when main ends (contraction prunes them)\n\
+rank = 8                  # rank of each adapter\n\
+alpha = 16.0              # adapters' updates scaled by alpha / rank\n\
+targets = [\"query\", \"value\"]   # linear layers adapted, by the end of their module path\n";
 
 /// The template's lists of allowed values, filled in from the types that define them.
 fn fill(text: &str) -> String {

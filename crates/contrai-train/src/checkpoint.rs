@@ -21,6 +21,7 @@ use crate::batch::Cursor;
 use crate::error::{Result, TrainError};
 use crate::model::Classifier;
 use crate::prune::Masks;
+use contrai_recipe::recipe::Model as ModelSpec;
 
 /// The checkpoint file of the pruning masks.
 pub const MASKS: &str = "masks.json";
@@ -64,6 +65,10 @@ pub struct EngineState {
     pub metrics_len: u64,
     /// Bytes of `decisions.jsonl` at this step.
     pub decisions_len: u64,
+    /// Whether the model holds LoRA adapters (a LoRA fine-tune's validate and main); the record's
+    /// layout follows.
+    #[serde(default)]
+    pub lora: bool,
 }
 
 /// Everything but the tensors: `state.json`.
@@ -93,8 +98,21 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// The checkpoint's weights loaded into `model` (the same architecture).
-    pub fn weights_into(&self, model: Classifier) -> Result<Classifier> {
+    /// The checkpoint's weights loaded into `model` (the same architecture, `spec`'s), with
+    /// adapters attached or merged first so that its layout is the record's.
+    pub fn weights_into(&self, model: Classifier, spec: &ModelSpec) -> Result<Classifier> {
+        let has = crate::lora::adapters(&model) > 0;
+        let model = match (self.state.engine.lora, spec.lora.as_ref()) {
+            (false, _) if has => crate::lora::merge(model),
+            (true, Some(lora)) if !has => crate::lora::attach(model, lora, 0)?,
+            (true, None) => {
+                return Err(crate::error::record_err(
+                    &self.dir,
+                    "it holds LoRA adapters, and the recipe has no [model.lora]",
+                ));
+            }
+            _ => model,
+        };
         crate::quantize::load_record(model, self.model.clone(), &self.dir)
     }
 

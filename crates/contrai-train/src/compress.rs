@@ -236,7 +236,7 @@ impl RunData {
         })
     }
 
-    /// The model of checkpoint `dir` of this run.
+    /// The model of checkpoint `dir` of this run (a LoRA fine-tune's adapters merged).
     pub fn model_at(&self, l: &Loaded) -> Result<Classifier> {
         let device = Device::flex().autodiff();
         let fresh = Classifier::new(
@@ -246,7 +246,7 @@ impl RunData {
             self.recipe.run.seed,
             &device,
         )?;
-        l.weights_into(fresh)
+        l.weights_into(fresh, &self.recipe.model).map(crate::lora::merge)
     }
 }
 

@@ -67,6 +67,7 @@ pub fn student_spec(teacher: &ModelSpec, cfg: &Distill) -> Result<ModelSpec> {
             kind: ModelKind::Transformer,
             pretrained: None,
             pooling: None,
+            lora: None,
             ..crate::pretrained::sized(teacher)?
         },
         ModelKind::Transformer | ModelKind::Mlp => teacher.clone(),

@@ -175,6 +175,19 @@ impl<'a> Engine<'a> {
             weights: matrix_paths(&model),
             heads: model.transformer().map(|_| recipe.model.heads),
         };
+        let model = match &recipe.model.lora {
+            Some(l) => {
+                let model = crate::lora::attach(model, l, recipe.run.seed)?;
+                let (trainable, all) = crate::lora::trainable(&model);
+                log.info(&format!(
+                    "LoRA: {} adapters of rank {}; {trainable} of {all} parameters train until main ends",
+                    crate::lora::adapters(&model),
+                    l.rank
+                ));
+                model
+            }
+            None => model,
+        };
         let validate_steps = contrai_lifecycle::PhaseSteps::new(&recipe).validate;
         let mut engine = Engine {
             opts,
@@ -238,6 +251,9 @@ impl<'a> Engine<'a> {
             Action::Replan(plan) => contrai_run::write_json(&self.run.plan(), &plan)?,
             Action::SetPhase { phase, restart_order } => {
                 self.order.phase = phase;
+                if !matches!(phase, Phase::Validate | Phase::Main) {
+                    self.merge_lora();
+                }
                 if restart_order {
                     self.order.cursor = Cursor::default();
                 }
@@ -258,8 +274,33 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// Folds a LoRA fine-tune's adapters into the weights (main is over: a later phase begins,
+    /// or something needs dense weights — pruning, its measurement, export, int8, the student);
+    /// the merged weights get a fresh optimizer.
+    fn merge_lora(&mut self) {
+        let n = crate::lora::adapters(&self.net.model);
+        if n > 0 {
+            self.net.model = crate::lora::merge(self.net.model.clone());
+            self.net.optim = optimizer(&self.recipe);
+            self.journal
+                .say(&format!("LoRA: {n} adapters merged into the encoder's weights"));
+        }
+    }
+
     /// Answers a request with what it observed.
     fn answer(&mut self, request: Request) -> Result<Observation> {
+        let dense = matches!(
+            request,
+            Request::MeasureSensitivity { .. }
+                | Request::MeasureJoint { .. }
+                | Request::Prune(_)
+                | Request::Export
+                | Request::Distil
+                | Request::Quantize { .. }
+        );
+        if dense {
+            self.merge_lora();
+        }
         match request {
             Request::CheckPipeline { steps, batch, lr } => self.check_pipeline(steps, batch, lr),
             Request::RoundTrip => self.round_trip(),
@@ -492,11 +533,14 @@ impl<'a> Engine<'a> {
     /// counters, data position and clock; returns the conductor state it holds.
     pub(crate) fn load(&mut self, l: Loaded, everything: bool) -> Result<contrai_lifecycle::State> {
         use burn::tensor::Bytes;
-        self.net.model = l.weights_into(self.net.model.clone())?;
+        self.net.model = l.weights_into(self.net.model.clone(), &self.recipe.model)?;
         self.net.masks = l.masks()?;
         self.net.optim = optimizer(&self.recipe)
             .from_bytes(Bytes::from_bytes_vec(l.optimizer))
             .map_err(|e| crate::error::record_err(&l.dir, e))?;
+        if !matches!(self.order.phase, Phase::Validate | Phase::Main) {
+            self.merge_lora(); // main's checkpoint restored in a later phase (a rollback)
+        }
         if everything {
             let e = &l.state.engine;
             self.step = e.step;
@@ -539,6 +583,7 @@ impl<'a> Engine<'a> {
             wall_s: self.wall_s,
             metrics_len,
             decisions_len,
+            lora: crate::lora::adapters(&self.net.model) > 0,
         }
     }
 

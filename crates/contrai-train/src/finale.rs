@@ -21,6 +21,7 @@ impl Engine<'_> {
         let fin = self.run.final_dir();
         std::fs::create_dir_all(&fin).map_err(|e| crate::TrainError::io(&fin, e))?;
         let valid = self.net.model.valid();
+        debug_assert_eq!(crate::lora::adapters(&valid), 0, "merged before export");
         let x = &self.data.extras;
         save_safetensors(&valid, &fin.join(FINAL_MODEL))?;
         x.encoder.save(&fin.join(Encoder::file_name(&self.recipe)))?;

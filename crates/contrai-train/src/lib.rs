@@ -25,6 +25,7 @@ pub mod export;
 pub mod features;
 mod finale;
 mod journal;
+pub mod lora;
 pub mod measure;
 pub mod model;
 pub mod options;

@@ -31,7 +31,8 @@ impl Init {
         }
     }
 
-    fn uniform(&mut self, n: usize, bound: f64) -> Vec<f32> {
+    /// `n` values uniform in ±`bound`.
+    pub(crate) fn uniform(&mut self, n: usize, bound: f64) -> Vec<f32> {
         (0..n)
             .map(|_| ((self.rng.random::<f64>() * 2.0 - 1.0) * bound) as f32)
             .collect()

@@ -166,3 +166,88 @@ fn a_pretrained_directory_that_does_not_fit_is_refused_before_any_work() {
         "nothing trained"
     );
 }
+
+/// The fixture's LoRA recipe: rank 4 on query and value, at an LR that moves the adapters.
+fn lora_recipe(data: &std::path::Path, steps: u64) -> contrai_recipe::Recipe {
+    let mut r = bert_recipe(data, steps);
+    r.model.lora = Some(contrai_recipe::recipe::Lora {
+        rank: 4,
+        alpha: 8.0,
+        targets: vec!["query".into(), "value".into()],
+    });
+    r.main.lr = 5e-3;
+    r
+}
+
+#[test]
+fn a_lora_fine_tune_trains_only_its_adapters_and_head_then_exports_them_merged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = word_file(tmp.path(), 400);
+    let run = tmp.path().join("run");
+    let out = train(
+        &Options::new(lora_recipe(&data, 60), &run),
+        &Silent,
+        &Collect::default(),
+    )
+    .unwrap();
+    let e = out.eval.unwrap();
+    assert!(e.holdout_accuracy > 0.6, "holdout {}", e.holdout_accuracy);
+    // The exported Hugging Face weights against the checkpoint's: query and value moved (their
+    // adapters merged in), every other encoder tensor bit for bit the pretrained one.
+    let ours = safetensors(&run.join("final/hf/model.safetensors"));
+    let theirs = safetensors(&tiny_bert_dir().join("model.safetensors"));
+    assert!(ours.keys().all(|k| !k.contains("lora")), "{:?}", ours.keys());
+    let mut moved = Vec::new();
+    for (name, (shape, v)) in theirs.iter().filter(|(k, _)| k.starts_with("bert.")) {
+        let (s, w) = &ours[name];
+        assert_eq!(s, shape, "{name}");
+        if w != v {
+            moved.push(name.as_str());
+        }
+    }
+    let want: Vec<String> = (0..2)
+        .flat_map(|l| ["query", "value"].map(|m| format!("bert.encoder.layer.{l}.attention.self.{m}.weight")))
+        .collect();
+    assert_eq!(moved, want, "only the adapted matrices changed");
+    assert_ne!(
+        ours["classifier.weight"], theirs["classifier.weight"],
+        "the head trained"
+    );
+    predictions_match_the_card(&run);
+}
+
+#[test]
+fn a_lora_fine_tune_contracts_its_merged_encoder_through_every_phase() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = word_file(tmp.path(), 400);
+    let run = tmp.path().join("run");
+    let mut r = with_all_phases(lora_recipe(&data, 40));
+    r.validate.lr = 1e-2;
+    r.contract.stable_checkpoints = 1000;
+    r.refine.max_drop = 100.0;
+    (r.contract.prune_every, r.contract.divergence) = (2, 1.0);
+    let out = train(&Options::new(r, &run), &Silent, &Collect::default()).unwrap();
+    let k = kinds(&run);
+    for want in [
+        "validate_passed",
+        "sensitivity",
+        "enter_contract",
+        "int8",
+        "holdout",
+    ] {
+        assert!(k.iter().any(|x| x == want), "{want} missing from {k:?}");
+    }
+    // Pruned after the merge: the exported zeros are the recorded sparsity, not refilled by
+    // an adapter's delta.
+    let e = out.eval.unwrap();
+    let exported = common::zeros_by_module(&run.join("final/model.safetensors"));
+    assert!(e.sparsity.values().any(|s| *s > 0.1), "{:?}", e.sparsity);
+    for (module, share) in &e.sparsity {
+        assert!(
+            (exported[module] - share).abs() < 1e-9,
+            "{module}: exported {}",
+            exported[module]
+        );
+    }
+    predictions_match_the_card(&run);
+}

@@ -18,8 +18,17 @@ const WORKER_DIR: &str = "CONTRAI_TEST_WORKER_RUN";
 const WORKER_DATA: &str = "CONTRAI_TEST_WORKER_DATA";
 /// Set: the worker stops on SIGTERM as `contrai train` does, and says where it stopped.
 const WORKER_SIGNALS: &str = "CONTRAI_TEST_WORKER_SIGNALS";
-/// Set: the worker fine-tunes the tiny pretrained BERT instead of training the transformer.
+/// `bert` or `lora`: the worker fine-tunes the tiny pretrained BERT (in full, or through LoRA
+/// adapters) instead of training the transformer.
 const WORKER_BERT: &str = "CONTRAI_TEST_WORKER_BERT";
+
+/// The model a resume test trains.
+#[derive(Clone, Copy, PartialEq)]
+enum Net {
+    Transformer,
+    Bert,
+    Lora,
+}
 
 /// The tiny recipe, made slow enough (tens of ms a step) for kills to land mid-run.
 fn recipe(data: &Path) -> contrai_recipe::Recipe {
@@ -32,11 +41,20 @@ fn recipe(data: &Path) -> contrai_recipe::Recipe {
     r
 }
 
-/// [`recipe`] (or, with `bert`, the tiny pretrained BERT's) with all five phases.
-fn lifecycle(data: &Path, bert: bool) -> contrai_recipe::Recipe {
-    let base = match bert {
-        true => common::bert_recipe(data, STEPS),
-        false => recipe(data),
+/// [`recipe`] (or the tiny pretrained BERT's, full or LoRA) with all five phases.
+fn lifecycle(data: &Path, net: Net) -> contrai_recipe::Recipe {
+    let base = match net {
+        Net::Transformer => recipe(data),
+        Net::Bert => common::bert_recipe(data, STEPS),
+        Net::Lora => {
+            let mut r = common::bert_recipe(data, STEPS);
+            r.model.lora = Some(contrai_recipe::recipe::Lora {
+                rank: 4,
+                ..Default::default()
+            });
+            r.main.lr = 5e-3;
+            r
+        }
     };
     let mut r = with_all_phases(base);
     r.contract.eval_every = 4;
@@ -50,12 +68,12 @@ fn run_to_end(
     run: &Path,
     resume: bool,
     stop: contrai_train::Stop,
-    bert: bool,
+    net: Net,
 ) -> contrai_train::Outcome {
     let opts = Options {
         resume,
         stop,
-        ..Options::new(lifecycle(data, bert), run)
+        ..Options::new(lifecycle(data, net), run)
     };
     train(&opts, &Silent, &Collect::default()).unwrap()
 }
@@ -71,8 +89,12 @@ fn worker_entry() {
         true => contrai_train::Stop::on_signals().unwrap(),
         false => contrai_train::Stop::new(),
     };
-    let bert = std::env::var_os(WORKER_BERT).is_some();
-    let out = run_to_end(Path::new(&data), Path::new(&run), true, stop, bert);
+    let net = match std::env::var(WORKER_BERT).as_deref() {
+        Ok("bert") => Net::Bert,
+        Ok("lora") => Net::Lora,
+        _ => Net::Transformer,
+    };
+    let out = run_to_end(Path::new(&data), Path::new(&run), true, stop, net);
     if let Some(s) = out.stopped {
         let note = format!("{} {}", out.step, s.checkpoint.display());
         std::fs::write(Path::new(&run).join("stopped-at.txt"), note).unwrap();
@@ -89,7 +111,7 @@ fn train_rows(run: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-fn spawn_worker(run: &Path, data: &Path, signals: bool, bert: bool) -> std::process::Child {
+fn spawn_worker(run: &Path, data: &Path, signals: bool, net: Net) -> std::process::Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["worker_entry", "--exact", "--nocapture", "--test-threads=1"])
         .env(WORKER_DIR, run)
@@ -99,16 +121,18 @@ fn spawn_worker(run: &Path, data: &Path, signals: bool, bert: bool) -> std::proc
     if signals {
         cmd.env(WORKER_SIGNALS, "1");
     }
-    if bert {
-        cmd.env(WORKER_BERT, "1");
-    }
+    match net {
+        Net::Bert => cmd.env(WORKER_BERT, "bert"),
+        Net::Lora => cmd.env(WORKER_BERT, "lora"),
+        Net::Transformer => &mut cmd,
+    };
     cmd.spawn().unwrap()
 }
 
 /// A reference run of every phase in `tmp/reference`: its metrics and its train rows.
-fn reference(tmp: &Path, data: &Path, bert: bool) -> (PathBuf, Vec<String>, u64) {
+fn reference(tmp: &Path, data: &Path, net: Net) -> (PathBuf, Vec<String>, u64) {
     let reference: PathBuf = tmp.join("reference");
-    let out = run_to_end(data, &reference, false, contrai_train::Stop::new(), bert);
+    let out = run_to_end(data, &reference, false, contrai_train::Stop::new(), net);
     assert!(out.finished);
     let expected = metrics_of(&reference);
     let phases: Vec<&str> = ["main", "contract", "refine"]
@@ -140,8 +164,8 @@ fn targets() -> impl FnMut(u64, u64) -> u64 {
 }
 
 /// Starts a worker and interrupts it (`interrupt`) once `run` has `target` train rows.
-fn interrupt_at(run: &Path, data: &Path, target: u64, signals: bool, bert: bool) {
-    let mut child = spawn_worker(run, data, signals, bert);
+fn interrupt_at(run: &Path, data: &Path, target: u64, signals: bool, net: Net) {
+    let mut child = spawn_worker(run, data, signals, net);
     let t0 = Instant::now();
     while train_rows(run) < target && t0.elapsed() < Duration::from_secs(120) {
         if child.try_wait().unwrap().is_some() {
@@ -174,9 +198,9 @@ fn assert_resumed_equal(
     reference: &Path,
     expected: &[String],
     stops: &[u64],
-    bert: bool,
+    net: Net,
 ) {
-    let status = spawn_worker(run, data, false, bert).wait().unwrap();
+    let status = spawn_worker(run, data, false, net).wait().unwrap();
     assert!(
         status.success(),
         "the resumed worker failed (stops after steps {stops:?})"
@@ -201,32 +225,41 @@ fn assert_resumed_equal(
 
 #[test]
 fn sigkill_at_random_steps_then_resume_matches_an_uninterrupted_run() {
-    killed_and_resumed(false);
+    killed_and_resumed(Net::Transformer);
 }
 
 #[test]
 fn a_pretrained_fine_tune_killed_at_random_steps_resumes_exactly() {
-    killed_and_resumed(true);
+    killed_and_resumed(Net::Bert);
+}
+
+#[test]
+fn a_lora_fine_tune_killed_at_random_steps_resumes_exactly_across_the_merge() {
+    killed_and_resumed(Net::Lora);
 }
 
 /// Three SIGKILLs at random steps of a lifecycle run, then a resume to its end: equal to the
-/// run never killed.
-fn killed_and_resumed(bert: bool) {
+/// run never killed. A LoRA run's last kill lands after main (its adapters merged).
+fn killed_and_resumed(net: Net) {
     let tmp = tempfile::tempdir().unwrap();
     let data = demo_file(tmp.path(), 300);
-    let (reference, expected, total) = reference(tmp.path(), &data, bert);
+    let (reference, expected, total) = reference(tmp.path(), &data, net);
     let run = tmp.path().join("killed");
     let mut next = targets();
     let mut kills = Vec::new();
-    for _ in 0..3 {
-        interrupt_at(&run, &data, next(train_rows(&run), total), false, bert);
+    for i in 0..3 {
+        let mut target = next(train_rows(&run), total);
+        if net == Net::Lora && i == 2 {
+            target = target.max(STEPS + 2).min(total - 2);
+        }
+        interrupt_at(&run, &data, target, false, net);
         kills.push(train_rows(&run));
     }
     assert!(
         kills.windows(2).all(|w| w[0] <= w[1]) && kills[0] < total,
         "kills after steps {kills:?}"
     );
-    assert_resumed_equal(&run, &data, &reference, &expected, &kills, bert);
+    assert_resumed_equal(&run, &data, &reference, &expected, &kills, net);
     eprintln!("killed after steps {kills:?}; resumed run identical");
 }
 
@@ -234,14 +267,14 @@ fn killed_and_resumed(bert: bool) {
 fn sigterm_at_random_steps_checkpoints_where_it_stops_and_resumes_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let data = demo_file(tmp.path(), 300);
-    let (reference, expected, total) = reference(tmp.path(), &data, false);
+    let (reference, expected, total) = reference(tmp.path(), &data, Net::Transformer);
     let run = tmp.path().join("stopped");
     let note = run.join("stopped-at.txt");
     let mut next = targets();
     let mut stops = Vec::new();
     for _ in 0..3 {
         let _ = std::fs::remove_file(&note);
-        interrupt_at(&run, &data, next(train_rows(&run), total), true, false);
+        interrupt_at(&run, &data, next(train_rows(&run), total), true, Net::Transformer);
         let Ok(text) = std::fs::read_to_string(&note) else {
             continue; // the signal came after the last step: the run finished
         };
@@ -264,7 +297,7 @@ fn sigterm_at_random_steps_checkpoints_where_it_stops_and_resumes_exactly() {
         stops.push(step);
     }
     assert!(!stops.is_empty(), "no SIGTERM landed mid-run");
-    assert_resumed_equal(&run, &data, &reference, &expected, &stops, false);
+    assert_resumed_equal(&run, &data, &reference, &expected, &stops, Net::Transformer);
     eprintln!("stopped after steps {stops:?}; resumed run identical");
 }
 
