@@ -71,7 +71,7 @@ pub struct Predictor {
 impl Predictor {
     /// Loads `which` of `run`'s final models with the run's encoder and classes.
     pub fn open(run: &Path, which: FinalModel) -> Result<Predictor> {
-        let recipe = crate::setup::run_recipe(run)?;
+        let mut recipe = crate::setup::run_recipe(run)?;
         let dir = RunDir::new(run);
         if !dir.is_finished() {
             return Err(corrupt(
@@ -80,6 +80,12 @@ impl Predictor {
             ));
         }
         let fin = dir.final_dir();
+        if recipe.model.kind == contrai_recipe::ModelKind::Bert {
+            // The run's own Hugging Face export stands in for the checkpoint it started from,
+            // which may have moved since.
+            let hf = fin.join(contrai_run::FINAL_HF);
+            recipe.model.pretrained = Some(hf.display().to_string());
+        }
         let encoder = Encoder::load(&recipe, &fin)?;
         let classes: Classes = contrai_run::read_json(&fin.join(contrai_run::CLASSES))?;
         let path = fin.join(which.file());

@@ -184,12 +184,17 @@ fn a_lora_fine_tune_trains_only_its_adapters_and_head_then_exports_them_merged()
     let tmp = tempfile::tempdir().unwrap();
     let data = word_file(tmp.path(), 400);
     let run = tmp.path().join("run");
-    let out = train(
-        &Options::new(lora_recipe(&data, 60), &run),
-        &Silent,
-        &Collect::default(),
-    )
-    .unwrap();
+    // The checkpoint from a copy that is gone by the time the model predicts.
+    let model = tmp.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    for f in std::fs::read_dir(tiny_bert_dir()).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, model.join(f.file_name().unwrap())).unwrap();
+    }
+    let mut r = lora_recipe(&data, 60);
+    r.model.pretrained = Some(model.display().to_string());
+    let out = train(&Options::new(r, &run), &Silent, &Collect::default()).unwrap();
+    std::fs::remove_dir_all(&model).unwrap();
     let e = out.eval.unwrap();
     assert!(e.holdout_accuracy > 0.6, "holdout {}", e.holdout_accuracy);
     // The exported Hugging Face weights against the checkpoint's: query and value moved (their
