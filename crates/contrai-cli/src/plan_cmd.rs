@@ -52,7 +52,7 @@ struct Output {
 /// Runs `contrai plan`.
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let recipe = match &args.recipe {
-        Some(p) => Recipe::from_file(p)?,
+        Some(p) => contrai_train::setup::sized(Recipe::from_file(p)?)?,
         None => Recipe::default(),
     };
     if let Some(ms) = args.step_ms.filter(|ms| !ms.is_finite() || *ms <= 0.0) {

@@ -137,7 +137,9 @@ pub fn parameter_count(recipe: &Recipe, classes: u64) -> u64 {
     let attention = 4 * (d * d + d);
     let feed_forward = d * f + f + f * d + d;
     let norms = 2 * 2 * d;
-    embeddings + l * (attention + feed_forward + norms) + 2 * d + d * classes + classes
+    // A pretrained encoder's [CLS] pooler (its extra positions and token types are not counted).
+    let pooler = if m.kind == ModelKind::Bert { d * d + d } else { 0 };
+    embeddings + l * (attention + feed_forward + norms) + 2 * d + pooler + d * classes + classes
 }
 
 fn advice(recipe: &Recipe, parameters: u64, train_samples: Option<u64>, total: u64) -> Vec<String> {

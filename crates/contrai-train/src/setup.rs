@@ -134,17 +134,28 @@ fn describe(
 /// The recipe in force: on resume the run's own `recipe.toml` wins (with a warning if it differs).
 fn resolve(opts: &Options, log: &dyn Log) -> Result<Recipe> {
     let path = opts.run_dir.join("recipe.toml");
+    let given = sized(opts.recipe.clone())?;
     if !(opts.resume && path.is_file()) {
-        return Ok(opts.recipe.clone());
+        return Ok(given);
     }
     let stored = Recipe::from_file(&path).map_err(|e| TrainError::Unsupported(e.to_string()))?;
-    if stored != opts.recipe {
+    if stored != given {
         log.warn(&format!(
             "resuming with the run's own {} (it differs from the recipe given)",
             path.display()
         ));
     }
     Ok(stored)
+}
+
+/// `recipe` with a pretrained encoder's sizes (vocabulary, width, layers, heads, feed-forward)
+/// read from its config, so that the plan, its parameter count and the run's `recipe.toml` say
+/// what trains; other recipes as they are.
+pub fn sized(mut recipe: Recipe) -> Result<Recipe> {
+    if recipe.model.kind == ModelKind::Bert {
+        recipe.model = crate::pretrained::sized(&recipe.model)?;
+    }
+    Ok(recipe)
 }
 
 /// The recipe a run directory holds (`compress` and `predict` read a run through it).

@@ -232,6 +232,12 @@ fn a_lora_fine_tune_contracts_its_merged_encoder_through_every_phase() {
     r.refine.max_drop = 100.0;
     (r.contract.prune_every, r.contract.divergence) = (2, 1.0);
     let out = train(&Options::new(r, &run), &Silent, &Collect::default()).unwrap();
+    // The plan counts the checkpoint's parameters (24,482 in the fixture; positions beyond the
+    // recipe's length and token types aside), not the recipe's own sizes'.
+    let plan: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("plan.json")).unwrap()).unwrap();
+    let counted = plan["parameters"].as_f64().unwrap();
+    assert!((counted / 24_482.0 - 1.0).abs() < 0.1, "{counted}");
     let k = kinds(&run);
     for want in [
         "validate_passed",
