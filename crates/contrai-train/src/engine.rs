@@ -173,7 +173,7 @@ impl<'a> Engine<'a> {
             train_samples: data.train.len(),
             classes,
             weights: matrix_paths(&model),
-            heads: model.transformer().map(|_| recipe.model.heads),
+            heads: (recipe.model.kind != contrai_recipe::ModelKind::Mlp).then_some(recipe.model.heads),
         };
         let model = match &recipe.model.lora {
             Some(l) => {

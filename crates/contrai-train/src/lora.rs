@@ -150,20 +150,8 @@ mod tests {
     use crate::step::step_grads;
     use burn::tensor::Device;
 
-    /// The tiny random BERT fixture as a 2-class classifier (mean pooling).
     fn bert(device: &Device) -> Classifier {
-        let dir = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../contrai-bert/tests/fixtures/tiny-bert"
-        );
-        let spec = contrai_recipe::recipe::Model {
-            kind: contrai_recipe::ModelKind::Bert,
-            pretrained: Some(dir.into()),
-            seq_len: 8,
-            ..Default::default()
-        };
-        let spec = crate::pretrained::sized(&spec).unwrap();
-        Classifier::new(&spec, 2, 0, 3, device).unwrap()
+        crate::pretrained::fixture(device)
     }
 
     fn batch(device: &Device) -> Batch {

@@ -88,3 +88,20 @@ pub fn export_hf(spec: &ModelSpec, model: &BertClassifier, labels: &[String], ou
     }
     Ok(())
 }
+
+/// The tiny random BERT test fixture (`contrai-bert/tests/fixtures/tiny-bert`) as a 2-class
+/// classifier, 8 tokens, the [CLS] pooler.
+#[cfg(test)]
+pub(crate) fn fixture(device: &Device) -> crate::model::Classifier {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../contrai-bert/tests/fixtures/tiny-bert"
+    );
+    let spec = ModelSpec {
+        kind: contrai_recipe::ModelKind::Bert,
+        pretrained: Some(dir.into()),
+        seq_len: 8,
+        ..Default::default()
+    };
+    crate::model::Classifier::new(&sized(&spec).unwrap(), 2, 0, 3, device).unwrap()
+}

@@ -338,8 +338,34 @@ pub fn update_all<M: Module>(
     };
     let attention = |p: &str| target(p).filter(|_| is_attention(&module_of(p)));
     update_head_masks(model, masks, heads, &attention);
-    let rest = |p: &str| target(p).filter(|_| !is_attention(&module_of(p)));
+    // What the heads decide (a targeted attention's projections, BERT's output one included) is
+    // not pruned a second time by magnitude.
+    let by_heads = |p: &str| head_member(p).is_some_and(|(m, _)| attention(&query_of(&m)).is_some());
+    let rest = |p: &str| target(p).filter(|_| !is_attention(&module_of(p)) && !by_heads(p));
     update_masks(model, masks, &rest, scope);
+}
+
+/// The attention module whose heads own `path`'s entries, and whether by rows (the output
+/// projection) or by columns (query, key, value): `blocks.0.attn.{query,key,value,output}`, and
+/// BERT's `…attention.self_attn.{query,key,value}` with its output projection
+/// `…attention.output.dense`.
+fn head_member(path: &str) -> Option<(String, bool)> {
+    let w = path.strip_suffix(".weight")?;
+    if let Some(layer) = w.strip_suffix(".attention.output.dense") {
+        return Some((format!("{layer}.attention.self_attn"), true));
+    }
+    let (module, name) = w.rsplit_once('.')?;
+    let rows = match name {
+        "query" | "key" | "value" => false,
+        "output" => true,
+        _ => return None,
+    };
+    is_attention(module).then(|| (module.to_string(), rows))
+}
+
+/// The query projection's path in attention module `module` (the key of its pruning target).
+fn query_of(module: &str) -> String {
+    format!("{module}.query.weight")
 }
 
 /// Prunes whole attention heads: in each module `target` selects (a block's `attn`, with `heads`
@@ -351,25 +377,27 @@ pub fn update_head_masks<M: Module>(
     heads: usize,
     target: &dyn Fn(&str) -> Option<Target>,
 ) -> Vec<(String, f64)> {
-    let projection = |p: &str| {
-        ["query", "key", "value", "output"]
-            .iter()
-            .any(|n| p.ends_with(&format!("attn.{n}.weight")))
-    };
-    let all = weights(model, &|p| projection(p) && target(p).is_some());
-    let modules: std::collections::BTreeSet<String> = all.iter().map(|m| module_of(&m.0)).collect();
+    let group = |p: &str| head_member(p).map(|(m, _)| m);
+    let all = weights(model, &|p| {
+        group(p).is_some_and(|m| target(&query_of(&m)).is_some())
+    });
+    let modules: std::collections::BTreeSet<String> = all.iter().filter_map(|m| group(&m.0)).collect();
     let mut out = Vec::new();
     for module in modules {
-        let members: Vec<&Matrix> = all.iter().filter(|m| module_of(&m.0) == module).collect();
-        let Some(t) = members.first().and_then(|m| target(&m.0)) else {
+        let members: Vec<&Matrix> = all
+            .iter()
+            .filter(|m| group(&m.0).as_deref() == Some(&module))
+            .collect();
+        let Some(t) = target(&query_of(&module)) else {
             continue;
         };
         let d = members[0].1[1];
         let dk = d / heads.max(1);
-        // Entry (r, c) of a [d_in, d_out] matrix belongs to head c / dk, or r / dk for `output`.
+        // Entry (r, c) of a [d_in, d_out] matrix belongs to head c / dk, or r / dk for the output
+        // projection.
         let head_of = |path: &str, i: usize, cols: usize| {
             let (r, c) = (i / cols, i % cols);
-            if path.ends_with("output.weight") {
+            if head_member(path).is_some_and(|(_, rows)| rows) {
                 r / dk
             } else {
                 c / dk
@@ -558,5 +586,39 @@ mod scope_tests {
         let few = |p: &str| module_of(p).ends_with("attn").then_some(Target::uncapped(0.4));
         update_head_masks(&model, &mut none, 2, &few);
         assert_eq!(none.overall(), 0.0);
+    }
+
+    #[test]
+    fn a_bert_encoders_heads_go_with_their_output_projection_rows_not_by_magnitude() {
+        let model = crate::pretrained::fixture(&Device::flex());
+        // Half of each layer's 4 heads; every output projection also under a 0.3 magnitude rule,
+        // which the attention's does not follow (its heads decide).
+        let target = |p: &str| {
+            let m = module_of(p);
+            let t = if m.ends_with("self_attn") { 0.5 } else { 0.3 };
+            (m.ends_with("self_attn") || m.ends_with("output")).then_some(Target::uncapped(t))
+        };
+        let mut masks = Masks::default();
+        update_all(&model, &mut masks, &target, PruneScope::Module, Some(4));
+        for l in 0..2 {
+            let at = |n: &str| format!("bert.encoder.layer.{l}.{n}.weight");
+            let q = masks.keep_flags(&at("attention.self_attn.query"), 32 * 32);
+            let o = masks.keep_flags(&at("attention.output.dense"), 32 * 32);
+            // Columns (q) and rows (o) of a head go together: heads of 8 dims, 2 of 4 gone.
+            let gone: Vec<usize> = (0..4).filter(|h| !q[h * 8]).collect();
+            assert_eq!(gone.len(), 2, "layer {l}");
+            for i in 0..32 * 32 {
+                let (r, c) = (i / 32, i % 32);
+                assert_eq!(q[i], !gone.contains(&(c / 8)), "layer {l} query ({r}, {c})");
+                assert_eq!(o[i], !gone.contains(&(r / 8)), "layer {l} output ({r}, {c})");
+            }
+            for n in ["attention.self_attn.key", "attention.self_attn.value"] {
+                assert_eq!(masks.keep_flags(&at(n), 32 * 32), q, "{n}");
+            }
+            // The feed-forward output follows its magnitude rule.
+            let ffn = masks.keep_flags(&at("output.dense"), 64 * 32);
+            let share = ffn.iter().filter(|k| !**k).count() as f64 / ffn.len() as f64;
+            assert!((share - 0.3).abs() < 0.01, "layer {l}: {share}");
+        }
     }
 }

@@ -190,16 +190,10 @@ pub fn check(recipe: &Recipe) -> Result<()> {
     Ok(())
 }
 
-/// A pretrained model directory that is whole and fits the recipe's sequence length; what its
-/// model cannot be asked for.
+/// A pretrained model directory that is whole and fits the recipe's sequence length.
 fn check_bert(recipe: &Recipe) -> Result<()> {
     let dir = crate::pretrained::open(&recipe.model)?;
     dir.tokenizer(recipe.model.seq_len)?;
-    if recipe.contract.prune_heads {
-        return Err(TrainError::Unsupported(
-            "model.kind = \"bert\": contract.prune_heads is not available for pretrained encoders yet; prune single weights (contract.prune)".into(),
-        ));
-    }
     Ok(())
 }
 

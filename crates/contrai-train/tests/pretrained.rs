@@ -262,3 +262,48 @@ fn a_lora_fine_tune_contracts_its_merged_encoder_through_every_phase() {
     }
     predictions_match_the_card(&run);
 }
+
+#[test]
+fn a_pretrained_encoder_loses_whole_heads_with_their_output_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = word_file(tmp.path(), 400);
+    let run = tmp.path().join("run");
+    let mut r = with_all_phases(bert_recipe(&data, 40));
+    r.validate.lr = 3e-3;
+    r.contract.prune_heads = true;
+    r.contract.stable_checkpoints = 1000;
+    r.refine.max_drop = 100.0;
+    (r.contract.prune_every, r.contract.divergence) = (2, 1.0);
+    r.contract.prune[0].final_sparsity = 0.5; // attention: 2 of the fixture's 4 heads
+    r.contract.tolerance = 1.0; // diagnose caps little: a random encoder's heads all matter
+    let out = train(&Options::new(r, &run), &Silent, &Collect::default()).unwrap();
+    let e = out.eval.unwrap();
+    let w = safetensors(&run.join("final/model.safetensors"));
+    let mut heads_gone = 0;
+    for l in 0..2 {
+        let at = |n: &str| &w[&format!("bert.encoder.layer.{l}.{n}.weight")].1;
+        let q = at("attention.self_attn.query");
+        let o = at("attention.output.dense");
+        for h in 0..4 {
+            let cols = (0..32).all(|r| (0..8).all(|c| q[r * 32 + h * 8 + c] == 0.0));
+            let rows = (0..8).all(|r| (0..32).all(|c| o[(h * 8 + r) * 32 + c] == 0.0));
+            assert_eq!(
+                cols, rows,
+                "layer {l} head {h}: its query columns and output rows go together"
+            );
+            heads_gone += usize::from(cols);
+        }
+        let share = e.sparsity[&format!("bert.encoder.layer.{l}.attention.self_attn")];
+        assert!(
+            (share * 4.0 - (share * 4.0).round()).abs() < 1e-9,
+            "whole heads: {share}"
+        );
+    }
+    let caps = common::decisions(&run)
+        .into_iter()
+        .find(|d| d["kind"] == "sensitivity")
+        .unwrap()["evidence"]
+        .clone();
+    assert!(heads_gone > 0, "{:?} {caps}", e.sparsity);
+    predictions_match_the_card(&run);
+}
