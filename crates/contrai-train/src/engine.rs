@@ -251,9 +251,7 @@ impl<'a> Engine<'a> {
             Action::Replan(plan) => contrai_run::write_json(&self.run.plan(), &plan)?,
             Action::SetPhase { phase, restart_order } => {
                 self.order.phase = phase;
-                if !matches!(phase, Phase::Validate | Phase::Main) {
-                    self.merge_lora();
-                }
+                self.merge_lora_after_main();
                 if restart_order {
                     self.order.cursor = Cursor::default();
                 }
@@ -284,6 +282,13 @@ impl<'a> Engine<'a> {
             self.net.optim = optimizer(&self.recipe);
             self.journal
                 .say(&format!("LoRA: {n} adapters merged into the encoder's weights"));
+        }
+    }
+
+    /// [`Self::merge_lora`] once the engine's phase is past main.
+    fn merge_lora_after_main(&mut self) {
+        if !matches!(self.order.phase, Phase::Validate | Phase::Main) {
+            self.merge_lora();
         }
     }
 
@@ -538,9 +543,7 @@ impl<'a> Engine<'a> {
         self.net.optim = optimizer(&self.recipe)
             .from_bytes(Bytes::from_bytes_vec(l.optimizer))
             .map_err(|e| crate::error::record_err(&l.dir, e))?;
-        if !matches!(self.order.phase, Phase::Validate | Phase::Main) {
-            self.merge_lora(); // main's checkpoint restored in a later phase (a rollback)
-        }
+        self.merge_lora_after_main(); // main's checkpoint restored in a later phase: a rollback
         if everything {
             let e = &l.state.engine;
             self.step = e.step;

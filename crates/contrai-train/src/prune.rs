@@ -377,38 +377,39 @@ pub fn update_head_masks<M: Module>(
     heads: usize,
     target: &dyn Fn(&str) -> Option<Target>,
 ) -> Vec<(String, f64)> {
-    let group = |p: &str| head_member(p).map(|(m, _)| m);
     let all = weights(model, &|p| {
-        group(p).is_some_and(|m| target(&query_of(&m)).is_some())
+        head_member(p).is_some_and(|(m, _)| target(&query_of(&m)).is_some())
     });
-    let modules: std::collections::BTreeSet<String> = all.iter().filter_map(|m| group(&m.0)).collect();
+    // Each matrix's attention module and whether its heads own rows, worked out once.
+    let all: Vec<(String, bool, &Matrix)> = all
+        .iter()
+        .filter_map(|m| head_member(&m.0).map(|(g, rows)| (g, rows, m)))
+        .collect();
+    let modules: std::collections::BTreeSet<&str> = all.iter().map(|(g, ..)| g.as_str()).collect();
     let mut out = Vec::new();
     for module in modules {
-        let members: Vec<&Matrix> = all
+        let members: Vec<(bool, &Matrix)> = all
             .iter()
-            .filter(|m| group(&m.0).as_deref() == Some(&module))
+            .filter(|(g, ..)| g == module)
+            .map(|&(_, rows, m)| (rows, m))
             .collect();
-        let Some(t) = target(&query_of(&module)) else {
+        let Some(t) = target(&query_of(module)) else {
             continue;
         };
-        let d = members[0].1[1];
+        let d = members[0].1.1[1];
         let dk = d / heads.max(1);
         // Entry (r, c) of a [d_in, d_out] matrix belongs to head c / dk, or r / dk for the output
         // projection.
-        let head_of = |path: &str, i: usize, cols: usize| {
+        let head_of = |rows: bool, i: usize, cols: usize| {
             let (r, c) = (i / cols, i % cols);
-            if head_member(path).is_some_and(|(_, rows)| rows) {
-                r / dk
-            } else {
-                c / dk
-            }
+            (if rows { r / dk } else { c / dk }).min(heads - 1)
         };
         let mut norm = vec![0f64; heads];
         let mut dead = vec![true; heads];
-        for (path, [_, cols], v) in &members {
+        for &(rows, (path, [_, cols], v)) in &members {
             let keep = masks.keep_flags(path, v.len());
             for (i, w) in v.iter().enumerate() {
-                let h = head_of(path, i, *cols).min(heads - 1);
+                let h = head_of(rows, i, *cols);
                 norm[h] += f64::from(*w) * f64::from(*w);
                 dead[h] &= !keep[i];
             }
@@ -423,13 +424,13 @@ pub fn update_head_masks<M: Module>(
         });
         let n = n.max(dead.iter().filter(|x| **x).count());
         let pruned: Vec<usize> = order[..n.min(heads)].to_vec();
-        for (path, [_, cols], v) in &members {
+        for &(rows, (path, [_, cols], v)) in &members {
             let keep: Vec<bool> = (0..v.len())
-                .map(|i| !pruned.contains(&head_of(path, i, *cols).min(heads - 1)))
+                .map(|i| !pruned.contains(&head_of(rows, i, *cols)))
                 .collect();
             masks.set(path, &keep);
         }
-        out.push((module.clone(), masks.sparsity(&module).unwrap_or(0.0)));
+        out.push((module.to_string(), masks.sparsity(module).unwrap_or(0.0)));
     }
     out
 }

@@ -55,16 +55,23 @@ fn word_file(dir: &std::path::Path, n: usize) -> std::path::PathBuf {
     path
 }
 
+/// `r` through all five phases with contraction forced at main's end whatever the trajectory,
+/// its pruning schedule running its course, and refine's int8 kept whatever it costs.
+fn every_phase(r: contrai_recipe::Recipe) -> contrai_recipe::Recipe {
+    let mut r = with_all_phases(r);
+    r.contract.stable_checkpoints = 1000;
+    r.refine.max_drop = 100.0;
+    (r.contract.prune_every, r.contract.divergence) = (2, 1.0);
+    r
+}
+
 #[test]
 fn a_pretrained_encoder_fine_tunes_through_every_phase() {
     let tmp = tempfile::tempdir().unwrap();
     let data = word_file(tmp.path(), 400);
     let run = tmp.path().join("run");
-    let mut r = with_all_phases(bert_recipe(&data, 60));
+    let mut r = every_phase(bert_recipe(&data, 60));
     r.validate.lr = 3e-3;
-    r.contract.stable_checkpoints = 1000; // contraction at main's end whatever the trajectory
-    r.refine.max_drop = 100.0;
-    (r.contract.prune_every, r.contract.divergence) = (2, 1.0); // the schedule runs its course
     let out = train(&Options::new(r, &run), &Silent, &Collect::default()).unwrap();
     let e = out.eval.unwrap();
     assert!(e.holdout_accuracy > 0.6, "holdout {}", e.holdout_accuracy);
@@ -226,11 +233,8 @@ fn a_lora_fine_tune_contracts_its_merged_encoder_through_every_phase() {
     let tmp = tempfile::tempdir().unwrap();
     let data = word_file(tmp.path(), 400);
     let run = tmp.path().join("run");
-    let mut r = with_all_phases(lora_recipe(&data, 40));
+    let mut r = every_phase(lora_recipe(&data, 40));
     r.validate.lr = 1e-2;
-    r.contract.stable_checkpoints = 1000;
-    r.refine.max_drop = 100.0;
-    (r.contract.prune_every, r.contract.divergence) = (2, 1.0);
     let out = train(&Options::new(r, &run), &Silent, &Collect::default()).unwrap();
     // The plan counts the checkpoint's parameters (24,482 in the fixture; positions beyond the
     // recipe's length and token types aside), not the recipe's own sizes'.
@@ -268,12 +272,9 @@ fn a_pretrained_encoder_loses_whole_heads_with_their_output_rows() {
     let tmp = tempfile::tempdir().unwrap();
     let data = word_file(tmp.path(), 400);
     let run = tmp.path().join("run");
-    let mut r = with_all_phases(bert_recipe(&data, 40));
+    let mut r = every_phase(bert_recipe(&data, 40));
     r.validate.lr = 3e-3;
     r.contract.prune_heads = true;
-    r.contract.stable_checkpoints = 1000;
-    r.refine.max_drop = 100.0;
-    (r.contract.prune_every, r.contract.divergence) = (2, 1.0);
     r.contract.prune[0].final_sparsity = 0.5; // attention: 2 of the fixture's 4 heads
     r.contract.tolerance = 1.0; // diagnose caps little: a random encoder's heads all matter
     let out = train(&Options::new(r, &run), &Silent, &Collect::default()).unwrap();
