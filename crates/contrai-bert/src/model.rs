@@ -5,8 +5,8 @@
 
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
-use burn::tensor::activation::{gelu, softmax};
 use burn::tensor::{Device, Int, Tensor};
+use contrai_kernels::{attention_softmax, gelu, layer_norm};
 use serde::{Deserialize, Serialize};
 
 use crate::config::BertConfig;
@@ -124,6 +124,9 @@ pub struct Bert {
     pub encoder: Encoder,
     /// The pooler.
     pub pooler: Pooler,
+    /// The LayerNorms' epsilon (`config.layer_norm_eps`), for the fused kernel.
+    #[module(skip)]
+    pub layer_norm_eps: f64,
 }
 
 /// A classifier on the encoder, laid out as `BertForSequenceClassification` (`bert.*`,
@@ -193,6 +196,7 @@ impl BertClassifier {
                 },
                 encoder: Encoder { layer },
                 pooler: Pooler { dense: lin(h, h) },
+                layer_norm_eps: config.layer_norm_eps,
             },
             classifier: lin(h, classes),
             pooling,
@@ -231,7 +235,8 @@ impl Bert {
             Some(d) => d.drop(t, site(i), false),
             None => t,
         };
-        let mut hs = dr3(e.layer_norm.forward(sum), 0);
+        let eps = self.layer_norm_eps;
+        let mut hs = dr3(layer_norm(&e.layer_norm, sum, eps), 0);
         // 0 for real keys, -10⁴ for padding, added to every head's scores.
         let bias = x
             .mask
@@ -249,12 +254,12 @@ impl Bert {
                     None => p,
                 });
             let a = l.attention.output.dense.forward(ctx);
-            hs = l.attention.output.layer_norm.forward(dr3(a, at + 1) + hs);
+            hs = layer_norm(&l.attention.output.layer_norm, dr3(a, at + 1) + hs, eps);
             let f = l
                 .output
                 .dense
                 .forward(gelu(l.intermediate.dense.forward(hs.clone())));
-            hs = l.output.layer_norm.forward(dr3(f, at + 2) + hs);
+            hs = layer_norm(&l.output.layer_norm, dr3(f, at + 2) + hs, eps);
         }
         hs
     }
@@ -291,8 +296,8 @@ impl SelfAttention {
         let q = split(self.query.forward(x.clone()));
         let k = split(self.key.forward(x.clone()));
         let v = split(self.value.forward(x));
-        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(1.0 / (dk as f64).sqrt()) + bias;
-        let probs = drop_probs(softmax(scores, 3));
+        let scale = 1.0 / (dk as f32).sqrt();
+        let probs = drop_probs(attention_softmax(q.matmul(k.swap_dims(2, 3)), scale, bias));
         probs.matmul(v).swap_dims(1, 2).reshape([b, s, h])
     }
 }

@@ -9,7 +9,7 @@ use contrai_recipe::Recipe;
 
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
-use crate::model::{TextBatch, TextClassifier, cross_entropy};
+use crate::model::{Batch, Classifier, TextBatch, cross_entropy};
 use crate::step::{clip_grads, grad_norm, optimizer};
 
 /// Steps run before timing starts (allocation and caches settle).
@@ -28,24 +28,25 @@ pub struct Calibration {
     pub ms_per_part: [f64; 5],
 }
 
-/// Trains the recipe's transformer for `steps` steps on random tokens (2 classes) and times them.
+/// Trains the recipe's text model (Contrai's transformer, or a pretrained encoder from a recipe
+/// sized by `setup::sized`) for `steps` steps on random tokens (2 classes) and times them.
 pub fn calibrate(recipe: &Recipe, steps: usize) -> Result<Calibration> {
     if steps == 0 {
         return Err(TrainError::Unsupported(
             "calibration needs at least one step".into(),
         ));
     }
-    if recipe.model.kind != contrai_recipe::ModelKind::Transformer {
+    if recipe.model.kind == contrai_recipe::ModelKind::Mlp {
         return Err(TrainError::Unsupported(format!(
-            "calibration times Contrai's transformer on random tokens; a {} model's step is timed by \
-             a short `contrai train` instead",
+            "calibration times a text model on random tokens; a {} model's step is timed by a \
+             short `contrai train` instead",
             recipe.model.kind
         )));
     }
     crate::alloc::keep_freed_memory();
     let spec = &recipe.model;
     let device = Device::flex().autodiff();
-    let mut model = TextClassifier::new(spec, 2, recipe.run.seed, &device)?;
+    let mut model = Classifier::new(spec, 2, 0, recipe.run.seed, &device)?;
     let mut optim = optimizer(recipe);
     let (b, s) = (recipe.main.batch, spec.seq_len);
     let mut x = recipe.run.seed | 1;
@@ -63,10 +64,10 @@ pub fn calibrate(recipe: &Recipe, steps: usize) -> Result<Calibration> {
             .map(|_| (2 + rnd() % (spec.vocab as u64 - 2)) as i32)
             .collect();
         let labels: Vec<i32> = (0..b).map(|_| (rnd() % 2) as i32).collect();
-        let batch = TextBatch::new(&ids, &labels, s, &device);
+        let batch = Batch::Text(TextBatch::new(&ids, &labels, s, &device));
         let t1 = Instant::now();
         let drop = Dropout::new(spec.dropout, recipe.run.seed, step as u64, 0);
-        let loss = cross_entropy(model.forward(&batch, Some(&drop)), batch.labels.clone());
+        let loss = cross_entropy(model.forward(&batch, Some(&drop)), batch.labels());
         let _ = loss.clone().into_scalar::<f32>();
         let t2 = Instant::now();
         let mut grads = GradientsParams::from_grads(loss.backward(), &model);
@@ -75,7 +76,6 @@ pub fn calibrate(recipe: &Recipe, steps: usize) -> Result<Calibration> {
         clip_grads(&model, &mut grads, norm, recipe.main.clip_norm);
         let t4 = Instant::now();
         model = optim.step(recipe.main.lr, model, grads);
-        let _ = model.head.weight.val().into_data();
         let t5 = Instant::now();
         if step >= WARMUP {
             for (k, (a, z)) in [(t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)]

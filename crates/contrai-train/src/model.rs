@@ -8,8 +8,9 @@
 
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
-use burn::tensor::activation::{gelu, log_softmax, softmax};
+use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use contrai_kernels::{attention_softmax, gelu, layer_norm};
 use contrai_recipe::ModelKind;
 use contrai_recipe::recipe::Model as ModelSpec;
 use rand::{Rng, SeedableRng};
@@ -222,6 +223,9 @@ impl Classifier {
     }
 }
 
+/// The LayerNorms' epsilon (Burn's default), given to the fused kernel.
+const LN_EPS: f64 = 1e-5;
+
 /// Multi-head self-attention.
 #[derive(Module, Debug)]
 pub struct Attention {
@@ -246,8 +250,8 @@ impl Attention {
         let q = split(self.query.forward(x.clone()));
         let k = split(self.key.forward(x.clone()));
         let v = split(self.value.forward(x));
-        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(1.0 / (dk as f64).sqrt()) + key_bias;
-        let weights = softmax(scores, 3);
+        let scale = 1.0 / (dk as f32).sqrt();
+        let weights = attention_softmax(q.matmul(k.swap_dims(2, 3)), scale, key_bias);
         let ctx = weights.matmul(v).swap_dims(1, 2).reshape([b, s, d]);
         self.output.forward(ctx)
     }
@@ -299,7 +303,7 @@ impl TextClassifier {
         check_spec(spec, classes)?;
         let mut init = Init::new(seed);
         let d = spec.d_model;
-        let ln = || LayerNormConfig::new(d).init(device);
+        let ln = || LayerNormConfig::new(d).with_epsilon(LN_EPS).init(device);
         let embed = init.embedding(spec.vocab, d, device);
         let pos = init.embedding(spec.seq_len, d, device);
         let blocks = (0..spec.layers)
@@ -345,13 +349,13 @@ impl TextClassifier {
             let site = 1 + 2 * i as u64;
             let a = block
                 .attn
-                .forward(block.ln1.forward(x.clone()), batch.key_bias.clone());
+                .forward(layer_norm(&block.ln1, x.clone(), LN_EPS), batch.key_bias.clone());
             x = x + drop(a, site);
-            let h = block.ffn.up.forward(block.ln2.forward(x.clone()));
+            let h = block.ffn.up.forward(layer_norm(&block.ln2, x.clone(), LN_EPS));
             let f = block.ffn.down.forward(gelu(h));
             x = x + drop(f, site + 1);
         }
-        let x = self.norm.forward(x);
+        let x = layer_norm(&self.norm, x, LN_EPS);
         let pooled = (x * batch.keep.clone()).sum_dim(1).reshape([b, d]) / batch.count.clone();
         self.head.forward(pooled)
     }

@@ -1,0 +1,69 @@
+//! Contrai's own CPU kernels for Burn's flex backend.
+//!
+//! A training step of a transformer spends much of its time outside the matrix products: in
+//! softmax, LayerNorm and GELU, which Burn's autodiff decomposes into chains of small operations.
+//! This crate gives each one forward kernel and one backward kernel ([`fused`]), with the
+//! arithmetic in [`math`] compiled for AVX-512, AVX2 and plain x86-64 and chosen at run time.
+//! The functions below are the tensor-level entry points the models call; on a device without
+//! autodiff they run the forward kernel alone.
+
+pub mod fused;
+pub mod math;
+
+use burn::backend::Dispatch;
+use burn::nn::LayerNorm;
+use burn::tensor::Tensor;
+
+use fused::Fused;
+
+/// GELU (exact erf form) of every element, with a fused backward pass.
+pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as Fused>::fused_gelu(x.into_dispatch()))
+}
+
+/// Softmax over the last dimension, with a fused backward pass.
+pub fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    let row = x.dims()[D - 1];
+    let zeros = Tensor::<1>::zeros([row], &x.device());
+    Tensor::from_dispatch(<Dispatch as Fused>::fused_softmax(
+        x.into_dispatch(),
+        zeros.into_dispatch(),
+        1.0,
+    ))
+}
+
+/// Attention's probabilities `softmax(scores · scale + key_bias)` over the keys, in one
+/// operation with a fused backward pass. `scores` is `[batch, heads, queries, keys]`; `key_bias`
+/// `[batch, 1, 1, keys]` (0 for real keys, −1e4 for padding) is data and gets no gradient.
+///
+/// # Panics
+/// When `key_bias` is not `[batch, 1, 1, keys]` for the scores' batch and keys.
+pub fn attention_softmax(scores: Tensor<4>, scale: f32, key_bias: Tensor<4>) -> Tensor<4> {
+    let [b, _, _, k] = scores.dims();
+    assert_eq!(
+        key_bias.dims(),
+        [b, 1, 1, k],
+        "attention_softmax: the key bias is [batch, 1, 1, keys]"
+    );
+    Tensor::from_dispatch(<Dispatch as Fused>::fused_softmax(
+        scores.into_dispatch(),
+        key_bias.into_dispatch(),
+        scale,
+    ))
+}
+
+/// A LayerNorm module applied over the last dimension with `eps` (Burn keeps a module's epsilon
+/// private, so the caller, which built the module, says it), with a fused backward pass.
+pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>, eps: f64) -> Tensor<D> {
+    let gamma = norm.gamma.val();
+    let beta = match &norm.beta {
+        Some(b) => b.val(),
+        None => gamma.zeros_like(),
+    };
+    Tensor::from_dispatch(<Dispatch as Fused>::fused_layer_norm(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        eps,
+    ))
+}

@@ -1,0 +1,375 @@
+//! The kernels' arithmetic on host slices: GELU with its derivative, the softmax and LayerNorm
+//! backward passes, row by row and spread over the cores.
+//!
+//! Every loop is written so that LLVM vectorises it (no branches, lane-wise accumulators for sums)
+//! and compiled for AVX-512, AVX2 + FMA and plain x86-64; `multiversion` picks one at run time,
+//! so one binary serves both machine kinds. Work is split into fixed chunks whatever the number
+//! of threads, and partial sums are added in chunk order: the same inputs give the same bits on
+//! any thread count.
+
+use multiversion::multiversion;
+use rayon::prelude::*;
+
+/// Elements a parallel task handles in element-wise kernels.
+const CHUNK: usize = 16 * 1024;
+/// Lanes of the accumulators in row reductions (a multiple of every SIMD width).
+const LANES: usize = 16;
+
+/// `erf(x)`: Eigen's rational approximation on [-4, 4] (outside it erf is ±1 in f32); error
+/// about 1e-7, no branches.
+#[inline(always)]
+fn erf(x: f32) -> f32 {
+    let x = x.clamp(-4.0, 4.0);
+    let x2 = x * x;
+    let mut p = x2.mul_add(-2.726_142_3e-10, 2.770_681_4e-8);
+    p = x2.mul_add(p, -2.101_024e-6);
+    p = x2.mul_add(p, -5.692_506_4e-5);
+    p = x2.mul_add(p, -7.349_906_3e-4);
+    p = x2.mul_add(p, -2.954_6e-3);
+    p = x2.mul_add(p, -1.609_603_3e-2);
+    let mut q = x2.mul_add(-1.456_607_2e-5, -2.133_740_6e-4);
+    q = x2.mul_add(q, -1.682_827e-3);
+    q = x2.mul_add(q, -7.373_329_2e-3);
+    q = x2.mul_add(q, -1.426_473_9e-2);
+    x * p / q
+}
+
+/// `exp(x)` for x ≤ 0 down to underflow (Cephes' polynomial, 2ⁿ built from bits); relative error
+/// about 2e-7, no branches.
+#[inline(always)]
+fn exp_neg(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 × 2²³: adding it rounds to an integer in the low bits
+    // A comparison, not `max`, so that NaN stays NaN (a non-finite loss must be seen).
+    let x = if x < -87.0 { -87.0 } else { x };
+    let t = x.mul_add(std::f32::consts::LOG2_E, MAGIC);
+    let n = t - MAGIC;
+    let k = t.to_bits() as i32 - MAGIC.to_bits() as i32;
+    let r = n.mul_add(-0.693_359_4, x);
+    let r = n.mul_add(2.121_944_4e-4, r);
+    let mut p = r.mul_add(1.987_569_1e-4, 1.398_2e-3);
+    p = r.mul_add(p, 8.333_452e-3);
+    p = r.mul_add(p, 4.166_579_6e-2);
+    p = r.mul_add(p, 0.166_666_65);
+    p = r.mul_add(p, 0.5);
+    let e = (r * r).mul_add(p, r) + 1.0;
+    e * f32::from_bits(((k + 127) << 23) as u32)
+}
+
+const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
+/// 1/√(2π).
+const INV_SQRT_2PI: f32 = 0.398_942_3;
+
+/// GELU with the exact (erf) form, as PyTorch's and Hugging Face's `gelu`.
+#[inline(always)]
+pub fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2))
+}
+
+/// The derivative of [`gelu`] times the incoming gradient.
+#[inline(always)]
+pub fn gelu_grad(x: f32, g: f32) -> f32 {
+    let cdf = 0.5 * (1.0 + erf(x * FRAC_1_SQRT_2));
+    let pdf = INV_SQRT_2PI * exp_neg(-0.5 * x * x);
+    g * x.mul_add(pdf, cdf)
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
+fn gelu_chunk(x: &[f32], y: &mut [f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = gelu(x);
+    }
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
+fn gelu_grad_chunk(x: &[f32], g: &[f32], out: &mut [f32]) {
+    for ((o, &x), &g) in out.iter_mut().zip(x).zip(g) {
+        *o = gelu_grad(x, g);
+    }
+}
+
+/// GELU of every element.
+pub fn gelu_all(x: &[f32]) -> Vec<f32> {
+    let mut y = vec![0f32; x.len()];
+    y.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .for_each(|(y, x)| gelu_chunk(x, y));
+    y
+}
+
+/// The gradient of GELU at `x` given the output's gradient `g`.
+pub fn gelu_backward(x: &[f32], g: &[f32]) -> Vec<f32> {
+    assert_eq!(
+        x.len(),
+        g.len(),
+        "gelu backward: input and gradient differ in size"
+    );
+    let mut out = vec![0f32; x.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
+        .for_each(|(o, (x, g))| gelu_grad_chunk(x, g, o));
+    out
+}
+
+/// Σ a·b with lane-wise partial sums (vectorisable, same order every time).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (a, b) in ca.zip(cb) {
+        for i in 0..LANES {
+            acc[i] = a[i].mul_add(b[i], acc[i]);
+        }
+    }
+    let tail: f32 = ra.iter().zip(rb).map(|(a, b)| a * b).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Σ a with lane-wise partial sums.
+#[inline(always)]
+fn sum(a: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let ca = a.chunks_exact(LANES);
+    let tail: f32 = ca.remainder().iter().sum();
+    for a in ca {
+        for i in 0..LANES {
+            acc[i] += a[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// max over a row with lane-wise partial maxima.
+#[inline(always)]
+fn max(a: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let ca = a.chunks_exact(LANES);
+    let tail = ca.remainder().iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    for a in ca {
+        for i in 0..LANES {
+            acc[i] = acc[i].max(a[i]);
+        }
+    }
+    acc.iter().fold(tail, |m, &v| m.max(v))
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
+fn softmax_row(x: &[f32], bias: &[f32], scale: f32, y: &mut [f32]) {
+    for ((y, &x), &b) in y.iter_mut().zip(x).zip(bias) {
+        *y = x.mul_add(scale, b);
+    }
+    let m = max(y);
+    for y in y.iter_mut() {
+        *y = exp_neg(*y - m);
+    }
+    let inv = 1.0 / sum(y);
+    for y in y.iter_mut() {
+        *y *= inv;
+    }
+}
+
+/// `softmax(x · scale + bias)` over rows of `row` elements. `bias` holds whole rows (an additive
+/// mask, −1e4 where a key is padding); bias row `i` applies to the `i`-th consecutive block of
+/// `x`'s rows, so a `[batch, 1, 1, keys]` mask covers `[batch, heads, queries, keys]` scores.
+/// A row whose entries are all −∞ or NaN gives NaN, as the unfused softmax does.
+pub fn softmax(x: &[f32], bias: &[f32], scale: f32, row: usize) -> Vec<f32> {
+    let mut y = vec![0f32; x.len()];
+    if row == 0 || x.is_empty() {
+        return y;
+    }
+    assert_eq!(x.len() % row, 0, "softmax: rows of {row} elements expected");
+    assert!(
+        !bias.is_empty()
+            && bias.len().is_multiple_of(row)
+            && (x.len() / row).is_multiple_of(bias.len() / row),
+        "softmax: the mask's rows must divide the scores' rows"
+    );
+    let rows_per_mask = x.len() / bias.len();
+    let per_task = rows_per_task(row);
+    y.par_chunks_mut(per_task * row)
+        .zip(x.par_chunks(per_task * row))
+        .enumerate()
+        .for_each(|(t, (y, x))| {
+            for (k, (y, x)) in y.chunks_mut(row).zip(x.chunks(row)).enumerate() {
+                let m = (t * per_task + k) / rows_per_mask;
+                softmax_row(x, &bias[m * row..(m + 1) * row], scale, y);
+            }
+        });
+    y
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
+fn softmax_backward_rows(y: &[f32], g: &[f32], out: &mut [f32], row: usize, scale: f32) {
+    for ((y, g), o) in y.chunks(row).zip(g.chunks(row)).zip(out.chunks_mut(row)) {
+        let d = dot(y, g);
+        for ((o, &y), &g) in o.iter_mut().zip(y).zip(g) {
+            *o = scale * y * (g - d);
+        }
+    }
+}
+
+/// Rows a parallel task handles: about [`CHUNK`] elements, at least one row.
+fn rows_per_task(row: usize) -> usize {
+    (CHUNK / row.max(1)).max(1)
+}
+
+/// The gradient with respect to `x` of `softmax(x · scale + bias)` over rows of `row` elements,
+/// from its output `y` and the output's gradient `g`: `scale · y · (g − Σ y·g)` a row.
+pub fn softmax_backward(y: &[f32], g: &[f32], row: usize, scale: f32) -> Vec<f32> {
+    assert_eq!(
+        y.len(),
+        g.len(),
+        "softmax backward: output and gradient differ in size"
+    );
+    let mut out = vec![0f32; y.len()];
+    if row == 0 {
+        return out;
+    }
+    let n = rows_per_task(row) * row;
+    out.par_chunks_mut(n)
+        .zip(y.par_chunks(n).zip(g.par_chunks(n)))
+        .for_each(|(o, (y, g))| softmax_backward_rows(y, g, o, row, scale));
+    out
+}
+
+/// The gradients of a LayerNorm: the input's, the scale's (γ) and the shift's (β).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerNormGrads {
+    /// ∂L/∂x, the input's shape.
+    pub x: Vec<f32>,
+    /// ∂L/∂γ, one per feature.
+    pub gamma: Vec<f32>,
+    /// ∂L/∂β, one per feature.
+    pub beta: Vec<f32>,
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
+fn layer_norm_backward_rows(
+    x: &[f32],
+    g: &[f32],
+    gamma: &[f32],
+    eps: f32,
+    dx: &mut [f32],
+    dgamma: &mut [f64],
+    dbeta: &mut [f64],
+) {
+    let d = gamma.len();
+    let inv_d = 1.0 / d as f32;
+    let mut xhat = vec![0f32; d];
+    let mut gy = vec![0f32; d];
+    for ((x, g), dx) in x.chunks(d).zip(g.chunks(d)).zip(dx.chunks_mut(d)) {
+        let mean = sum(x) * inv_d;
+        for (h, &x) in xhat.iter_mut().zip(x) {
+            *h = x - mean;
+        }
+        let var = dot(&xhat, &xhat) * inv_d;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for (h, (gy, (&g, &gm))) in xhat.iter_mut().zip(gy.iter_mut().zip(g.iter().zip(gamma))) {
+            *h *= rstd;
+            *gy = g * gm;
+        }
+        let a = sum(&gy) * inv_d;
+        let b = dot(&gy, &xhat) * inv_d;
+        for i in 0..d {
+            dx[i] = rstd * (gy[i] - a - xhat[i] * b);
+            dgamma[i] += (g[i] * xhat[i]) as f64;
+            dbeta[i] += g[i] as f64;
+        }
+    }
+}
+
+/// The backward pass of `y = (x − mean) / √(var + eps) · γ + β` over rows of `gamma.len()`
+/// features, from the input `x` and the output's gradient `g` (mean and variance recomputed:
+/// one cheap pass instead of two tensors kept from the forward). γ's and β's gradients sum
+/// over every row, in f64: thousands of rows with cancelling signs would lose digits in f32.
+pub fn layer_norm_backward(x: &[f32], g: &[f32], gamma: &[f32], eps: f32) -> LayerNormGrads {
+    assert_eq!(
+        x.len(),
+        g.len(),
+        "layer norm backward: input and gradient differ in size"
+    );
+    let d = gamma.len();
+    let mut dx = vec![0f32; x.len()];
+    if d == 0 {
+        return LayerNormGrads {
+            x: dx,
+            gamma: vec![],
+            beta: vec![],
+        };
+    }
+    assert_eq!(
+        x.len() % d,
+        0,
+        "layer norm backward: rows of {d} features expected"
+    );
+    let n = rows_per_task(d) * d;
+    let partial: Vec<(Vec<f64>, Vec<f64>)> = dx
+        .par_chunks_mut(n)
+        .zip(x.par_chunks(n).zip(g.par_chunks(n)))
+        .map(|(dx, (x, g))| {
+            let (mut dg, mut db) = (vec![0f64; d], vec![0f64; d]);
+            layer_norm_backward_rows(x, g, gamma, eps, dx, &mut dg, &mut db);
+            (dg, db)
+        })
+        .collect();
+    let (mut dgamma, mut dbeta) = (vec![0f64; d], vec![0f64; d]);
+    for (dg, db) in &partial {
+        for i in 0..d {
+            dgamma[i] += dg[i];
+            dbeta[i] += db[i];
+        }
+    }
+    let f32s = |v: Vec<f64>| v.into_iter().map(|v| v as f32).collect();
+    LayerNormGrads {
+        x: dx,
+        gamma: f32s(dgamma),
+        beta: f32s(dbeta),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// erf from its Taylor series in f64 (std has no erf): cancellation costs under 1e-9 on
+    /// [-4, 4], far below the f32 errors checked.
+    fn erf_ref(x: f64) -> f64 {
+        let (mut term, mut s, mut n) = (x, x, 0.0);
+        while term.abs() > 1e-17 {
+            n += 1.0;
+            term *= -x * x / n;
+            s += term / (2.0 * n + 1.0);
+        }
+        s * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    #[test]
+    fn erf_and_exp_are_accurate() {
+        for i in -4000..=4000 {
+            let x = i as f32 / 1000.0;
+            let e = (erf(x) as f64 - erf_ref(x as f64)).abs();
+            assert!(e < 5e-7, "erf({x}) off by {e}");
+        }
+        for i in 0..=8700 {
+            let x = -(i as f32) / 100.0;
+            let want = (x as f64).exp();
+            let rel = ((exp_neg(x) as f64 - want) / want).abs();
+            assert!(rel < 5e-7, "exp({x}) off by {rel} relative");
+        }
+    }
+
+    #[test]
+    fn gelu_gradient_matches_finite_differences() {
+        for i in -600..=600 {
+            let x = i as f64 / 100.0;
+            let f = |x: f64| 0.5 * x * (1.0 + erf_ref(x / 2f64.sqrt()));
+            let fd = (f(x + 1e-4) - f(x - 1e-4)) / 2e-4;
+            let got = gelu_grad(x as f32, 1.0) as f64;
+            assert!(
+                (got - fd).abs() < 1e-5,
+                "gelu'({x}) = {got}, finite difference {fd}"
+            );
+            assert!((gelu(x as f32) as f64 - f(x)).abs() < 1e-6);
+        }
+    }
+}
