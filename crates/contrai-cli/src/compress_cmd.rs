@@ -32,6 +32,10 @@ pub struct CompressArgs {
     /// Prune attention by whole heads (their query/key/value columns and output rows).
     #[arg(long)]
     heads: bool,
+    /// Prune feed-forward layers by whole units (an expansion column with its projection row):
+    /// the pruned model is then written with those units removed, smaller and faster.
+    #[arg(long)]
+    units: bool,
     /// Fine-tuning steps after pruning, pruned weights held at zero.
     #[arg(long, default_value_t = 100)]
     steps: u64,
@@ -72,6 +76,7 @@ pub fn run(args: CompressArgs) -> anyhow::Result<ExitCode> {
         prune: if all { Some(0.5) } else { args.prune },
         scope: args.scope,
         heads: args.heads,
+        units: args.units,
         steps: args.steps,
         lr: args.lr,
         int8: all || args.int8 || args.int8_block.is_some(),

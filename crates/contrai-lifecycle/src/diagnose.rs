@@ -47,6 +47,7 @@ impl Conductor {
                     modules: self.prunable.modules(),
                     levels: SENSITIVITY_LEVELS.to_vec(),
                     heads: self.prune_heads(),
+                    units: self.recipe.contract.prune_units,
                 };
                 Ok(self.ask(
                     Vec::new(),
@@ -108,6 +109,7 @@ impl Conductor {
         let request = Request::MeasureJoint {
             sparsity: search.caps.clone(),
             heads: self.prune_heads(),
+            units: self.recipe.contract.prune_units,
         };
         self.ask(
             Vec::new(),

@@ -98,6 +98,9 @@ pub enum Request {
         levels: Vec<f64>,
         /// Prune attention by whole heads of this many (None: single weights).
         heads: Option<usize>,
+        /// Prune feed-forward layers by whole units.
+        #[serde(default)]
+        units: bool,
     },
     /// Prune all these modules at once, on a copy, and evaluate; answered by
     /// [`Observation::JointLoss`].
@@ -106,6 +109,9 @@ pub enum Request {
         sparsity: BTreeMap<String, f64>,
         /// Prune attention by whole heads of this many (None: single weights).
         heads: Option<usize>,
+        /// Prune feed-forward layers by whole units.
+        #[serde(default)]
+        units: bool,
     },
     /// Write the final weights (masks applied), the tokenizer or scaler and the classes, and
     /// evaluate them on validation; answered by [`Observation::Exported`].
@@ -171,6 +177,9 @@ pub struct PruneOrder {
     pub scope: PruneScope,
     /// Prune attention by whole heads of this many (None: single weights).
     pub heads: Option<usize>,
+    /// Prune feed-forward layers by whole units (a unit's expansion column and projection row).
+    #[serde(default)]
+    pub units: bool,
 }
 
 /// What pruning asks of one module: a sparsity, and the cap it may never pass.

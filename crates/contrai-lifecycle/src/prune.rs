@@ -151,6 +151,7 @@ impl Prunable {
             targets,
             scope: c.prune_scope,
             heads,
+            units: c.prune_units,
         }
     }
 }

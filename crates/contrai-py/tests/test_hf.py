@@ -142,3 +142,18 @@ def test_what_to_set_is_said_when_the_trainer_cannot_run_the_recipe(tmp_path, re
     bad.write_text("[contract]\nprune_scpe = 'global'\n")
     with pytest.raises(ValueError, match=r"bad.toml:2: .*did you mean `prune_scope`"):
         ContraiCallback(bad, run_dir=tmp_path / "r3")
+
+
+def test_whole_heads_and_units_asked_of_the_pytorch_engine_are_recorded_as_substitutes(tmp_path, recipe_file):
+    recipe = recipe_file.read_text().replace("[contract]\n", "[contract]\nprune_heads = true\nprune_units = true\n")
+    recipe_file.write_text(recipe)
+    train(tmp_path, recipe_file)
+    decisions = rows(tmp_path / "run" / "decisions.jsonl")
+    subs = [d for d in decisions if d["kind"] == "engine_substitute"]
+    reasons = [d["reason"] for d in subs]
+    for what, key in (("prune whole attention heads", "contract.prune_heads"),
+                      ("prune whole feed-forward units", "contract.prune_units")):
+        said = [d for d in subs if d["reason"].startswith(what)]
+        assert len(said) == 1, reasons
+        assert said[0]["evidence"] == {"asked": key} and "single-weight magnitude" in said[0]["reason"]
+    assert decisions[-1]["kind"] == "holdout"

@@ -360,6 +360,9 @@ pub struct Contract {
     /// Prune attention by whole heads (the weakest heads' query/key/value columns and output rows)
     /// instead of single weights.
     pub prune_heads: bool,
+    /// Prune feed-forward layers by whole units (a unit's expansion column and its projection
+    /// row) instead of single weights: the exported model then really is smaller and faster.
+    pub prune_units: bool,
 }
 
 impl Default for Contract {
@@ -381,6 +384,7 @@ impl Default for Contract {
             divergence: 0.1,
             prune_scope: PruneScope::Module,
             prune_heads: false,
+            prune_units: false,
             prune: vec![
                 Prune {
                     params: "blocks.*.attn.*".into(),

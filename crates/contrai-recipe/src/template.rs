@@ -173,6 +173,7 @@ prune_span = 0.75        # ... over this share of contract; the rest recovers
 divergence = 0.1         # a module stops being pruned when (val − train loss) grows by this × val loss
 prune_scope = "module"   # @PRUNE_SCOPE@: a threshold a module, or one over all
 prune_heads = false      # prune attention by whole heads (their q/k/v columns and output rows)
+prune_units = false      # prune feed-forward layers by whole units (exported smaller and faster)
 prune = [                # weight matrices by glob over parameter paths (an MLP's default: "layers.*", 0.1 → 0.5); caps: attention 20 %, and diagnose's
     { params = "blocks.*.attn.*", init = 0.1, final = 0.2 },
     { params = "blocks.*.ffn.*", init = 0.1, final = 0.5 },

@@ -19,7 +19,7 @@ use crate::evaluate::eval_batch;
 use crate::export::{LATENCY_BATCH, Measured, save_safetensors, time_variants, variant};
 use crate::model::{Batch, Classifier, cross_entropy};
 use crate::options::Log;
-use crate::prune::{Masks, apply_masks, update_all};
+use crate::prune::{Masks, Structure, apply_masks, update_all};
 use crate::quantize::{quantize_int8, record_bytes, scheme_text};
 use crate::step::optimizer;
 use contrai_lifecycle::Target;
@@ -36,6 +36,8 @@ pub struct CompressOptions {
     pub scope: PruneScope,
     /// Prune attention by whole heads.
     pub heads: bool,
+    /// Prune feed-forward layers by whole units.
+    pub units: bool,
     /// Fine-tuning steps after pruning (masks held), at `lr` decaying linearly to 0.
     pub steps: u64,
     /// Peak LR of the fine-tuning (default: main.lr / 10).
@@ -48,6 +50,13 @@ pub struct CompressOptions {
     pub distill: bool,
     /// Use this checkpoint step instead of the run's best.
     pub step: Option<u64>,
+}
+
+impl CompressOptions {
+    /// What is pruned whole: heads of the recipe's count, feed-forward units.
+    fn structure(&self, recipe: &Recipe) -> Structure {
+        Structure::new(self.heads.then_some(recipe.model.heads), self.units)
+    }
 }
 
 /// `compress/compress.json`.
@@ -90,9 +99,15 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
         log.warn(&contrai_data::lock::removed_note(f));
     }
     let src = open(run, opts.step, log)?;
-    if opts.heads && src.model.transformer().is_none() {
+    let mlp = matches!(src.model, Classifier::Mlp(_));
+    if mlp && (opts.heads || opts.units) {
+        let flag = if opts.heads {
+            "--heads prunes attention heads"
+        } else {
+            "--units prunes feed-forward units"
+        };
         return Err(TrainError::Unsupported(format!(
-            "--heads prunes attention heads; {} is an MLP run, which has none",
+            "{flag} of a transformer; {} is an MLP run, which has none",
             run.display()
         )));
     }
@@ -113,6 +128,11 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
                 opts.steps
             ));
             let (m, note) = prune_and_tune(&src, opts, share, log)?;
+            let (m, removed) = crate::compact::compact(m, opts.structure(&src.recipe));
+            let note = match removed.note() {
+                Some(r) => format!("{note}; {r}"),
+                None => note,
+            };
             shelf.safetensors("pruned", "pruned.safetensors", m.clone(), note)?;
             Some(m)
         }
@@ -331,8 +351,13 @@ fn prune_and_tune(
     let prunable = prunable_paths(&src.recipe);
     let target = |p: &str| prunable(p).then_some(Target::uncapped(share));
     let mut masks = src.masks.clone();
-    let heads = opts.heads.then_some(src.recipe.model.heads);
-    update_all(&src.model, &mut masks, &target, opts.scope, heads);
+    update_all(
+        &src.model,
+        &mut masks,
+        &target,
+        opts.scope,
+        opts.structure(&src.recipe),
+    );
     let model = apply_masks(src.model.clone(), &masks);
     let r = &src.recipe;
     let lr = opts.lr.unwrap_or(r.main.lr / 10.0);
@@ -368,10 +393,12 @@ fn prune_and_tune(
             &mut log_evaluations(log),
         )?)
     };
-    let scope = match (opts.scope, opts.heads) {
-        (_, true) => "whole attention heads, magnitude elsewhere",
-        (PruneScope::Global, _) => "global magnitude",
-        (PruneScope::Module, _) => "magnitude per module",
+    let scope = match (opts.scope, opts.heads, opts.units) {
+        (_, true, true) => "whole attention heads and feed-forward units",
+        (_, true, false) => "whole attention heads, magnitude elsewhere",
+        (_, false, true) => "whole feed-forward units, magnitude elsewhere",
+        (PruneScope::Global, ..) => "global magnitude",
+        (PruneScope::Module, ..) => "magnitude per module",
     };
     let note = format!(
         "{:.0} % of the prunable weights ({scope}), fine-tuned {} steps from LR {lr:.1e}{}",

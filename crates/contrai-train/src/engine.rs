@@ -25,7 +25,7 @@ use crate::evaluate::{eval_batch, evaluate};
 use crate::journal::Journal;
 use crate::model::Classifier;
 use crate::options::{Log, Options, Outcome};
-use crate::prune::{Masks, apply_masks, matrix_paths, update_all};
+use crate::prune::{Masks, Structure, apply_masks, matrix_paths, update_all};
 use crate::setup::{Setup, TrainData};
 use crate::step::{clip_grads, grad_norm, optimizer, step_grads};
 
@@ -325,6 +325,7 @@ impl<'a> Engine<'a> {
                 modules,
                 levels,
                 heads,
+                units,
             } => Ok(Observation::Sensitivity {
                 val_loss: crate::measure::sensitivity(
                     &self.net.model.valid(),
@@ -332,16 +333,20 @@ impl<'a> Engine<'a> {
                     (self.eval_batch(), &self.plain),
                     &modules,
                     &levels,
-                    heads,
+                    Structure::new(heads, units),
                 ),
             }),
-            Request::MeasureJoint { sparsity, heads } => Ok(Observation::JointLoss {
+            Request::MeasureJoint {
+                sparsity,
+                heads,
+                units,
+            } => Ok(Observation::JointLoss {
                 val_loss: crate::measure::joint(
                     &self.net.model.valid(),
                     &self.data.val,
                     (self.eval_batch(), &self.plain),
                     &sparsity,
-                    heads,
+                    Structure::new(heads, units),
                 ),
             }),
             Request::Export => self.export(),
@@ -515,7 +520,13 @@ impl<'a> Engine<'a> {
     fn prune(&mut self, order: &PruneOrder) -> Result<Observation> {
         let target = |p: &str| order.targets.get(p).copied();
         let mut masks = std::mem::take(&mut self.net.masks);
-        update_all(&self.net.model, &mut masks, &target, order.scope, order.heads);
+        update_all(
+            &self.net.model,
+            &mut masks,
+            &target,
+            order.scope,
+            Structure::new(order.heads, order.units),
+        );
         self.net.model = apply_masks(self.net.model.clone(), &masks);
         self.net.masks = masks;
         self.record_sparsity()?;

@@ -7,12 +7,14 @@ use contrai_lifecycle::{Int8Verdict, Observation, Summary};
 use contrai_run::{FINAL_CARD, FINAL_INT8, FINAL_MODEL, FINAL_STUDENT, FinalEval, FinalModel, ModelCard};
 
 use crate::batch::{Encoded, Encoder};
+use crate::compact::compact;
 use crate::distill::{FitData, student_note, student_size};
 use crate::engine::Engine;
 use crate::error::{Result, record_err};
 use crate::evaluate::evaluate;
 use crate::export::{LATENCY_BATCH, Measured, save_safetensors, time_variants, variant};
 use crate::options::Outcome;
+use crate::prune::Structure;
 use crate::quantize::{quantize_int8, record_bytes, scheme_text};
 
 impl Engine<'_> {
@@ -23,6 +25,11 @@ impl Engine<'_> {
         let valid = self.net.model.valid();
         debug_assert_eq!(crate::lora::adapters(&valid), 0, "merged before export");
         let x = &self.data.extras;
+        // Whole heads and units pruned leave the exported matrices (same outputs, fewer weights).
+        let (valid, removed) = compact(valid, self.structure());
+        if let Some(note) = removed.note() {
+            self.journal.say(&format!("exported model: {note}"));
+        }
         save_safetensors(&valid, &fin.join(FINAL_MODEL))?;
         x.encoder.save(&fin.join(Encoder::file_name(&self.recipe)))?;
         contrai_run::write_json(&fin.join(contrai_run::CLASSES), &x.classes)?;
@@ -119,7 +126,8 @@ impl Engine<'_> {
         let fin = self.run.final_dir();
         let size = |f: &str| std::fs::metadata(fin.join(f)).map_or(0, |m| m.len());
         let eb = self.eval_batch();
-        let valid = self.net.model.valid();
+        // The model as exported: what the card measures is what `final/` holds.
+        let (valid, removed) = compact(self.net.model.valid(), self.structure());
         let (holdout_loss, holdout_accuracy) = evaluate(&valid, &hold, eb, &self.plain);
         self.finale.holdout = (holdout_loss, holdout_accuracy, hold.len());
         let dense = Measured {
@@ -127,7 +135,10 @@ impl Engine<'_> {
             holdout: (holdout_loss, holdout_accuracy),
             bytes: size(FINAL_MODEL),
         };
-        let note = "the refined model, masks applied".to_string();
+        let note = match removed.note() {
+            Some(r) => format!("the refined model, masks applied; {r}"),
+            None => "the refined model, masks applied".to_string(),
+        };
         let mut variants = vec![variant(
             FinalModel::F32.as_ref(),
             Some(format!("final/{FINAL_MODEL}")),
@@ -194,6 +205,12 @@ impl Engine<'_> {
             samples: hold.len(),
             int8_accuracy,
         })
+    }
+
+    /// What the run pruned whole, and so what export removes from the matrices.
+    fn structure(&self) -> Structure {
+        let c = &self.recipe.contract;
+        Structure::new(c.prune_heads.then_some(self.recipe.model.heads), c.prune_units)
     }
 
     /// The run is over: `final/eval.json`, written last.

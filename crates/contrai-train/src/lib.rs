@@ -14,6 +14,7 @@ pub mod alloc;
 pub mod batch;
 pub mod calibrate;
 pub mod checkpoint;
+pub mod compact;
 pub mod compress;
 pub mod data;
 pub mod distill;

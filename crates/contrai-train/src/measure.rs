@@ -12,7 +12,7 @@ use contrai_recipe::PruneScope;
 use crate::batch::Encoded;
 use crate::evaluate::{eval_batches, evaluate};
 use crate::model::{Classifier, per_sample_cross_entropy};
-use crate::prune::{Masks, apply_masks, update_all};
+use crate::prune::{Masks, Structure, apply_masks, update_all};
 
 /// The loss of every sample of `data` under `model` (no dropout), in row order.
 pub fn per_sample_losses(model: &Classifier, data: &Encoded, batch: usize, device: &Device) -> Vec<f32> {
@@ -24,34 +24,37 @@ pub fn per_sample_losses(model: &Classifier, data: &Encoded, batch: usize, devic
     out
 }
 
-/// `model` with each module of `sparsity` pruned by magnitude to its share (attention by whole
-/// heads of `heads`, when given), on a copy.
-pub fn pruned(model: &Classifier, sparsity: &BTreeMap<String, f64>, heads: Option<usize>) -> Classifier {
+/// `model` with each module of `sparsity` pruned to its share (by magnitude, or in the groups of
+/// `structure`), on a copy.
+pub fn pruned(model: &Classifier, sparsity: &BTreeMap<String, f64>, structure: Structure) -> Classifier {
     let mut masks = Masks::default();
     let target = |p: &str| sparsity.get(&module_of(p)).map(|&s| Target::uncapped(s));
-    update_all(model, &mut masks, &target, PruneScope::Module, heads);
+    update_all(model, &mut masks, &target, PruneScope::Module, structure);
     apply_masks(model.clone(), &masks)
 }
 
-/// The validation loss of each of `modules` pruned alone to each of `levels` (attention by whole
-/// heads when `heads` is given).
+/// The validation loss of each of `modules` pruned alone to each of `levels` (in the groups of
+/// `structure`).
 pub fn sensitivity(
     model: &Classifier,
     val: &Encoded,
     (batch, device): (usize, &Device),
     modules: &[String],
     levels: &[f64],
-    heads: Option<usize>,
+    structure: Structure,
 ) -> BTreeMap<String, Vec<f32>> {
     modules
         .iter()
         .map(|module| {
-            let heads = heads.filter(|_| is_attention(module));
+            let structure = Structure {
+                heads: structure.heads.filter(|_| is_attention(module)),
+                ..structure
+            };
             let losses = levels
                 .iter()
                 .map(|&level| {
                     let alone = BTreeMap::from([(module.clone(), level)]);
-                    evaluate(&pruned(model, &alone, heads), val, batch, device).0
+                    evaluate(&pruned(model, &alone, structure), val, batch, device).0
                 })
                 .collect();
             (module.clone(), losses)
@@ -65,9 +68,9 @@ pub fn joint(
     val: &Encoded,
     (batch, device): (usize, &Device),
     sparsity: &BTreeMap<String, f64>,
-    heads: Option<usize>,
+    structure: Structure,
 ) -> f32 {
-    evaluate(&pruned(model, sparsity, heads), val, batch, device).0
+    evaluate(&pruned(model, sparsity, structure), val, batch, device).0
 }
 
 #[cfg(test)]
@@ -99,21 +102,28 @@ mod tests {
         let (model, val, device) = tiny();
         let (base, _) = evaluate(&model, &val, 16, &device);
         let modules = vec!["blocks.0.attn".to_string(), "blocks.0.ffn".to_string()];
-        let s = sensitivity(&model, &val, (16, &device), &modules, &[0.0, 0.5], None);
+        let s = sensitivity(
+            &model,
+            &val,
+            (16, &device),
+            &modules,
+            &[0.0, 0.5],
+            Structure::default(),
+        );
         assert_eq!(s.len(), 2);
         for losses in s.values() {
             assert_eq!(losses.len(), 2);
             assert!((losses[0] - base).abs() < 1e-6, "0 % pruned is the model itself");
         }
         let none = BTreeMap::from([("blocks.0.ffn".to_string(), 0.0)]);
-        assert!((joint(&model, &val, (16, &device), &none, None) - base).abs() < 1e-6);
+        assert!((joint(&model, &val, (16, &device), &none, Structure::default()) - base).abs() < 1e-6);
     }
 
     #[test]
     fn whole_heads_are_pruned_for_attention_when_asked() {
         let (model, _, _) = tiny();
         let half = BTreeMap::from([("blocks.0.attn".to_string(), 0.5)]);
-        let by_heads = pruned(&model, &half, Some(2));
+        let by_heads = pruned(&model, &half, Structure::new(Some(2), false));
         let w = crate::prune::weights(&by_heads, &|p| p == "blocks.0.attn.query.weight");
         let (_, [rows, cols], v) = &w[0];
         let dk = cols / 2;

@@ -243,16 +243,20 @@ pub struct Attention {
 
 impl Attention {
     /// `x`: `[batch, seq, d]`; `key_bias`: `[batch, 1, 1, seq]`.
+    ///
+    /// The heads' width is the query's output width over `heads`: a model whose pruned heads were
+    /// removed (`compact`) has fewer heads of the same width.
     pub fn forward(&self, x: Tensor<3>, key_bias: Tensor<4>) -> Tensor<3> {
-        let [b, s, d] = x.dims();
-        let dk = d / self.heads;
+        let [b, s, _] = x.dims();
+        let inner = self.query.weight.dims()[1];
+        let dk = inner / self.heads;
         let split = |t: Tensor<3>| t.reshape([b, s, self.heads, dk]).swap_dims(1, 2);
         let q = split(self.query.forward(x.clone()));
         let k = split(self.key.forward(x.clone()));
         let v = split(self.value.forward(x));
         let scale = 1.0 / (dk as f32).sqrt();
         let weights = attention_softmax(q.matmul(k.swap_dims(2, 3)), scale, key_bias);
-        let ctx = weights.matmul(v).swap_dims(1, 2).reshape([b, s, d]);
+        let ctx = weights.matmul(v).swap_dims(1, 2).reshape([b, s, inner]);
         self.output.forward(ctx)
     }
 }

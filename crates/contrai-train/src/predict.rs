@@ -108,7 +108,9 @@ impl Predictor {
                 let bytes = std::fs::read(&path).map_err(|e| TrainError::io(&path, e))?;
                 load_record(fresh, bytes, &path)?
             }
-            FinalModel::F32 | FinalModel::Student => load_safetensors(fresh, &path)?,
+            FinalModel::F32 | FinalModel::Student => {
+                load_safetensors(crate::compact::shaped_as_file(fresh, &path)?, &path)?
+            }
         };
         let d = &recipe.data;
         Ok(Predictor {

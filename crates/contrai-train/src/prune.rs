@@ -1,6 +1,7 @@
 //! Magnitude pruning of weight matrices addressed by their parameter paths
 //! (`blocks.0.attn.query.weight`): keep-masks set to the conductor's targets, by single weights
-//! (per module or one global threshold) or by whole attention heads, and applied after every
+//! (per module or one global threshold), by whole attention heads or by whole feed-forward
+//! units, and applied after every
 //! optimizer step. Which matrices, how far and when is the conductor's (`contrai_lifecycle::prune`).
 
 use std::collections::BTreeMap;
@@ -323,26 +324,82 @@ fn global_thresholds(pools: &[Pool]) -> Vec<f32> {
     }
 }
 
-/// Updates `masks` for every module `target` selects: attention by whole heads when `heads` gives
-/// their number, everything else (or everything) by magnitude in `scope`.
+/// What is pruned whole rather than by single weights.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Structure {
+    /// Attention by whole heads, of this many a module.
+    pub heads: Option<usize>,
+    /// Feed-forward layers by whole units.
+    pub units: bool,
+}
+
+impl Structure {
+    /// The structure a pruning order (or measurement request) asks for.
+    pub fn new(heads: Option<usize>, units: bool) -> Self {
+        Structure { heads, units }
+    }
+}
+
+/// Updates `masks` for every module `target` selects: attention by whole heads and feed-forward
+/// layers by whole units when `structure` says so, everything else by magnitude in `scope`.
 pub fn update_all<M: Module>(
     model: &M,
     masks: &mut Masks,
     target: &dyn Fn(&str) -> Option<Target>,
     scope: PruneScope,
-    heads: Option<usize>,
+    structure: Structure,
 ) {
-    let Some(heads) = heads else {
-        update_masks(model, masks, target, scope);
-        return;
+    let wholes: Vec<Whole> = structure
+        .heads
+        .map(Whole::Heads)
+        .into_iter()
+        .chain(structure.units.then_some(Whole::Units))
+        .collect();
+    for &whole in &wholes {
+        update_group_masks(model, masks, whole, target);
+    }
+    // What the groups decide (a targeted attention's projections, BERT's output one included, a
+    // targeted feed-forward layer's two matrices) is not pruned a second time by magnitude; with
+    // heads, attention is never pruned by single weights.
+    let grouped = |p: &str| {
+        wholes
+            .iter()
+            .any(|w| w.member(p).is_some_and(|(key, _)| target(&key).is_some()))
     };
-    let attention = |p: &str| target(p).filter(|_| is_attention(&module_of(p)));
-    update_head_masks(model, masks, heads, &attention);
-    // What the heads decide (a targeted attention's projections, BERT's output one included) is
-    // not pruned a second time by magnitude.
-    let by_heads = |p: &str| head_member(p).is_some_and(|(m, _)| attention(&query_of(&m)).is_some());
-    let rest = |p: &str| target(p).filter(|_| !is_attention(&module_of(p)) && !by_heads(p));
+    let single = |p: &str| {
+        let by_heads = structure.heads.is_some() && is_attention(&module_of(p));
+        !by_heads && !grouped(p)
+    };
+    let rest = |p: &str| target(p).filter(|_| single(p));
     update_masks(model, masks, &rest, scope);
+}
+
+/// A structure pruned as groups of rows or columns across the matrices that share them.
+#[derive(Debug, Clone, Copy)]
+enum Whole {
+    /// Attention heads, this many a module.
+    Heads(usize),
+    /// Feed-forward units: one expansion column (and its bias) with one projection row.
+    Units,
+}
+
+impl Whole {
+    /// The path whose pruning target decides the group `path` belongs to, and whether `path`'s
+    /// groups are its rows (output projections) rather than its columns.
+    fn member(self, path: &str) -> Option<(String, bool)> {
+        match self {
+            Whole::Heads(_) => head_member(path).map(|(m, rows)| (query_of(&m), rows)),
+            Whole::Units => unit_member(path),
+        }
+    }
+
+    /// Groups of a structure whose column-owning matrices have `cols` columns.
+    fn groups(self, cols: usize) -> usize {
+        match self {
+            Whole::Heads(h) => h,
+            Whole::Units => cols,
+        }
+    }
 }
 
 /// The attention module whose heads own `path`'s entries, and whether by rows (the output
@@ -368,54 +425,75 @@ fn query_of(module: &str) -> String {
     format!("{module}.query.weight")
 }
 
-/// Prunes whole attention heads: in each module `target` selects (a block's `attn`, with `heads`
-/// heads), the heads with the smallest L2 norm over their query/key/value columns and output rows
-/// are masked, `floor(sparsity × heads)` of them (capped), heads masked before first.
-pub fn update_head_masks<M: Module>(
+/// The expansion matrix of the feed-forward layer `path` belongs to (the key of its pruning
+/// target), and whether `path`'s units are rows: the transformer's `blocks.N.ffn.{up,down}`,
+/// BERT's `…layer.N.intermediate.dense` with its projection `…layer.N.output.dense`.
+fn unit_member(path: &str) -> Option<(String, bool)> {
+    let w = path.strip_suffix(".weight")?;
+    if let Some(ffn) = w.strip_suffix(".up") {
+        return ffn.ends_with(".ffn").then(|| (path.to_string(), false));
+    }
+    if let Some(ffn) = w.strip_suffix(".down") {
+        return ffn.ends_with(".ffn").then(|| (format!("{ffn}.up.weight"), true));
+    }
+    if w.ends_with(".intermediate.dense") {
+        return Some((path.to_string(), false));
+    }
+    let layer = w.strip_suffix(".output.dense")?;
+    (!layer.ends_with(".attention")).then(|| (format!("{layer}.intermediate.dense.weight"), true))
+}
+
+/// Prunes whole groups (heads or units): in each structure `target` selects, the groups with the
+/// smallest L2 norm over their columns and rows are masked, `floor(sparsity × groups)` of them
+/// (capped), groups masked before first. Returns each structure's module with its sparsity.
+fn update_group_masks<M: Module>(
     model: &M,
     masks: &mut Masks,
-    heads: usize,
+    whole: Whole,
     target: &dyn Fn(&str) -> Option<Target>,
 ) -> Vec<(String, f64)> {
     let all = weights(model, &|p| {
-        head_member(p).is_some_and(|(m, _)| target(&query_of(&m)).is_some())
+        whole.member(p).is_some_and(|(k, _)| target(&k).is_some())
     });
-    // Each matrix's attention module and whether its heads own rows, worked out once.
+    // Each matrix's structure and whether its groups are rows, worked out once.
     let all: Vec<(String, bool, &Matrix)> = all
         .iter()
-        .filter_map(|m| head_member(&m.0).map(|(g, rows)| (g, rows, m)))
+        .filter_map(|m| whole.member(&m.0).map(|(k, rows)| (k, rows, m)))
         .collect();
-    let modules: std::collections::BTreeSet<&str> = all.iter().map(|(g, ..)| g.as_str()).collect();
+    let keys: std::collections::BTreeSet<&str> = all.iter().map(|(k, ..)| k.as_str()).collect();
     let mut out = Vec::new();
-    for module in modules {
+    for key in keys {
         let members: Vec<(bool, &Matrix)> = all
             .iter()
-            .filter(|(g, ..)| g == module)
+            .filter(|(k, ..)| k == key)
             .map(|&(_, rows, m)| (rows, m))
             .collect();
-        let Some(t) = target(&query_of(module)) else {
+        let (Some(t), Some(cols)) = (
+            target(key),
+            members.iter().find(|(rows, _)| !rows).map(|(_, m)| m.1[1]),
+        ) else {
             continue;
         };
-        let d = members[0].1.1[1];
-        let dk = d / heads.max(1);
-        // Entry (r, c) of a [d_in, d_out] matrix belongs to head c / dk, or r / dk for the output
-        // projection.
-        let head_of = |rows: bool, i: usize, cols: usize| {
+        let groups = whole.groups(cols).max(1);
+        let width = (cols / groups).max(1);
+        // Entry (r, c) of a [d_in, d_out] matrix belongs to group c / width, or r / width for a
+        // matrix whose groups are rows.
+        let group_of = |rows: bool, i: usize, cols: usize| {
             let (r, c) = (i / cols, i % cols);
-            (if rows { r / dk } else { c / dk }).min(heads - 1)
+            (if rows { r / width } else { c / width }).min(groups - 1)
         };
-        let mut norm = vec![0f64; heads];
-        let mut dead = vec![true; heads];
+        let mut norm = vec![0f64; groups];
+        let mut dead = vec![true; groups];
         for &(rows, (path, [_, cols], v)) in &members {
             let keep = masks.keep_flags(path, v.len());
             for (i, w) in v.iter().enumerate() {
-                let h = head_of(rows, i, *cols);
-                norm[h] += f64::from(*w) * f64::from(*w);
-                dead[h] &= !keep[i];
+                let g = group_of(rows, i, *cols);
+                norm[g] += f64::from(*w) * f64::from(*w);
+                dead[g] &= !keep[i];
             }
         }
-        let n = ((t.share() * heads as f64) + 1e-9).floor() as usize;
-        let mut order: Vec<usize> = (0..heads).collect();
+        let n = ((t.share() * groups as f64) + 1e-9).floor() as usize;
+        let mut order: Vec<usize> = (0..groups).collect();
         order.sort_by(|&a, &b| {
             dead[b]
                 .cmp(&dead[a])
@@ -423,16 +501,30 @@ pub fn update_head_masks<M: Module>(
                 .then(a.cmp(&b))
         });
         let n = n.max(dead.iter().filter(|x| **x).count());
-        let pruned: Vec<usize> = order[..n.min(heads)].to_vec();
+        let mut pruned = vec![false; groups];
+        for &g in &order[..n.min(groups)] {
+            pruned[g] = true;
+        }
         for &(rows, (path, [_, cols], v)) in &members {
-            let keep: Vec<bool> = (0..v.len())
-                .map(|i| !pruned.contains(&head_of(rows, i, *cols)))
-                .collect();
+            let keep: Vec<bool> = (0..v.len()).map(|i| !pruned[group_of(rows, i, *cols)]).collect();
             masks.set(path, &keep);
         }
-        out.push((module.to_string(), masks.sparsity(module).unwrap_or(0.0)));
+        let module = module_of(key);
+        let sparsity = masks.sparsity(&module).unwrap_or(0.0);
+        out.push((module, sparsity));
     }
     out
+}
+
+/// [`update_group_masks`] for attention heads (tests name it).
+#[cfg(test)]
+fn update_head_masks<M: Module>(
+    model: &M,
+    masks: &mut Masks,
+    heads: usize,
+    target: &dyn Fn(&str) -> Option<Target>,
+) -> Vec<(String, f64)> {
+    update_group_masks(model, masks, Whole::Heads(heads), target)
 }
 
 #[cfg(test)]
@@ -590,6 +682,80 @@ mod scope_tests {
     }
 
     #[test]
+    fn whole_units_go_with_their_projection_rows_weakest_first() {
+        let mut model = tiny();
+        let Classifier::Transformer(t) = &mut model else {
+            unreachable!()
+        };
+        // Units 0..8 of block 0's 16 get projection rows 10x larger: the other 8 go first.
+        let down = &mut t.blocks[0].ffn.down;
+        let scale: Vec<f32> = (0..16 * 8).map(|i| if i / 8 < 8 { 10.0 } else { 1.0 }).collect();
+        let device = Device::flex();
+        down.weight = down
+            .weight
+            .clone()
+            .map(|w| w * Tensor::<1>::from_floats(scale.as_slice(), &device).reshape([16, 8]));
+        let target = |p: &str| is_ffn(p).then_some(Target::uncapped(0.5));
+        let mut masks = Masks::default();
+        update_all(
+            &model,
+            &mut masks,
+            &target,
+            PruneScope::Module,
+            Structure::new(None, true),
+        );
+        for b in 0..2 {
+            let up = masks.keep_flags(&format!("blocks.{b}.ffn.up.weight"), 8 * 16);
+            let down = masks.keep_flags(&format!("blocks.{b}.ffn.down.weight"), 16 * 8);
+            let kept_units: Vec<usize> = (0..16).filter(|&u| up[u]).collect();
+            assert_eq!(kept_units.len(), 8, "half of block {b}'s units stay");
+            for u in 0..16 {
+                let col = (0..8).all(|r| up[r * 16 + u] == up[u]);
+                let row = (0..8).all(|c| down[u * 8 + c] == up[u]);
+                assert!(col && row, "unit {u}: its column and its row go together");
+            }
+            if b == 0 {
+                assert_eq!(kept_units, (0..8).collect::<Vec<_>>(), "the strong units stay");
+            }
+        }
+        // Attention is left to single-weight magnitude pruning when it has a target.
+        assert!(masks.sparsity("blocks.0.attn").is_none());
+    }
+
+    #[test]
+    fn bert_units_are_intermediate_columns_with_output_rows_not_attention_output() {
+        let model = crate::pretrained::fixture(&Device::flex());
+        let target = |p: &str| {
+            let m = module_of(p);
+            (m.ends_with("intermediate") || m.ends_with("output")).then_some(Target::uncapped(0.25))
+        };
+        let mut masks = Masks::default();
+        update_all(
+            &model,
+            &mut masks,
+            &target,
+            PruneScope::Module,
+            Structure::new(None, true),
+        );
+        let at = |n: &str| format!("bert.encoder.layer.0.{n}.weight");
+        let w = weights(&model, &|p| {
+            p == at("intermediate.dense") || p == at("output.dense")
+        });
+        let [h, f] = w[0].1;
+        let up = masks.keep_flags(&at("intermediate.dense"), h * f);
+        let down = masks.keep_flags(&at("output.dense"), f * h);
+        let gone: Vec<usize> = (0..f).filter(|&u| !up[u]).collect();
+        assert_eq!(gone.len(), f / 4, "a quarter of {f} units");
+        for &u in &gone {
+            assert!((0..h).all(|r| !up[r * f + u]) && (0..h).all(|c| !down[u * h + c]));
+        }
+        // The attention's output projection is pruned by magnitude, not as units.
+        let attn_out = masks.keep_flags(&at("attention.output.dense"), h * h);
+        let zeros = attn_out.iter().filter(|k| !**k).count();
+        assert!(zeros > 0 && zeros < h * h / 2, "{zeros} of {}", h * h);
+    }
+
+    #[test]
     fn a_bert_encoders_heads_go_with_their_output_projection_rows_not_by_magnitude() {
         let model = crate::pretrained::fixture(&Device::flex());
         // Half of each layer's 4 heads; every output projection also under a 0.3 magnitude rule,
@@ -600,7 +766,13 @@ mod scope_tests {
             (m.ends_with("self_attn") || m.ends_with("output")).then_some(Target::uncapped(t))
         };
         let mut masks = Masks::default();
-        update_all(&model, &mut masks, &target, PruneScope::Module, Some(4));
+        update_all(
+            &model,
+            &mut masks,
+            &target,
+            PruneScope::Module,
+            Structure::new(Some(4), false),
+        );
         for l in 0..2 {
             let at = |n: &str| format!("bert.encoder.layer.{l}.{n}.weight");
             let q = masks.keep_flags(&at("attention.self_attn.query"), 32 * 32);

@@ -214,5 +214,10 @@ fn check_mlp(recipe: &Recipe) -> Result<()> {
     if recipe.contract.prune_heads {
         return refuse("contract.prune_heads needs attention heads; an MLP has none");
     }
+    if recipe.contract.prune_units {
+        return refuse(
+            "contract.prune_units prunes a transformer's feed-forward units; an MLP has none (its layers are pruned by single weights)",
+        );
+    }
     Ok(())
 }

@@ -14,6 +14,7 @@ fn options() -> CompressOptions {
         prune: Some(0.5),
         scope: Scope::Global,
         heads: false,
+        units: false,
         steps: 10,
         lr: None,
         int8: true,

@@ -194,4 +194,16 @@ fn numeric_data_errors_name_the_sample_and_field() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("an MLP has none"), "{err}");
+    let mut r = mlp_recipe(&data, 10);
+    r.contract.prune_units = true;
+    let err = train(
+        &Options::new(r, dir.path().join("d")),
+        &Silent,
+        &Collect::default(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("prune_units") && err.to_string().contains("an MLP has none"),
+        "{err}"
+    );
 }

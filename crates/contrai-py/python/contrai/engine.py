@@ -437,8 +437,8 @@ class Engine:
         return {"RoundTripped": {"identical": same, "model_bytes": size, "optimizer_bytes": opt_bytes}}
 
     def do_Prune(self, order: dict[str, Any]) -> Any:
+        self.structure_unavailable(order)
         if order["heads"] is not None:
-            self.whole_heads_unavailable()
             order = {**order, "heads": None}
         self.masks.update(unwrap(self.job.model), order)
         self.apply_masks()
@@ -471,16 +471,20 @@ class Engine:
             ids = [str(x) for x in ds.ids]
         return {"SampleLosses": {"losses": losses, "ids": ids}}
 
-    def whole_heads_unavailable(self) -> None:
-        """Whole-head pruning asked of this engine: recorded once, single weights pruned instead."""
-        if not any(w.startswith("prune whole attention heads") for w, _ in self.substitutes):
-            self.substitute("prune whole attention heads",
-                            "the PyTorch engine prunes attention by single-weight magnitude instead",
-                            {"asked": "contract.prune_heads"})
+    def structure_unavailable(self, asked: dict[str, Any]) -> None:
+        """Whole heads or whole feed-forward units asked of this engine: recorded once each,
+        single weights pruned instead."""
+        wanted = [
+            ("prune whole attention heads", "attention", "contract.prune_heads", asked.get("heads") is not None),
+            ("prune whole feed-forward units", "feed-forward layers", "contract.prune_units", bool(asked.get("units"))),
+        ]
+        for what, where, key, on in wanted:
+            if on and not any(w.startswith(what) for w, _ in self.substitutes):
+                self.substitute(what, f"the PyTorch engine prunes {where} by single-weight magnitude instead",
+                                {"asked": key})
 
     def do_MeasureSensitivity(self, p: dict[str, Any]) -> Any:
-        if p["heads"] is not None:
-            self.whole_heads_unavailable()
+        self.structure_unavailable(p)
         model = unwrap(self.job.model)
         out: dict[str, list[float]] = {}
         for module in p["modules"]:
@@ -488,6 +492,7 @@ class Engine:
         return {"Sensitivity": {"val_loss": out}}
 
     def do_MeasureJoint(self, p: dict[str, Any]) -> Any:
+        self.structure_unavailable(p)
         return {"JointLoss": {"val_loss": self.pruned_loss(unwrap(self.job.model), p["sparsity"], p["heads"])}}
 
     def pruned_loss(self, model: torch.nn.Module, sparsity: dict[str, float], heads: int | None) -> float:
