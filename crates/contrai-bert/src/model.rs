@@ -6,7 +6,7 @@
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
-use contrai_kernels::{attention_softmax, gelu, layer_norm};
+use contrai_kernels::{attention_softmax, gelu, layer_norm, linear};
 use serde::{Deserialize, Serialize};
 
 use crate::config::BertConfig;
@@ -211,7 +211,7 @@ impl BertClassifier {
             Some(d) => d.drop(pooled, 0, false),
             None => pooled,
         };
-        self.classifier.forward(pooled)
+        linear(&self.classifier, pooled)
     }
 }
 
@@ -253,12 +253,10 @@ impl Bert {
                     Some(d) => d.drop(p, site(at), true),
                     None => p,
                 });
-            let a = l.attention.output.dense.forward(ctx);
+            let a = linear(&l.attention.output.dense, ctx);
             hs = layer_norm(&l.attention.output.layer_norm, dr3(a, at + 1) + hs, eps);
-            let f = l
-                .output
-                .dense
-                .forward(gelu(l.intermediate.dense.forward(hs.clone())));
+            let h = linear(&l.intermediate.dense, hs.clone());
+            let f = linear(&l.output.dense, gelu(h));
             hs = layer_norm(&l.output.layer_norm, dr3(f, at + 2) + hs, eps);
         }
         hs
@@ -270,7 +268,7 @@ impl Bert {
         match pooling {
             Pooling::Cls => {
                 let cls = hidden.narrow(1, 0, 1).reshape([b, h]);
-                self.pooler.dense.forward(cls).tanh()
+                linear(&self.pooler.dense, cls).tanh()
             }
             Pooling::Mean => {
                 let keep = mask.clone().unsqueeze_dim::<3>(2);
@@ -293,9 +291,9 @@ impl SelfAttention {
         let [b, s, h] = x.dims();
         let dk = h / self.heads;
         let split = |t: Tensor<3>| t.reshape([b, s, self.heads, dk]).swap_dims(1, 2);
-        let q = split(self.query.forward(x.clone()));
-        let k = split(self.key.forward(x.clone()));
-        let v = split(self.value.forward(x));
+        let q = split(linear(&self.query, x.clone()));
+        let k = split(linear(&self.key, x.clone()));
+        let v = split(linear(&self.value, x));
         let scale = 1.0 / (dk as f32).sqrt();
         let probs = drop_probs(attention_softmax(q.matmul(k.swap_dims(2, 3)), scale, bias));
         probs.matmul(v).swap_dims(1, 2).reshape([b, s, h])

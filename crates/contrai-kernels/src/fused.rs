@@ -14,8 +14,11 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::flex::{FlexTensor, Layout};
 use burn::backend::ops::{ActivationOps, FloatTensorOps, ModuleOps};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Autodiff, Backend, Bytes, DType, Flex, Shape, TensorMetadata, backend_extension};
+use burn::backend::{
+    Autodiff, AutodiffBackend, Backend, Bytes, DType, Flex, Shape, TensorMetadata, backend_extension,
+};
 
+use crate::int8::{self, Int8Weights};
 use crate::math;
 
 /// The fused operations, on any backend that implements them (flex, and autodiff over flex).
@@ -26,6 +29,13 @@ pub trait Fused: Backend {
     /// Softmax over the last dimension of `x · scale + mask`, the mask a constant whose rows each
     /// cover a consecutive block of `x`'s rows (attention's `[batch, 1, 1, keys]` key mask).
     fn fused_softmax(x: FloatTensor<Self>, mask: FloatTensor<Self>, scale: f32) -> FloatTensor<Self>;
+    /// `x · W + bias` over the last dimension with int8 weights ([`crate::int8::linear`]); not
+    /// differentiated (an int8 model only evaluates).
+    fn fused_int8_linear(
+        x: FloatTensor<Self>,
+        weights: std::sync::Arc<Int8Weights>,
+        bias: Option<std::sync::Arc<[f32]>>,
+    ) -> FloatTensor<Self>;
     /// LayerNorm over the last dimension: `(x − mean) / √(var + eps) · gamma + beta`.
     fn fused_layer_norm(
         x: FloatTensor<Self>,
@@ -79,6 +89,18 @@ impl Fused for Flex {
         let shape = x.shape();
         let row = shape[shape.num_dims() - 1];
         flex(math::softmax(values(&x), values(&mask), scale, row), shape)
+    }
+
+    fn fused_int8_linear(
+        x: FloatTensor<Self>,
+        weights: std::sync::Arc<Int8Weights>,
+        bias: Option<std::sync::Arc<[f32]>>,
+    ) -> FloatTensor<Self> {
+        let x = contiguous(&x);
+        let mut shape = x.shape();
+        let last = shape.num_dims() - 1;
+        shape[last] = weights.outputs();
+        flex(int8::linear(values(&x), &weights, bias.as_deref()), shape)
     }
 
     fn fused_layer_norm(
@@ -181,6 +203,15 @@ impl<B: Fused + FusedBackward, C: CheckpointStrategy> Fused for Autodiff<B, C> {
             }
             OpsKind::UnTracked(prep) => prep.finish(B::fused_softmax(x.into_primitive(), mask, scale)),
         }
+    }
+
+    fn fused_int8_linear(
+        x: FloatTensor<Self>,
+        weights: std::sync::Arc<Int8Weights>,
+        bias: Option<std::sync::Arc<[f32]>>,
+    ) -> FloatTensor<Self> {
+        // Evaluation only: the result is a constant of the graph.
+        Autodiff::<B, C>::from_inner(B::fused_int8_linear(x.into_primitive(), weights, bias))
     }
 
     fn fused_layer_norm(

@@ -8,13 +8,16 @@
 //! autodiff they run the forward kernel alone.
 
 pub mod fused;
+pub mod int8;
 pub mod math;
 
 use burn::backend::Dispatch;
-use burn::nn::LayerNorm;
-use burn::tensor::Tensor;
+use burn::nn::{LayerNorm, Linear};
+use burn::tensor::quantization::QuantizedBytes;
+use burn::tensor::{DType, Tensor};
 
 use fused::Fused;
+use int8::Int8Weights;
 
 /// GELU (exact erf form) of every element, with a fused backward pass.
 pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
@@ -66,4 +69,43 @@ pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>, eps: f64) -> T
         beta.into_dispatch(),
         eps,
     ))
+}
+
+/// A linear layer applied to `x` (`[…, d_in]`): in int8 arithmetic ([`int8::linear`]) when its
+/// weight is stored as int8 with one scale, as Burn's `Linear::forward` otherwise (f32 weights,
+/// per-block scales, or an autodiff device, where the weights may be training).
+pub fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
+    if x.device().is_autodiff() {
+        return layer.forward(x);
+    }
+    let Some(weights) = int8_weights(layer.weight.val()) else {
+        return layer.forward(x);
+    };
+    let bias: Option<std::sync::Arc<[f32]>> = layer
+        .bias
+        .as_ref()
+        .and_then(|b| b.val().into_data().try_into_vec::<f32>().ok())
+        .map(Into::into);
+    Tensor::from_dispatch(<Dispatch as Fused>::fused_int8_linear(
+        x.into_dispatch(),
+        std::sync::Arc::new(weights),
+        bias,
+    ))
+}
+
+/// The int8 values and scale of a weight stored as symmetric int8 with one scale for the tensor.
+fn int8_weights(w: Tensor<2>) -> Option<Int8Weights> {
+    let DType::QFloat(scheme) = w.dtype() else {
+        return None;
+    };
+    if scheme.block_size().is_some() {
+        return None;
+    }
+    let [k, n] = w.dims();
+    let (bytes, shape, _) = w.into_data().into_parts();
+    let (values, scales) = QuantizedBytes { bytes, scheme, shape }.into_vec_i8();
+    match (scales.block.as_slice(), scales.global) {
+        ([scale], None) if values.len() == k * n => Some(Int8Weights::new(&values, k, n, *scale)),
+        _ => None,
+    }
 }

@@ -10,7 +10,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use contrai_kernels::{attention_softmax, gelu, layer_norm};
+use contrai_kernels::{attention_softmax, gelu, layer_norm, linear};
 use contrai_recipe::ModelKind;
 use contrai_recipe::recipe::Model as ModelSpec;
 use rand::{Rng, SeedableRng};
@@ -251,13 +251,13 @@ impl Attention {
         let inner = self.query.weight.dims()[1];
         let dk = inner / self.heads;
         let split = |t: Tensor<3>| t.reshape([b, s, self.heads, dk]).swap_dims(1, 2);
-        let q = split(self.query.forward(x.clone()));
-        let k = split(self.key.forward(x.clone()));
-        let v = split(self.value.forward(x));
+        let q = split(linear(&self.query, x.clone()));
+        let k = split(linear(&self.key, x.clone()));
+        let v = split(linear(&self.value, x));
         let scale = 1.0 / (dk as f32).sqrt();
         let weights = attention_softmax(q.matmul(k.swap_dims(2, 3)), scale, key_bias);
         let ctx = weights.matmul(v).swap_dims(1, 2).reshape([b, s, inner]);
-        self.output.forward(ctx)
+        linear(&self.output, ctx)
     }
 }
 
@@ -355,13 +355,13 @@ impl TextClassifier {
                 .attn
                 .forward(layer_norm(&block.ln1, x.clone(), LN_EPS), batch.key_bias.clone());
             x = x + drop(a, site);
-            let h = block.ffn.up.forward(layer_norm(&block.ln2, x.clone(), LN_EPS));
-            let f = block.ffn.down.forward(gelu(h));
+            let h = linear(&block.ffn.up, layer_norm(&block.ln2, x.clone(), LN_EPS));
+            let f = linear(&block.ffn.down, gelu(h));
             x = x + drop(f, site + 1);
         }
         let x = layer_norm(&self.norm, x, LN_EPS);
         let pooled = (x * batch.keep.clone()).sum_dim(1).reshape([b, d]) / batch.count.clone();
-        self.head.forward(pooled)
+        linear(&self.head, pooled)
     }
 }
 

@@ -134,6 +134,37 @@ mod tests {
         assert!(dense as f64 / small as f64 > 3.5, "{dense} vs {small} bytes");
     }
 
+    /// Every int8 weight of `model` dequantized to f32: what a dequantize-then-multiply
+    /// evaluation computes.
+    fn dequantized(model: Classifier) -> Classifier {
+        struct Deq;
+        impl burn::module::ModuleMapper for Deq {
+            fn map_float<const D: usize>(&mut self, p: Param<Tensor<D>>) -> Param<Tensor<D>> {
+                p.map(|t| match t.dtype() {
+                    burn::tensor::DType::QFloat(_) => t.dequantize(),
+                    _ => t,
+                })
+            }
+        }
+        model.map(&mut Deq)
+    }
+
+    #[test]
+    fn the_int8_model_multiplies_in_int8() {
+        let device = Device::flex();
+        let spec = contrai_recipe::Recipe::default().model;
+        let q = quantize_int8(Classifier::new(&spec, 2, 0, 7, &device).unwrap(), None);
+        let (int8, deq) = (logits(&q, &device), logits(&dequantized(q), &device));
+        // The inputs of each int8 product are rounded to 7 bits: close to, not equal to, the
+        // dequantized weights' f32 products.
+        let diff = int8
+            .iter()
+            .zip(&deq)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff > 1e-6 && diff < 0.05, "{int8:?} vs {deq:?}");
+    }
+
     #[test]
     fn per_block_scales_track_the_weights_more_closely() {
         let device = Device::flex();
