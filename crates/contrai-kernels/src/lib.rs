@@ -73,9 +73,10 @@ pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>, eps: f64) -> T
 
 /// A linear layer applied to `x` (`[…, d_in]`): in int8 arithmetic ([`int8::linear`]) when its
 /// weight is stored as int8 with one scale, as Burn's `Linear::forward` otherwise (f32 weights,
-/// per-block scales, or an autodiff device, where the weights may be training).
+/// per-block scales, inputs other than f32, or an autodiff device, where the weights may be
+/// training).
 pub fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
-    if x.device().is_autodiff() {
+    if x.device().is_autodiff() || x.dtype() != DType::F32 {
         return layer.forward(x);
     }
     let Some(weights) = int8_weights(layer.weight.val()) else {

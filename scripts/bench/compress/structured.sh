@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pruning that pays: the default transformer (a dense plain run) pruned 30 % by whole attention
 # heads and whole feed-forward units, the pruned structure removed from the exported matrices,
-# against the same share pruned by single weights (same size and speed as dense); bytes on disk,
+# against the same share pruned by single weights (same size and speed as dense), and the int8
+# models (int8 arithmetic); bytes on disk,
 # parameters, holdout accuracy and CPU latency (batch 32, every variant timed side by side in one
 # process by `contrai compress`).
 #
@@ -22,7 +23,7 @@ for seed in $SEEDS; do
   d="$OUT/$seed"; mkdir -p "$d"
   printf '[run]\nname = "dense"\nseed = %s\nphases = ["main"]\n[main]\nsteps = 533\n[guards]\nenabled = false\n' "$seed" > "$d/dense.toml"
   "$BIN" train "$d/dense.toml" --out "$d" > "$d/train.log" 2>&1
-  "$BIN" compress "$d/dense" --prune "$SHARE" --scope module --steps "$STEPS" --json > "$d/single.json" 2> "$d/single.log"
+  "$BIN" compress "$d/dense" --prune "$SHARE" --scope module --steps "$STEPS" --int8 --json > "$d/single.json" 2> "$d/single.log"
   "$BIN" compress "$d/dense" --prune "$SHARE" --heads --units --steps "$STEPS" --json > "$d/whole.json" 2> "$d/whole.log"
   python3 - "$d" "$seed" >> "$OUT/table.md" <<'PY'
 import json, sys
@@ -32,6 +33,9 @@ for f, label in (("single", "single weights"), ("whole", "whole heads + units"))
     dense, pruned = c["variants"][0], c["variants"][1]
     if f == "single":
         print(f"| {seed} | dense | {100*dense['holdout_accuracy']:.2f} % | {dense['parameters']:,} | {dense['bytes']:,} | {dense['latency_ms']:.2f} | 1.00 | |")
+        for v in c["variants"][2:]:
+            print(f"| {seed} | {v['name']} | {100*v['holdout_accuracy']:.2f} % | {v['parameters']:,} | {v['bytes']:,} "
+                  f"| {v['latency_ms']:.2f} | {v['latency_ms']/dense['latency_ms']:.2f} | {v['note']} |")
     print(f"| {seed} | pruned 30 %, {label} | {100*pruned['holdout_accuracy']:.2f} % | {pruned['parameters']:,} | {pruned['bytes']:,} "
           f"| {pruned['latency_ms']:.2f} | {pruned['latency_ms']/dense['latency_ms']:.2f} (dense {dense['latency_ms']:.2f} in the same process) | {pruned['note']} |")
 PY
