@@ -255,9 +255,9 @@ mod tests {
         model.forward(&b, None).into_data().try_to_vec().unwrap()
     }
 
-    /// A small transformer with a third of its heads and units pruned as whole groups.
-    fn pruned(device: &Device) -> Classifier {
-        let spec = contrai_recipe::recipe::Model {
+    /// A small transformer's recipe: 2 blocks of 6 heads of 4, 48 feed-forward units.
+    fn spec() -> contrai_recipe::recipe::Model {
+        contrai_recipe::recipe::Model {
             vocab: 64,
             seq_len: 16,
             d_model: 24,
@@ -265,8 +265,12 @@ mod tests {
             heads: 6,
             ffn: 48,
             ..Default::default()
-        };
-        let model = Classifier::new(&spec, 2, 0, 5, device).unwrap();
+        }
+    }
+
+    /// A small transformer with a third of its heads and units pruned as whole groups.
+    fn pruned(device: &Device) -> Classifier {
+        let model = Classifier::new(&spec(), 2, 0, 5, device).unwrap();
         let target = |p: &str| {
             let m = module_of(p);
             (m.ends_with("attn") || m.ends_with("ffn")).then_some(Target::uncapped(1.0 / 3.0))
@@ -335,16 +339,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.safetensors");
         crate::export::save_safetensors(&small, &path).unwrap();
-        let spec = contrai_recipe::recipe::Model {
-            vocab: 64,
-            seq_len: 16,
-            d_model: 24,
-            layers: 2,
-            heads: 6,
-            ffn: 48,
-            ..Default::default()
-        };
-        let fresh = Classifier::new(&spec, 2, 0, 9, &device).unwrap();
+        let fresh = Classifier::new(&spec(), 2, 0, 9, &device).unwrap();
         // The recipe's shape does not take the file; the file's shape does.
         assert!(crate::export::load_safetensors(fresh.clone(), &path).is_err());
         let skeleton = shaped_as_file(fresh, &path).unwrap();
@@ -352,7 +347,7 @@ mod tests {
         assert_eq!(logits(&back, &device), logits(&small, &device));
         // A file that is not safetensors is named in the error.
         std::fs::write(&path, b"not a model").unwrap();
-        let err = shaped_as_file(Classifier::new(&spec, 2, 0, 9, &device).unwrap(), &path).unwrap_err();
+        let err = shaped_as_file(Classifier::new(&spec(), 2, 0, 9, &device).unwrap(), &path).unwrap_err();
         assert!(err.to_string().contains("model.safetensors"), "{err}");
     }
 }

@@ -635,6 +635,17 @@ mod scope_tests {
         assert_eq!(per.sparsity("blocks.1.ffn"), Some(0.5));
     }
 
+    /// Multiplies entry `i` (row-major) of `layer`'s weight by `factor(i)`.
+    fn scale(layer: &mut burn::nn::Linear, factor: impl Fn(usize) -> f32) {
+        let dims = layer.weight.dims();
+        let f: Vec<f32> = (0..dims[0] * dims[1]).map(factor).collect();
+        let device = Device::flex();
+        layer.weight = layer
+            .weight
+            .clone()
+            .map(|w| w * Tensor::<1>::from_floats(f.as_slice(), &device).reshape(dims));
+    }
+
     #[test]
     fn whole_heads_go_together_weakest_first_and_stay_gone() {
         let mut model = tiny();
@@ -642,13 +653,10 @@ mod scope_tests {
             unreachable!()
         };
         // Head 1 of block 0 (output columns 4..8 of the query) gets much larger weights.
-        let q = &mut t.blocks[0].attn.query;
-        let scale: Vec<f32> = (0..64).map(|i| if i % 8 >= 4 { 10.0 } else { 1.0 }).collect();
-        let device = Device::flex();
-        q.weight = q
-            .weight
-            .clone()
-            .map(|w| w * Tensor::<1>::from_floats(scale.as_slice(), &device).reshape([8, 8]));
+        scale(
+            &mut t.blocks[0].attn.query,
+            |i| if i % 8 >= 4 { 10.0 } else { 1.0 },
+        );
         let target = |p: &str| module_of(p).ends_with("attn").then_some(Target::uncapped(0.5));
         let mut masks = Masks::default();
         let got = update_head_masks(&model, &mut masks, 2, &target);
@@ -688,13 +696,7 @@ mod scope_tests {
             unreachable!()
         };
         // Units 0..8 of block 0's 16 get projection rows 10x larger: the other 8 go first.
-        let down = &mut t.blocks[0].ffn.down;
-        let scale: Vec<f32> = (0..16 * 8).map(|i| if i / 8 < 8 { 10.0 } else { 1.0 }).collect();
-        let device = Device::flex();
-        down.weight = down
-            .weight
-            .clone()
-            .map(|w| w * Tensor::<1>::from_floats(scale.as_slice(), &device).reshape([16, 8]));
+        scale(&mut t.blocks[0].ffn.down, |i| if i / 8 < 8 { 10.0 } else { 1.0 });
         let target = |p: &str| is_ffn(p).then_some(Target::uncapped(0.5));
         let mut masks = Masks::default();
         update_all(
