@@ -308,3 +308,23 @@ fn a_pretrained_encoder_loses_whole_heads_with_their_output_rows() {
     assert!(heads_gone > 0, "{:?} {caps}", e.sparsity);
     predictions_match_the_card(&run);
 }
+
+#[test]
+fn the_plan_calibrates_a_pretrained_encoders_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = word_file(tmp.path(), 40);
+    let recipe = contrai_train::setup::sized(common::bert_recipe(&data, 10)).unwrap();
+    let c = contrai_train::calibrate::calibrate(&recipe, 2).unwrap();
+    assert_eq!(c.steps, 2);
+    assert!(
+        c.ms_per_step > 0.0 && c.ms_per_part[1] > 0.0 && c.ms_per_part[2] > 0.0,
+        "{c:?}"
+    );
+    // An MLP's step is not timed on random tokens: the refusal says what to do instead.
+    let mut mlp = recipe.clone();
+    mlp.model.kind = contrai_recipe::ModelKind::Mlp;
+    let err = contrai_train::calibrate::calibrate(&mlp, 2)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("mlp") && err.contains("contrai train"), "{err}");
+}
