@@ -3,11 +3,12 @@
 //! 32-bit integers, and one multiplication per output turns the sum back into f32.
 //!
 //! The inner loop multiplies unsigned 8-bit inputs by signed 8-bit weights, adding adjacent pairs
-//! into 16 bits (`vpmaddubsw`, 32 products an AVX2 instruction, 64 with AVX-512), then pairs of
-//! those into 32-bit sums. Inputs are quantized to 7 bits (±63, stored shifted by 64 as 1…127,
+//! into 16 bits (`vpmaddubsw`, 32 products an AVX2 instruction; AVX-512 machines run the same
+//! AVX2 code — a 512-bit path is for a session that can measure it), then pairs of those into
+//! 32-bit sums. Inputs are quantized to 7 bits (±63, stored shifted by 64 as 1…127,
 //! PyTorch's `reduce_range` on x86) so that a pair of products never saturates 16 bits; the shift
-//! is taken back out with each output's weight sum. The sums are exact integers, so every path
-//! (AVX-512, AVX2, plain Rust) gives the same bits.
+//! is taken back out with each output's weight sum. The sums are exact integers, so both paths
+//! (AVX2, plain Rust for other CPUs) give the same bits.
 
 use multiversion::multiversion;
 use rayon::prelude::*;
