@@ -2,7 +2,8 @@
 //! the f32 model against its int8 model (`quantize_int8`, per-tensor scales), interleaved run by
 //! run; medians in milliseconds.
 //!
-//! `cargo run --release --example infer_profile -p contrai-train [RUNS]`
+//! `cargo run --release --example infer_profile -p contrai-train [RUNS] [f32|int8]` (one model
+//! alone, for a profiler)
 
 use burn::tensor::Device;
 use contrai_recipe::Recipe;
@@ -33,9 +34,12 @@ fn main() {
         let _ = m.forward(&batch, None).into_data();
         t.elapsed().as_secs_f64() * 1e3
     };
-    let (mut a, mut q) = (Vec::new(), Vec::new());
+    let only = std::env::args().nth(2);
+    let skip = |name: &str| only.as_deref().is_some_and(|o| o != name);
+    let (mut a, mut q) = (vec![0.0], vec![0.0]);
     for i in 0..runs + 3 {
-        let (x, y) = (time(&f32_model), time(&int8));
+        let x = if skip("f32") { 0.0 } else { time(&f32_model) };
+        let y = if skip("int8") { 0.0 } else { time(&int8) };
         if i >= 3 {
             a.push(x);
             q.push(y);
