@@ -71,11 +71,6 @@ impl Int8Weights {
         }
     }
 
-    /// Inputs a row.
-    pub fn inputs(&self) -> usize {
-        self.k
-    }
-
     /// Outputs a row.
     pub fn outputs(&self) -> usize {
         self.n

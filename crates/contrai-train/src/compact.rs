@@ -205,6 +205,8 @@ fn resized(l: &Linear, part: Part, n: usize) -> Linear {
 
 /// The tensors' shapes in the header of safetensors file `path` (8 bytes of header length, then
 /// the JSON header), without reading the weights.
+/// (The `safetensors` crate's `read_metadata` wants the whole file in memory, and `predict` reads
+/// the file again right after.)
 fn safetensors_shapes(path: &Path) -> Result<std::collections::BTreeMap<String, Vec<usize>>> {
     let bad = |m: String| record_err(path, m);
     let mut f = std::fs::File::open(path).map_err(|e| crate::TrainError::io(path, e))?;

@@ -65,6 +65,9 @@ pub fn train(opts: &Options, data_progress: &dyn Progress, log: &dyn Log) -> Res
 /// What the end has made so far.
 #[derive(Default)]
 pub(crate) struct Finale {
+    /// The final model as `final/model.safetensors` holds it (compacted), and what compaction
+    /// removed: the model card measures this one.
+    pub exported: Option<(Classifier, crate::compact::Removed)>,
     /// The final model's validation loss and accuracy.
     pub val: (f32, f32),
     /// The distilled student.

@@ -39,6 +39,7 @@ impl Engine<'_> {
         }
         let (val_loss, val_accuracy) = evaluate(&valid, &self.data.val, self.eval_batch(), &self.plain);
         self.finale.val = (val_loss, val_accuracy);
+        self.finale.exported = Some((valid, removed));
         Ok(Observation::Exported {
             val_loss,
             val_accuracy,
@@ -127,7 +128,11 @@ impl Engine<'_> {
         let size = |f: &str| std::fs::metadata(fin.join(f)).map_or(0, |m| m.len());
         let eb = self.eval_batch();
         // The model as exported: what the card measures is what `final/` holds.
-        let (valid, removed) = compact(self.net.model.valid(), self.structure());
+        let (valid, removed) = self.finale.exported.take().ok_or_else(|| {
+            contrai_lifecycle::ConductorError::Protocol(
+                "the holdout is read before the final model is exported".into(),
+            )
+        })?;
         let (holdout_loss, holdout_accuracy) = evaluate(&valid, &hold, eb, &self.plain);
         self.finale.holdout = (holdout_loss, holdout_accuracy, hold.len());
         let dense = Measured {
