@@ -6,7 +6,9 @@
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
-use contrai_kernels::{attention_softmax, gelu, layer_norm, linear};
+use std::sync::Arc;
+
+use contrai_kernels::{attention, gelu, layer_norm, linear};
 use serde::{Deserialize, Serialize};
 
 use crate::config::BertConfig;
@@ -25,8 +27,11 @@ pub enum Pooling {
 
 /// Dropout as the caller draws it, one site number a place in the network; `None` evaluates.
 pub trait Dropper {
-    /// `x` with the mask of `site` applied (`attention` is true on attention probabilities).
-    fn drop<const D: usize>(&self, x: Tensor<D>, site: u64, attention: bool) -> Tensor<D>;
+    /// `x` with the mask of `site` applied.
+    fn drop<const D: usize>(&self, x: Tensor<D>, site: u64) -> Tensor<D>;
+    /// The multipliers (0 or 1 / (1 − p)) of `site`'s mask over `n` attention probabilities;
+    /// `None` keeps them all.
+    fn mask(&self, site: u64, n: usize) -> Option<Arc<[f32]>>;
 }
 
 /// No dropout: evaluation.
@@ -34,8 +39,12 @@ pub trait Dropper {
 pub struct NoDropout;
 
 impl Dropper for NoDropout {
-    fn drop<const D: usize>(&self, x: Tensor<D>, _site: u64, _attention: bool) -> Tensor<D> {
+    fn drop<const D: usize>(&self, x: Tensor<D>, _site: u64) -> Tensor<D> {
         x
+    }
+
+    fn mask(&self, _site: u64, _n: usize) -> Option<Arc<[f32]>> {
+        None
     }
 }
 
@@ -208,7 +217,7 @@ impl BertClassifier {
         let hidden = self.bert.forward(x, drop);
         let pooled = self.bert.pool(hidden, &x.mask, self.pooling);
         let pooled = match drop {
-            Some(d) => d.drop(pooled, 0, false),
+            Some(d) => d.drop(pooled, 0),
             None => pooled,
         };
         linear(&self.classifier, pooled)
@@ -232,7 +241,7 @@ impl Bert {
             + e.token_type_embeddings.forward(x.type_ids.clone());
         let site = |i: u64| 1 + i;
         let dr3 = |t: Tensor<3>, i: u64| match drop {
-            Some(d) => d.drop(t, site(i), false),
+            Some(d) => d.drop(t, site(i)),
             None => t,
         };
         let eps = self.layer_norm_eps;
@@ -246,13 +255,9 @@ impl Bert {
             .reshape([b, 1, 1, s]);
         for (i, l) in self.encoder.layer.iter().enumerate() {
             let at = 1 + 3 * i as u64;
-            let ctx = l
-                .attention
-                .self_attn
-                .forward(hs.clone(), bias.clone(), |p| match drop {
-                    Some(d) => d.drop(p, site(at), true),
-                    None => p,
-                });
+            let probs = b * l.attention.self_attn.heads * s * s;
+            let mask = drop.and_then(|d| d.mask(site(at), probs));
+            let ctx = l.attention.self_attn.forward(hs.clone(), bias.clone(), mask);
             let a = linear(&l.attention.output.dense, ctx);
             hs = layer_norm(&l.attention.output.layer_norm, dr3(a, at + 1) + hs, eps);
             let h = linear(&l.intermediate.dense, hs.clone());
@@ -280,22 +285,12 @@ impl Bert {
 }
 
 impl SelfAttention {
-    /// The heads' context vectors `[batch, seq, hidden]`; `drop_probs` acts on the attention
-    /// probabilities.
-    pub fn forward(
-        &self,
-        x: Tensor<3>,
-        bias: Tensor<4>,
-        drop_probs: impl Fn(Tensor<4>) -> Tensor<4>,
-    ) -> Tensor<3> {
-        let [b, s, h] = x.dims();
-        let dk = h / self.heads;
-        let split = |t: Tensor<3>| t.reshape([b, s, self.heads, dk]).swap_dims(1, 2);
-        let q = split(linear(&self.query, x.clone()));
-        let k = split(linear(&self.key, x.clone()));
-        let v = split(linear(&self.value, x));
-        let scale = 1.0 / (dk as f32).sqrt();
-        let probs = drop_probs(attention_softmax(q.matmul(k.swap_dims(2, 3)), scale, bias));
-        probs.matmul(v).swap_dims(1, 2).reshape([b, s, h])
+    /// The heads' context vectors `[batch, seq, hidden]`; `drop` multiplies the attention
+    /// probabilities (`[batch, heads, seq, seq]` values).
+    pub fn forward(&self, x: Tensor<3>, bias: Tensor<4>, drop: Option<Arc<[f32]>>) -> Tensor<3> {
+        let q = linear(&self.query, x.clone());
+        let k = linear(&self.key, x.clone());
+        let v = linear(&self.value, x);
+        attention(q, k, v, bias, self.heads, drop)
     }
 }

@@ -7,6 +7,7 @@
 //! Burn's backend-extension mechanism routes a call to the flex implementation or, on an
 //! autodiff device, to the implementation that records the backward step.
 
+use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
@@ -20,6 +21,7 @@ use burn::backend::{
 
 use crate::int8::{self, Int8Weights};
 use crate::math;
+use crate::matmul::{self, Heads};
 
 /// The fused operations, on any backend that implements them (flex, and autodiff over flex).
 #[backend_extension(Flex, Autodiff)]
@@ -35,6 +37,22 @@ pub trait Fused: Backend {
         x: FloatTensor<Self>,
         weights: std::sync::Arc<Int8Weights>,
         bias: Option<std::sync::Arc<[f32]>>,
+    ) -> FloatTensor<Self>;
+    /// `x · w + bias` over the last dimension of f32 tensors ([`crate::matmul::linear`]).
+    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, bias: FloatTensor<Self>)
+    -> FloatTensor<Self>;
+    /// Multi-head attention over `[batch, seq, heads · dim]` f32 projections
+    /// ([`crate::matmul::attention`]); `key_bias` is `[batch, 1, 1, seq]`, `drop` the dropout
+    /// multiplier of the probabilities (`[batch, heads, seq, seq]` values, data, not differentiated).
+    #[allow(clippy::too_many_arguments)]
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        key_bias: FloatTensor<Self>,
+        drop: Option<std::sync::Arc<[f32]>>,
+        heads: usize,
+        scale: f32,
     ) -> FloatTensor<Self>;
     /// LayerNorm over the last dimension: `(x − mean) / √(var + eps) · gamma + beta`.
     fn fused_layer_norm(
@@ -52,6 +70,37 @@ pub trait FusedBackward: Backend {
     /// ∂L/∂x of [`Fused::fused_softmax`] from its output `y` and scale, given ∂L/∂y.
     fn fused_softmax_backward(y: FloatTensor<Self>, grad: FloatTensor<Self>, scale: f32)
     -> FloatTensor<Self>;
+    /// ∂L/∂x, ∂L/∂w, ∂L/∂bias of [`Fused::fused_linear`] at `x` given ∂L/∂y; only those `need`
+    /// asks for are computed.
+    fn fused_linear_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        need: [bool; 3],
+    ) -> [Option<FloatTensor<Self>>; 3];
+    /// [`Fused::fused_attention`]'s context and its probabilities before dropout (kept for the
+    /// backward pass).
+    fn fused_attention_keep(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        key_bias: FloatTensor<Self>,
+        drop: Option<std::sync::Arc<[f32]>>,
+        heads: usize,
+        scale: f32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+    /// ∂L/∂q, ∂L/∂k, ∂L/∂v of [`Fused::fused_attention`], given ∂L/∂context.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        probabilities: FloatTensor<Self>,
+        drop: Option<std::sync::Arc<[f32]>>,
+        grad: FloatTensor<Self>,
+        heads: usize,
+        scale: f32,
+    ) -> [FloatTensor<Self>; 3];
     /// ∂L/∂x, ∂L/∂gamma, ∂L/∂beta of a LayerNorm at `x`, given ∂L/∂y.
     fn fused_layer_norm_backward(
         x: FloatTensor<Self>,
@@ -103,6 +152,34 @@ impl Fused for Flex {
         flex(int8::linear(values(&x), &weights, bias.as_deref()), shape)
     }
 
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let (x, w, bias) = (contiguous(&x), contiguous(&w), contiguous(&bias));
+        let [d_in, d_out] = [w.shape()[0], w.shape()[1]];
+        let mut shape = x.shape();
+        let last = shape.num_dims() - 1;
+        shape[last] = d_out;
+        flex(
+            matmul::linear(values(&x), values(&w), values(&bias), d_in, d_out),
+            shape,
+        )
+    }
+
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        key_bias: FloatTensor<Self>,
+        drop: Option<std::sync::Arc<[f32]>>,
+        heads: usize,
+        scale: f32,
+    ) -> FloatTensor<Self> {
+        attend(q, k, v, key_bias, drop, heads, scale, false).0
+    }
+
     fn fused_layer_norm(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -111,6 +188,58 @@ impl Fused for Flex {
     ) -> FloatTensor<Self> {
         Flex::layer_norm(x, gamma, Some(beta), eps)
     }
+}
+
+/// The sizes of an attention call from its `[batch, seq, heads · dim]` query tensor.
+fn heads_of(q: &FlexTensor, heads: usize) -> Heads {
+    let shape = q.shape();
+    Heads {
+        batch: shape[0],
+        seq: shape[1],
+        heads,
+        dim: shape[2] / heads.max(1),
+    }
+}
+
+/// Attention's context and (when `keep`) probabilities as flex tensors.
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    q: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
+    key_bias: FlexTensor,
+    drop: Option<std::sync::Arc<[f32]>>,
+    heads: usize,
+    scale: f32,
+    keep: bool,
+) -> (FlexTensor, FlexTensor) {
+    let (q, k, v, key_bias) = (
+        contiguous(&q),
+        contiguous(&k),
+        contiguous(&v),
+        contiguous(&key_bias),
+    );
+    let shape = heads_of(&q, heads);
+    let out = matmul::attention(
+        shape,
+        values(&q),
+        values(&k),
+        values(&v),
+        values(&key_bias),
+        drop.as_deref(),
+        scale,
+        keep,
+    );
+    let probabilities = Shape::new([
+        shape.batch,
+        shape.heads,
+        shape.seq,
+        if keep { shape.seq } else { 0 },
+    ]);
+    (
+        flex(out.context, q.shape()),
+        flex(out.probabilities, probabilities),
+    )
 }
 
 impl FusedBackward for Flex {
@@ -128,6 +257,59 @@ impl FusedBackward for Flex {
         let shape = y.shape();
         let row = shape[shape.num_dims() - 1];
         flex(math::softmax_backward(values(&y), values(&g), row, scale), shape)
+    }
+
+    fn fused_linear_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        need: [bool; 3],
+    ) -> [Option<FloatTensor<Self>>; 3] {
+        let (x, w, g) = (contiguous(&x), contiguous(&w), contiguous(&grad));
+        let [d_in, d_out] = [w.shape()[0], w.shape()[1]];
+        let (xs, ws, gs) = (values(&x), values(&w), values(&g));
+        [
+            need[0].then(|| flex(matmul::linear_backward_x(gs, ws, d_in, d_out), x.shape())),
+            need[1].then(|| flex(matmul::linear_backward_w(xs, gs, d_in, d_out), w.shape())),
+            need[2].then(|| flex(matmul::linear_backward_bias(gs, d_out), Shape::new([d_out]))),
+        ]
+    }
+
+    fn fused_attention_keep(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        key_bias: FloatTensor<Self>,
+        drop: Option<std::sync::Arc<[f32]>>,
+        heads: usize,
+        scale: f32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        attend(q, k, v, key_bias, drop, heads, scale, true)
+    }
+
+    fn fused_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        probabilities: FloatTensor<Self>,
+        drop: Option<std::sync::Arc<[f32]>>,
+        grad: FloatTensor<Self>,
+        heads: usize,
+        scale: f32,
+    ) -> [FloatTensor<Self>; 3] {
+        let [q, k, v, p, g] = [q, k, v, probabilities, grad].map(|t| contiguous(&t));
+        let shape = heads_of(&q, heads);
+        let grads = matmul::attention_backward(
+            shape,
+            values(&q),
+            values(&k),
+            values(&v),
+            values(&p),
+            drop.as_deref(),
+            values(&g),
+            scale,
+        );
+        grads.map(|d| flex(d, q.shape()))
     }
 
     fn fused_layer_norm_backward(
@@ -214,6 +396,90 @@ impl<B: Fused + FusedBackward, C: CheckpointStrategy> Fused for Autodiff<B, C> {
         Autodiff::<B, C>::from_inner(B::fused_int8_linear(x.into_primitive(), weights, bias))
     }
 
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Linear;
+
+        impl<B: FusedBackward> Backward<B, 3> for Linear {
+            type State = (FloatTensor<B>, FloatTensor<B>);
+
+            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let (x, w) = ops.state;
+                let grad = grads.consume::<B>(&ops.node);
+                let need = [0, 1, 2].map(|i| ops.parents[i].is_some());
+                let out = B::fused_linear_backward(x, w, grad, need);
+                register::<B, _>(grads, ops.parents.map(|p| p.map(|p| p.id)), out);
+            }
+        }
+
+        let nodes = [x.node(), w.node(), bias.node()];
+        match Linear.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (x, w) = (x.into_primitive(), w.into_primitive());
+                let out = B::fused_linear(x.clone(), w.clone(), bias.into_primitive());
+                prep.finish((x, w), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::fused_linear(
+                x.into_primitive(),
+                w.into_primitive(),
+                bias.into_primitive(),
+            )),
+        }
+    }
+
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        key_bias: FloatTensor<Self>,
+        drop: Option<std::sync::Arc<[f32]>>,
+        heads: usize,
+        scale: f32,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Attention;
+
+        type Saved<B> = ([FloatTensor<B>; 4], Option<std::sync::Arc<[f32]>>, usize, f32);
+
+        impl<B: FusedBackward> Backward<B, 3> for Attention {
+            type State = Saved<B>;
+
+            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let ([q, k, v, p], drop, heads, scale) = ops.state;
+                let grad = grads.consume::<B>(&ops.node);
+                let out = B::fused_attention_backward(q, k, v, p, drop, grad, heads, scale);
+                register::<B, _>(grads, ops.parents.map(|p| p.map(|p| p.id)), out.map(Some));
+            }
+        }
+
+        // The key bias and the dropout mask are data: never differentiated.
+        let key_bias = key_bias.into_primitive();
+        let nodes = [q.node(), k.node(), v.node()];
+        match Attention.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let [q, k, v] = [q, k, v].map(|t| t.into_primitive());
+                let (ctx, p) = B::fused_attention_keep(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    key_bias,
+                    drop.clone(),
+                    heads,
+                    scale,
+                );
+                prep.finish(([q, k, v, p], drop, heads, scale), ctx)
+            }
+            OpsKind::UnTracked(prep) => {
+                let [q, k, v] = [q, k, v].map(|t| t.into_primitive());
+                prep.finish(B::fused_attention(q, k, v, key_bias, drop, heads, scale))
+            }
+        }
+    }
+
     fn fused_layer_norm(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -230,11 +496,7 @@ impl<B: Fused + FusedBackward, C: CheckpointStrategy> Fused for Autodiff<B, C> {
                 let (x, gamma, eps) = ops.state;
                 let grad = grads.consume::<B>(&ops.node);
                 let out = B::fused_layer_norm_backward(x, grad, gamma, eps);
-                for (parent, g) in ops.parents.into_iter().zip(out) {
-                    if let Some(parent) = parent {
-                        grads.register::<B>(parent.id, g);
-                    }
-                }
+                register::<B, _>(grads, ops.parents.map(|p| p.map(|p| p.id)), out.map(Some));
             }
         }
 
@@ -254,6 +516,19 @@ impl<B: Fused + FusedBackward, C: CheckpointStrategy> Fused for Autodiff<B, C> {
                 beta.into_primitive(),
                 eps,
             )),
+        }
+    }
+}
+
+/// Gives each tracked parent its gradient.
+fn register<B: Backend, const N: usize>(
+    grads: &mut Gradients,
+    parents: [Option<NodeId>; N],
+    out: [Option<FloatTensor<B>>; N],
+) {
+    for (parent, g) in parents.into_iter().zip(out) {
+        if let (Some(parent), Some(g)) = (parent, g) {
+            grads.register::<B>(parent, g);
         }
     }
 }

@@ -10,6 +10,7 @@
 pub mod fused;
 pub mod int8;
 pub mod math;
+pub mod matmul;
 
 use burn::backend::Dispatch;
 use burn::nn::{LayerNorm, Linear};
@@ -71,15 +72,31 @@ pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>, eps: f64) -> T
     ))
 }
 
-/// A linear layer applied to `x` (`[…, d_in]`): in int8 arithmetic ([`int8::linear`]) when its
-/// weight is stored as int8 with one scale, as Burn's `Linear::forward` otherwise (f32 weights,
-/// per-block scales, inputs other than f32, or an autodiff device, where the weights may be
-/// training).
+/// A linear layer applied to `x` (`[…, d_in]`), as one operation with its own backward pass
+/// ([`matmul::linear`]: the bias added in the product's output, no broadcast batched matmul). A
+/// weight stored as int8 with one scale runs in int8 arithmetic ([`int8::linear`]) when
+/// evaluating; other quantized weights, and inputs other than f32, go through Burn's
+/// `Linear::forward`.
 pub fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
-    if x.device().is_autodiff() || x.dtype() != DType::F32 {
+    let w = layer.weight.val();
+    if x.dtype() != DType::F32 {
         return layer.forward(x);
     }
-    let Some(weights) = int8_weights(layer.weight.val()) else {
+    if w.dtype() == DType::F32 {
+        let bias = match &layer.bias {
+            Some(b) => b.val(),
+            None => Tensor::zeros([w.dims()[1]], &w.device()),
+        };
+        return Tensor::from_dispatch(<Dispatch as Fused>::fused_linear(
+            x.into_dispatch(),
+            w.into_dispatch(),
+            bias.into_dispatch(),
+        ));
+    }
+    if x.device().is_autodiff() {
+        return layer.forward(x);
+    }
+    let Some(weights) = int8_weights(w) else {
         return layer.forward(x);
     };
     let bias: Option<std::sync::Arc<[f32]>> = layer
@@ -92,6 +109,74 @@ pub fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
         std::sync::Arc::new(weights),
         bias,
     ))
+}
+
+/// Multi-head self-attention's context from the query, key and value projections
+/// (`[batch, seq, heads · dim]` each, as the linear layers give them), in one operation with its
+/// own backward pass ([`matmul::attention`]): `softmax(q kᵀ / √dim + key_bias) ⊙ drop · v` for
+/// each head, the heads read from and written to the projections' layout in place. `key_bias` is
+/// `[batch, 1, 1, seq]` (0 for real keys, −1e4 for padding); `drop`, when given, multiplies the
+/// probabilities (`[batch, heads, seq, seq]` values: 0 or 1 / (1 − p)). Both are data.
+///
+/// # Panics
+/// When the width is not a multiple of `heads`, the three projections differ in shape, or the
+/// key bias or dropout mask does not fit.
+pub fn attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    key_bias: Tensor<4>,
+    heads: usize,
+    drop: Option<std::sync::Arc<[f32]>>,
+) -> Tensor<3> {
+    let [b, s, width] = q.dims();
+    assert!(
+        heads > 0 && width.is_multiple_of(heads),
+        "attention: a width of {width} does not split into {heads} heads"
+    );
+    assert!(
+        k.dims() == q.dims() && v.dims() == q.dims(),
+        "attention: q, k and v differ in shape"
+    );
+    assert_eq!(
+        key_bias.dims(),
+        [b, 1, 1, s],
+        "attention: the key bias is [batch, 1, 1, seq]"
+    );
+    let scale = 1.0 / ((width / heads) as f32).sqrt();
+    if q.dtype() != DType::F32 {
+        return unfused_attention(q, k, v, key_bias, heads, drop, scale);
+    }
+    Tensor::from_dispatch(<Dispatch as Fused>::fused_attention(
+        q.into_dispatch(),
+        k.into_dispatch(),
+        v.into_dispatch(),
+        key_bias.into_dispatch(),
+        drop,
+        heads,
+        scale,
+    ))
+}
+
+/// [`attention`] from Burn's operations (inputs other than f32).
+fn unfused_attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    key_bias: Tensor<4>,
+    heads: usize,
+    drop: Option<std::sync::Arc<[f32]>>,
+    scale: f32,
+) -> Tensor<3> {
+    let [b, s, width] = q.dims();
+    let split = |t: Tensor<3>| t.reshape([b, s, heads, width / heads]).swap_dims(1, 2);
+    let (q, k, v) = (split(q), split(k), split(v));
+    let mut probs = attention_softmax(q.matmul(k.swap_dims(2, 3)), scale, key_bias);
+    if let Some(d) = drop {
+        let mask = burn::tensor::TensorData::new(d.to_vec(), probs.dims());
+        probs = probs.clone() * Tensor::from_data(mask, &probs.device());
+    }
+    probs.matmul(v).swap_dims(1, 2).reshape([b, s, width])
 }
 
 /// The int8 values and scale of a weight stored as symmetric int8 with one scale for the tensor.

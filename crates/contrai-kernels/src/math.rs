@@ -154,7 +154,7 @@ fn max(a: &[f32]) -> f32 {
 }
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
-fn softmax_row(x: &[f32], bias: &[f32], scale: f32, y: &mut [f32]) {
+pub(crate) fn softmax_row(x: &[f32], bias: &[f32], scale: f32, y: &mut [f32]) {
     for ((y, &x), &b) in y.iter_mut().zip(x).zip(bias) {
         *y = x.mul_add(scale, b);
     }
@@ -199,7 +199,7 @@ pub fn softmax(x: &[f32], bias: &[f32], scale: f32, row: usize) -> Vec<f32> {
 }
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
-fn softmax_backward_rows(y: &[f32], g: &[f32], out: &mut [f32], row: usize, scale: f32) {
+pub(crate) fn softmax_backward_rows(y: &[f32], g: &[f32], out: &mut [f32], row: usize, scale: f32) {
     for ((y, g), o) in y.chunks(row).zip(g.chunks(row)).zip(out.chunks_mut(row)) {
         let d = dot(y, g);
         for ((o, &y), &g) in o.iter_mut().zip(y).zip(g) {

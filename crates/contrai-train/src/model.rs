@@ -10,7 +10,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use contrai_kernels::{attention_softmax, gelu, layer_norm, linear};
+use contrai_kernels::{attention, gelu, layer_norm, linear};
 use contrai_recipe::ModelKind;
 use contrai_recipe::recipe::Model as ModelSpec;
 use rand::{Rng, SeedableRng};
@@ -247,17 +247,10 @@ impl Attention {
     /// The heads' width is the query's output width over `heads`: a model whose pruned heads were
     /// removed (`compact`) has fewer heads of the same width.
     pub fn forward(&self, x: Tensor<3>, key_bias: Tensor<4>) -> Tensor<3> {
-        let [b, s, _] = x.dims();
-        let inner = self.query.weight.dims()[1];
-        let dk = inner / self.heads;
-        let split = |t: Tensor<3>| t.reshape([b, s, self.heads, dk]).swap_dims(1, 2);
-        let q = split(linear(&self.query, x.clone()));
-        let k = split(linear(&self.key, x.clone()));
-        let v = split(linear(&self.value, x));
-        let scale = 1.0 / (dk as f32).sqrt();
-        let weights = attention_softmax(q.matmul(k.swap_dims(2, 3)), scale, key_bias);
-        let ctx = weights.matmul(v).swap_dims(1, 2).reshape([b, s, inner]);
-        linear(&self.output, ctx)
+        let q = linear(&self.query, x.clone());
+        let k = linear(&self.key, x.clone());
+        let v = linear(&self.value, x);
+        linear(&self.output, attention(q, k, v, key_bias, self.heads, None))
     }
 }
 

@@ -66,9 +66,13 @@ pub fn inputs(b: &TextBatch) -> Inputs {
 pub struct Drop<'a>(pub &'a Dropout);
 
 impl Dropper for Drop<'_> {
-    fn drop<const D: usize>(&self, x: Tensor<D>, site: u64, _attention: bool) -> Tensor<D> {
+    fn drop<const D: usize>(&self, x: Tensor<D>, site: u64) -> Tensor<D> {
         let device = x.device();
         self.0.apply(x, site, &device)
+    }
+
+    fn mask(&self, site: u64, n: usize) -> Option<std::sync::Arc<[f32]>> {
+        (self.0.p > 0.0).then(|| self.0.mask_values(site, n).into())
     }
 }
 
