@@ -132,7 +132,7 @@ impl Conductor {
             Phase::Diagnose,
             DecisionKind::Sensitivity,
             format!(
-                "one-shot magnitude pruning per module (10/20/30/50 % on a copy), then the planned sparsities all at once (+{:.1} % validation loss after {} check(s)): caps within {:.0} %: {}",
+                "one-shot magnitude pruning per module (10/20/30/50 % on a copy), then the planned sparsities all at once ({:+.1} % validation loss after {} check(s)): caps within {:.0} %: {}",
                 100.0 * last,
                 s.tried.len(),
                 100.0 * tolerance,
