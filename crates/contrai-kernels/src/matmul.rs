@@ -10,9 +10,9 @@
 //! place; attention reads the heads straight out of the projections' `[batch, seq, heads · dh]`
 //! layout and writes its context the same way, so no head ever gets its own copy.
 //!
-//! Determinism: `gemm` splits work over output blocks only, never over the inner dimension, and
-//! the bias gradient sums fixed row chunks in chunk order: the same inputs give the same bits on
-//! any thread count.
+//! Determinism: `gemm` splits work over output blocks only, never over the inner dimension; the
+//! parameter gradients sum fixed row chunks in chunk order, each weight-gradient column block in
+//! one task: the same inputs give the same bits on any thread count.
 
 use rayon::prelude::*;
 
@@ -53,6 +53,10 @@ impl View {
     }
 }
 
+// SAFETY: the views point into slices borrowed for the whole call and are only read.
+unsafe impl Send for View {}
+unsafe impl Sync for View {}
+
 /// A raw output pointer that tasks share; each task writes a disjoint part of it.
 #[derive(Clone, Copy)]
 struct Out(*mut f32);
@@ -71,9 +75,6 @@ impl Out {
         unsafe { self.0.add(offset) }
     }
 }
-// SAFETY: the views point into slices borrowed for the whole call and are only read.
-unsafe impl Send for View {}
-unsafe impl Sync for View {}
 
 /// `dst[m × n] (rows dst_rs apart) = lhs[m × k] · rhs[k × n]`, plus `dst` when `add`.
 ///
