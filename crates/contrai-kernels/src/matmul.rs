@@ -338,21 +338,50 @@ pub fn attention(
     keep: bool,
 ) -> Attended {
     shape.check(q, k, v, key_bias, drop);
-    let (s, units) = (shape.seq, shape.batch * shape.heads);
-    let mut context = vec![0f32; shape.elements()];
-    let mut probabilities = if keep {
-        vec![0f32; shape.probabilities()]
-    } else {
-        Vec::new()
-    };
+    let s = shape.seq;
+    let kept_len = if keep { shape.probabilities() } else { 0 };
     if s == 0 || shape.dim == 0 {
         return Attended {
-            context,
-            probabilities,
+            context: vec![0f32; shape.elements()],
+            probabilities: vec![0f32; kept_len],
         };
     }
-    let out = Out(context.as_mut_ptr());
-    let kept = Out(probabilities.as_mut_ptr());
+    let mut probabilities = Vec::new();
+    // SAFETY: the units together write every element of the context (each its head's `s × dim`
+    // block) and of the kept probabilities (each its `s × s` block).
+    let context = unsafe {
+        written(shape.elements(), |context| {
+            probabilities = written(kept_len, |kept| {
+                attend_units(
+                    shape,
+                    [q, k, v],
+                    key_bias,
+                    drop,
+                    scale,
+                    Out(context),
+                    keep.then_some(Out(kept)),
+                )
+            })
+        })
+    };
+    Attended {
+        context,
+        probabilities,
+    }
+}
+
+/// [`attention`]'s work, one task a (sample, head), into `out` and (when given) `kept`.
+#[allow(clippy::too_many_arguments)]
+fn attend_units(
+    shape: Heads,
+    [q, k, v]: [&[f32]; 3],
+    key_bias: &[f32],
+    drop: Option<&[f32]>,
+    scale: f32,
+    out: Out,
+    kept: Option<Out>,
+) {
+    let (s, units) = (shape.seq, shape.batch * shape.heads);
     (0..units).into_par_iter().for_each_init(
         || (vec![0f32; s * s], vec![0f32; s * s]),
         |(scores, probs), unit| {
@@ -376,7 +405,7 @@ pub fn attention(
                 math::softmax_row(x, bias, scale, y);
             }
             let at = unit * s * s;
-            if keep {
+            if let Some(kept) = kept {
                 // SAFETY: task `unit` alone writes elements `at .. at + s²` of the probabilities.
                 unsafe { std::ptr::copy_nonoverlapping(probs.as_ptr(), kept.at(at), s * s) };
             }
@@ -404,10 +433,6 @@ pub fn attention(
             }
         },
     );
-    Attended {
-        context,
-        probabilities,
-    }
 }
 
 /// ∂L/∂q, ∂L/∂k, ∂L/∂v of [`attention`], given ∂L/∂context and the forward's probabilities.
