@@ -109,7 +109,13 @@ struct Clock {
     steps: u64,
     checkpoint_s: f64,
     checkpoints: u32,
+    /// Whether this session has printed its pace estimate.
+    paced: bool,
 }
+
+/// Timed steps of a session after which it estimates the time left (the first steps are slower:
+/// buffers are allocated, caches cold).
+const PACE_STEPS: u64 = 20;
 
 impl Clock {
     /// Training seconds so far, over every session of the run.
@@ -398,6 +404,7 @@ impl<'a> Engine<'a> {
             self.clock.step_s += t0.elapsed().as_secs_f64();
             self.clock.steps += 1;
             self.record_step(plan, loss, norm)?;
+            self.say_pace();
         }
         Ok(Observation::Stepped {
             loss: Some(loss),
@@ -451,6 +458,25 @@ impl<'a> Engine<'a> {
         let msg = format!("{}  loss {loss:.4}  lr {:.2e}", plan.phase, plan.lr);
         self.journal.progress(self.step, Some(msg));
         Ok(())
+    }
+
+    /// Once a session, after [`PACE_STEPS`] timed steps: this machine's time a step and what the
+    /// run's remaining planned steps will take at it (evaluations and checkpoints come on top).
+    fn say_pace(&mut self) {
+        if self.clock.paced || self.clock.steps < PACE_STEPS {
+            return;
+        }
+        self.clock.paced = true;
+        let ms = 1000.0 * self.clock.step_s / self.clock.steps as f64;
+        let left = contrai_lifecycle::PhaseSteps::new(&self.recipe)
+            .all()
+            .saturating_sub(self.step);
+        let secs = (ms * left as f64 / 1000.0).round() as u64;
+        self.journal.say(&format!(
+            "pace: {ms:.0} ms a step on this machine; the {left} planned steps left take about {} min {:02} s (evaluations, checkpoints and distillation come on top)",
+            secs / 60,
+            secs % 60
+        ));
     }
 
     /// Validate's check: overfits one small batch (dropout off) on a copy of the fresh model, then
