@@ -119,13 +119,18 @@ fn a_run_leaves_a_complete_directory_and_reads_the_holdout_once() {
     let tmp = tempfile::tempdir().unwrap();
     let data = demo_file(tmp.path(), 300);
     let run = tmp.path().join("run");
-    let out = train(
-        &Options::new(tiny_recipe(&data, 20), &run),
-        &Silent,
-        &Collect::default(),
-    )
-    .unwrap();
+    let log = Collect::default();
+    let out = train(&Options::new(tiny_recipe(&data, 20), &run), &Silent, &log).unwrap();
     let eval = out.eval.expect("finished runs evaluate the holdout");
+    // After 20 timed steps the run estimates what is left (here: nothing).
+    let infos = log.infos.lock().unwrap();
+    let pace: Vec<&String> = infos.iter().filter(|l| l.starts_with("pace: ")).collect();
+    assert_eq!(pace.len(), 1, "one pace estimate: {infos:?}");
+    assert!(
+        pace[0].contains(" ms a step on this machine; the 0 planned steps left take about 0 min 00 s"),
+        "{}",
+        pace[0]
+    );
     assert_eq!(eval.holdout_reads, 1);
     assert!(eval.holdout_samples > 0);
     for f in [

@@ -59,10 +59,14 @@ pub fn with_all_phases(mut r: Recipe) -> Recipe {
 pub struct Collect {
     /// Warnings, in order.
     pub warnings: Mutex<Vec<String>>,
+    /// Progress lines, in order.
+    pub infos: Mutex<Vec<String>>,
 }
 
 impl Log for Collect {
-    fn info(&self, _msg: &str) {}
+    fn info(&self, msg: &str) {
+        self.infos.lock().unwrap().push(msg.to_string());
+    }
     fn warn(&self, msg: &str) {
         self.warnings.lock().unwrap().push(msg.to_string());
     }
