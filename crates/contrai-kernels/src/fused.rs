@@ -186,7 +186,12 @@ impl Fused for Flex {
         beta: FloatTensor<Self>,
         eps: f64,
     ) -> FloatTensor<Self> {
-        Flex::layer_norm(x, gamma, Some(beta), eps)
+        if x.dtype() != DType::F32 {
+            return Flex::layer_norm(x, gamma, Some(beta), eps);
+        }
+        let (x, gamma, beta) = (contiguous(&x), contiguous(&gamma), contiguous(&beta));
+        let y = math::layer_norm(values(&x), values(&gamma), values(&beta), eps as f32);
+        flex(y, x.shape())
     }
 }
 

@@ -87,13 +87,30 @@ fn gelu_grad_chunk(x: &[f32], g: &[f32], out: &mut [f32]) {
     }
 }
 
+/// A new buffer of `len` elements whose chunk `i` (elements `i · chunk ..`, the last one shorter)
+/// is written by `fill(i, chunk)`, the chunks in parallel. Each task zeroes its own chunk just
+/// before filling it: a zeroed `vec!` would first clear the whole buffer on one core.
+pub(crate) fn filled(len: usize, chunk: usize, fill: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
+    let mut out = Vec::with_capacity(len);
+    out.spare_capacity_mut()[..len]
+        .par_chunks_mut(chunk.max(1))
+        .enumerate()
+        .for_each(|(i, c)| {
+            c.iter_mut().for_each(|v| {
+                v.write(0.0);
+            });
+            // SAFETY: every element of the chunk was just initialised.
+            let c = unsafe { &mut *(c as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
+            fill(i, c);
+        });
+    // SAFETY: the chunks cover all `len` elements, each initialised.
+    unsafe { out.set_len(len) };
+    out
+}
+
 /// GELU of every element.
 pub fn gelu_all(x: &[f32]) -> Vec<f32> {
-    let mut y = vec![0f32; x.len()];
-    y.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(y, x)| gelu_chunk(x, y));
-    y
+    filled(x.len(), CHUNK, |i, y| gelu_chunk(&x[i * CHUNK..][..y.len()], y))
 }
 
 /// The gradient of GELU at `x` given the output's gradient `g`.
@@ -103,11 +120,10 @@ pub fn gelu_backward(x: &[f32], g: &[f32]) -> Vec<f32> {
         g.len(),
         "gelu backward: input and gradient differ in size"
     );
-    let mut out = vec![0f32; x.len()];
-    out.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
-        .for_each(|(o, (x, g))| gelu_grad_chunk(x, g, o));
-    out
+    filled(x.len(), CHUNK, |i, o| {
+        let at = i * CHUNK;
+        gelu_grad_chunk(&x[at..at + o.len()], &g[at..at + o.len()], o)
+    })
 }
 
 /// Σ a·b with lane-wise partial sums (vectorisable, same order every time).
@@ -241,6 +257,38 @@ pub struct LayerNormGrads {
     pub gamma: Vec<f32>,
     /// ∂L/∂β, one per feature.
     pub beta: Vec<f32>,
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
+fn layer_norm_rows(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, y: &mut [f32]) {
+    let d = gamma.len();
+    let inv_d = 1.0 / d as f32;
+    for (x, y) in x.chunks(d).zip(y.chunks_mut(d)) {
+        let mean = sum(x) * inv_d;
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y = x - mean;
+        }
+        let var = dot(y, y) * inv_d;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for (y, (&g, &b)) in y.iter_mut().zip(gamma.iter().zip(beta)) {
+            *y = (*y * rstd).mul_add(g, b);
+        }
+    }
+}
+
+/// `(x − mean) / √(var + eps) · γ + β` over rows of `gamma.len()` features (mean and variance
+/// in two passes, as the backward recomputes them), rows spread over the cores.
+pub fn layer_norm(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32) -> Vec<f32> {
+    let d = gamma.len();
+    assert_eq!(beta.len(), d, "layer norm: γ and β differ in size");
+    if d == 0 {
+        return vec![0f32; x.len()];
+    }
+    assert_eq!(x.len() % d, 0, "layer norm: rows of {d} features expected");
+    let n = rows_per_task(d) * d;
+    filled(x.len(), n, |i, y| {
+        layer_norm_rows(&x[i * n..][..y.len()], gamma, beta, eps, y)
+    })
 }
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
