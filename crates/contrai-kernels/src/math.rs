@@ -189,9 +189,8 @@ pub(crate) fn softmax_row(x: &[f32], bias: &[f32], scale: f32, y: &mut [f32]) {
 /// `x`'s rows, so a `[batch, 1, 1, keys]` mask covers `[batch, heads, queries, keys]` scores.
 /// A row whose entries are all −∞ or NaN gives NaN, as the unfused softmax does.
 pub fn softmax(x: &[f32], bias: &[f32], scale: f32, row: usize) -> Vec<f32> {
-    let mut y = vec![0f32; x.len()];
     if row == 0 || x.is_empty() {
-        return y;
+        return vec![0f32; x.len()];
     }
     assert_eq!(x.len() % row, 0, "softmax: rows of {row} elements expected");
     assert!(
@@ -202,16 +201,13 @@ pub fn softmax(x: &[f32], bias: &[f32], scale: f32, row: usize) -> Vec<f32> {
     );
     let rows_per_mask = x.len() / bias.len();
     let per_task = rows_per_task(row);
-    y.par_chunks_mut(per_task * row)
-        .zip(x.par_chunks(per_task * row))
-        .enumerate()
-        .for_each(|(t, (y, x))| {
-            for (k, (y, x)) in y.chunks_mut(row).zip(x.chunks(row)).enumerate() {
-                let m = (t * per_task + k) / rows_per_mask;
-                softmax_row(x, &bias[m * row..(m + 1) * row], scale, y);
-            }
-        });
-    y
+    let n = per_task * row;
+    filled(x.len(), n, |t, y| {
+        for (k, (y, x)) in y.chunks_mut(row).zip(x[t * n..].chunks(row)).enumerate() {
+            let m = (t * per_task + k) / rows_per_mask;
+            softmax_row(x, &bias[m * row..(m + 1) * row], scale, y);
+        }
+    })
 }
 
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
@@ -237,15 +233,14 @@ pub fn softmax_backward(y: &[f32], g: &[f32], row: usize, scale: f32) -> Vec<f32
         g.len(),
         "softmax backward: output and gradient differ in size"
     );
-    let mut out = vec![0f32; y.len()];
     if row == 0 {
-        return out;
+        return vec![0f32; y.len()];
     }
     let n = rows_per_task(row) * row;
-    out.par_chunks_mut(n)
-        .zip(y.par_chunks(n).zip(g.par_chunks(n)))
-        .for_each(|(o, (y, g))| softmax_backward_rows(y, g, o, row, scale));
-    out
+    filled(y.len(), n, |i, o| {
+        let at = i * n;
+        softmax_backward_rows(&y[at..at + o.len()], &g[at..at + o.len()], o, row, scale)
+    })
 }
 
 /// The gradients of a LayerNorm: the input's, the scale's (γ) and the shift's (β).
