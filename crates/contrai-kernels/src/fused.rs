@@ -120,6 +120,13 @@ fn values(t: &FlexTensor) -> &[f32] {
         .expect("contiguous f32 tensor (checked by the caller)")
 }
 
+/// `shape` with its last dimension set to `n` (a linear layer's output).
+fn with_last(mut shape: Shape, n: usize) -> Shape {
+    let last = shape.num_dims() - 1;
+    shape[last] = n;
+    shape
+}
+
 fn flex(values: Vec<f32>, shape: Shape) -> FlexTensor {
     FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(shape), DType::F32)
 }
@@ -146,9 +153,7 @@ impl Fused for Flex {
         bias: Option<std::sync::Arc<[f32]>>,
     ) -> FloatTensor<Self> {
         let x = contiguous(&x);
-        let mut shape = x.shape();
-        let last = shape.num_dims() - 1;
-        shape[last] = weights.outputs();
+        let shape = with_last(x.shape(), weights.outputs());
         flex(int8::linear(values(&x), &weights, bias.as_deref()), shape)
     }
 
@@ -159,9 +164,7 @@ impl Fused for Flex {
     ) -> FloatTensor<Self> {
         let (x, w, bias) = (contiguous(&x), contiguous(&w), contiguous(&bias));
         let [d_in, d_out] = [w.shape()[0], w.shape()[1]];
-        let mut shape = x.shape();
-        let last = shape.num_dims() - 1;
-        shape[last] = d_out;
+        let shape = with_last(x.shape(), d_out);
         flex(
             matmul::linear(values(&x), values(&w), values(&bias), d_in, d_out),
             shape,

@@ -273,14 +273,10 @@ impl Heads {
         self.batch * self.heads * self.seq * self.seq
     }
 
-    /// Head `h` of sample `b` in a projection: `seq × dim`, rows `width` apart.
-    fn head(&self, p: *const f32, unit: usize) -> View {
-        let (b, h) = (unit / self.heads, unit % self.heads);
-        // SAFETY (of the offset): `b < batch`, `h < heads`, so the offset is inside the projection.
-        View::rows(
-            unsafe { p.add(b * self.seq * self.width() + h * self.dim) },
-            self.width(),
-        )
+    /// Head `h` of sample `b` (`unit` = b · heads + h) in a projection: `seq × dim`, rows
+    /// `width` apart.
+    fn head(&self, p: &[f32], unit: usize) -> View {
+        View::rows(p[self.offset(unit)..].as_ptr(), self.width())
     }
 
     /// Offset of head `unit`'s first element in a projection.
@@ -289,7 +285,8 @@ impl Heads {
         b * self.seq * self.width() + h * self.dim
     }
 
-    fn check(&self, q: &[f32], k: &[f32], v: &[f32], key_bias: &[f32], drop: Option<&[f32]>) {
+    /// Panics unless the projections and the dropout mask fit these sizes.
+    fn check(&self, [q, k, v]: [&[f32]; 3], drop: Option<&[f32]>) {
         let n = self.elements();
         assert!(
             q.len() == n && k.len() == n && v.len() == n,
@@ -297,11 +294,6 @@ impl Heads {
             self.batch,
             self.seq,
             self.width()
-        );
-        assert_eq!(
-            key_bias.len(),
-            self.batch * self.seq,
-            "attention: the key bias is [batch, 1, 1, seq]"
         );
         if let Some(d) = drop {
             assert_eq!(
@@ -337,7 +329,12 @@ pub fn attention(
     scale: f32,
     keep: bool,
 ) -> Attended {
-    shape.check(q, k, v, key_bias, drop);
+    shape.check([q, k, v], drop);
+    assert_eq!(
+        key_bias.len(),
+        shape.batch * shape.seq,
+        "attention: the key bias is [batch, 1, 1, seq]"
+    );
     let s = shape.seq;
     let kept_len = if keep { shape.probabilities() } else { 0 };
     if s == 0 || shape.dim == 0 {
@@ -395,8 +392,8 @@ fn attend_units(
                     scores.as_mut_ptr(),
                     s,
                     false,
-                    shape.head(q.as_ptr(), unit),
-                    shape.head(k.as_ptr(), unit).t(),
+                    shape.head(q, unit),
+                    shape.head(k, unit).t(),
                     false,
                 );
             }
@@ -427,7 +424,7 @@ fn attend_units(
                     shape.width(),
                     false,
                     View::rows(probs.as_ptr(), s),
-                    shape.head(v.as_ptr(), unit),
+                    shape.head(v, unit),
                     false,
                 );
             }
@@ -447,8 +444,7 @@ pub fn attention_backward(
     grad: &[f32],
     scale: f32,
 ) -> [Vec<f32>; 3] {
-    let zeros = vec![0f32; shape.batch * shape.seq];
-    shape.check(q, k, v, &zeros, drop);
+    shape.check([q, k, v], drop);
     assert_eq!(
         probabilities.len(),
         shape.probabilities(),
@@ -477,7 +473,7 @@ pub fn attention_backward(
                 None => a.copy_from_slice(p),
             }
             let (off, w) = (shape.offset(unit), shape.width());
-            let g = shape.head(grad.as_ptr(), unit);
+            let g = shape.head(grad, unit);
             // SAFETY: every head view is `s × dim` inside its projection; `a` and `da` are
             // `s × s`; task `unit` alone writes head `unit` of dq, dk and dv.
             unsafe {
@@ -500,7 +496,7 @@ pub fn attention_backward(
                     s,
                     false,
                     g,
-                    shape.head(v.as_ptr(), unit).t(),
+                    shape.head(v, unit).t(),
                     false,
                 );
             }
@@ -519,7 +515,7 @@ pub fn attention_backward(
                     w,
                     false,
                     View::rows(a.as_ptr(), s),
-                    shape.head(k.as_ptr(), unit),
+                    shape.head(k, unit),
                     false,
                 );
                 product(
@@ -530,7 +526,7 @@ pub fn attention_backward(
                     w,
                     false,
                     View::rows(a.as_ptr(), s).t(),
-                    shape.head(q.as_ptr(), unit),
+                    shape.head(q, unit),
                     false,
                 );
             }

@@ -241,12 +241,11 @@ fn safetensors_shapes(path: &Path) -> Result<std::collections::BTreeMap<String, 
 mod tests {
     use super::*;
     use crate::model::{Batch, TextBatch};
-    use crate::prune::{Masks, apply_masks, update_all};
+    use crate::prune::{apply_masks, module_masks};
     use burn::module::Module;
     use burn::tensor::Device;
     use contrai_lifecycle::Target;
     use contrai_lifecycle::prune::module_of;
-    use contrai_recipe::PruneScope;
 
     fn logits(model: &Classifier, device: &Device) -> Vec<f32> {
         let seq = 16;
@@ -277,14 +276,7 @@ mod tests {
             let m = module_of(p);
             (m.ends_with("attn") || m.ends_with("ffn")).then_some(Target::uncapped(1.0 / 3.0))
         };
-        let mut masks = Masks::default();
-        update_all(
-            &model,
-            &mut masks,
-            &target,
-            PruneScope::Module,
-            Structure::new(Some(6), true),
-        );
+        let masks = module_masks(&model, &target, Structure::new(Some(6), true));
         apply_masks(model, &masks)
     }
 

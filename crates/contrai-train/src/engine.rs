@@ -109,8 +109,6 @@ struct Clock {
     steps: u64,
     checkpoint_s: f64,
     checkpoints: u32,
-    /// Whether this session has printed its pace estimate.
-    paced: bool,
 }
 
 /// Timed steps of a session after which it estimates the time left (the first steps are slower:
@@ -460,13 +458,12 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Once a session, after [`PACE_STEPS`] timed steps: this machine's time a step and what the
-    /// run's remaining planned steps will take at it (evaluations and checkpoints come on top).
-    fn say_pace(&mut self) {
-        if self.clock.paced || self.clock.steps < PACE_STEPS {
+    /// Once a session, at its [`PACE_STEPS`]-th timed step: this machine's time a step and what
+    /// the run's remaining planned steps will take at it (evaluations and checkpoints come on top).
+    fn say_pace(&self) {
+        if self.clock.steps != PACE_STEPS {
             return;
         }
-        self.clock.paced = true;
         let ms = 1000.0 * self.clock.step_s / self.clock.steps as f64;
         let left = contrai_lifecycle::PhaseSteps::new(&self.recipe)
             .all()

@@ -329,6 +329,19 @@ fn global_thresholds(pools: &[Pool]) -> Vec<f32> {
     }
 }
 
+/// Fresh masks from one [`update_all`] per module (`PruneScope::Module`): the tests of whole-group
+/// pruning start from these.
+#[cfg(test)]
+pub(crate) fn module_masks<M: Module>(
+    model: &M,
+    target: &dyn Fn(&str) -> Option<Target>,
+    structure: Structure,
+) -> Masks {
+    let mut masks = Masks::default();
+    update_all(model, &mut masks, target, PruneScope::Module, structure);
+    masks
+}
+
 /// Updates `masks` for every module `target` selects: attention by whole heads and feed-forward
 /// layers by whole units when `structure` says so, everything else by magnitude in `scope`.
 pub fn update_all<M: Module>(

@@ -188,12 +188,11 @@ fn update_head_masks<M: Module>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::module_masks;
     use super::super::scope_tests::{is_ffn, tiny};
-    use super::super::update_all;
     use super::*;
     use crate::model::Classifier;
     use burn::tensor::{Device, Tensor};
-    use contrai_recipe::PruneScope;
 
     /// Multiplies entry `i` (row-major) of `layer`'s weight by `factor(i)`.
     fn scale(layer: &mut burn::nn::Linear, factor: impl Fn(usize) -> f32) {
@@ -258,14 +257,7 @@ mod tests {
         // Units 0..8 of block 0's 16 get projection rows 10x larger: the other 8 go first.
         scale(&mut t.blocks[0].ffn.down, |i| if i / 8 < 8 { 10.0 } else { 1.0 });
         let target = |p: &str| is_ffn(p).then_some(Target::uncapped(0.5));
-        let mut masks = Masks::default();
-        update_all(
-            &model,
-            &mut masks,
-            &target,
-            PruneScope::Module,
-            Structure::new(None, true),
-        );
+        let masks = module_masks(&model, &target, Structure::new(None, true));
         for b in 0..2 {
             let up = masks.keep_flags(&format!("blocks.{b}.ffn.up.weight"), 8 * 16);
             let down = masks.keep_flags(&format!("blocks.{b}.ffn.down.weight"), 16 * 8);
@@ -291,14 +283,7 @@ mod tests {
             let m = module_of(p);
             (m.ends_with("intermediate") || m.ends_with("output")).then_some(Target::uncapped(0.25))
         };
-        let mut masks = Masks::default();
-        update_all(
-            &model,
-            &mut masks,
-            &target,
-            PruneScope::Module,
-            Structure::new(None, true),
-        );
+        let masks = module_masks(&model, &target, Structure::new(None, true));
         let at = |n: &str| format!("bert.encoder.layer.0.{n}.weight");
         let w = weights(&model, &|p| {
             p == at("intermediate.dense") || p == at("output.dense")
@@ -327,14 +312,7 @@ mod tests {
             let t = if m.ends_with("self_attn") { 0.5 } else { 0.3 };
             (m.ends_with("self_attn") || m.ends_with("output")).then_some(Target::uncapped(t))
         };
-        let mut masks = Masks::default();
-        update_all(
-            &model,
-            &mut masks,
-            &target,
-            PruneScope::Module,
-            Structure::new(Some(4), false),
-        );
+        let masks = module_masks(&model, &target, Structure::new(Some(4), false));
         for l in 0..2 {
             let at = |n: &str| format!("bert.encoder.layer.{l}.{n}.weight");
             let q = masks.keep_flags(&at("attention.self_attn.query"), 32 * 32);
