@@ -11,7 +11,11 @@ use contrai_train::model::{Batch, Classifier, TextBatch};
 use contrai_train::quantize::quantize_int8;
 
 fn main() {
-    let runs: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(30);
+    let runs: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30)
+        .max(1);
     contrai_train::alloc::keep_freed_memory();
     let recipe = Recipe::default();
     let spec = &recipe.model;
@@ -36,7 +40,7 @@ fn main() {
     };
     let only = std::env::args().nth(2);
     let skip = |name: &str| only.as_deref().is_some_and(|o| o != name);
-    let (mut a, mut q) = (vec![0.0], vec![0.0]);
+    let (mut a, mut q) = (Vec::new(), Vec::new());
     for i in 0..runs + 3 {
         let x = if skip("f32") { 0.0 } else { time(&f32_model) };
         let y = if skip("int8") { 0.0 } else { time(&int8) };
