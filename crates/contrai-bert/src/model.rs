@@ -8,7 +8,7 @@ use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, L
 use burn::tensor::{Device, Int, Tensor};
 use std::sync::Arc;
 
-use contrai_kernels::{attention, gelu, layer_norm, linear};
+use contrai_kernels::{attention, feed_forward, layer_norm, linear, linears};
 use serde::{Deserialize, Serialize};
 
 use crate::config::BertConfig;
@@ -260,8 +260,7 @@ impl Bert {
             let ctx = l.attention.self_attn.forward(hs.clone(), bias.clone(), mask);
             let a = linear(&l.attention.output.dense, ctx);
             hs = layer_norm(&l.attention.output.layer_norm, dr3(a, at + 1) + hs, eps);
-            let h = linear(&l.intermediate.dense, hs.clone());
-            let f = linear(&l.output.dense, gelu(h));
+            let f = feed_forward(&l.intermediate.dense, &l.output.dense, hs.clone());
             hs = layer_norm(&l.output.layer_norm, dr3(f, at + 2) + hs, eps);
         }
         hs
@@ -288,9 +287,7 @@ impl SelfAttention {
     /// The heads' context vectors `[batch, seq, hidden]`; `drop` multiplies the attention
     /// probabilities (`[batch, heads, seq, seq]` values).
     pub fn forward(&self, x: Tensor<3>, bias: Tensor<4>, drop: Option<Arc<[f32]>>) -> Tensor<3> {
-        let q = linear(&self.query, x.clone());
-        let k = linear(&self.key, x.clone());
-        let v = linear(&self.value, x);
+        let [q, k, v] = linears([&self.query, &self.key, &self.value], x);
         attention(q, k, v, bias, self.heads, drop)
     }
 }

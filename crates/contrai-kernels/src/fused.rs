@@ -23,6 +23,11 @@ use crate::int8::{self, Int8Weights};
 use crate::math;
 use crate::matmul::{self, Heads};
 
+/// A linear layer in int8: its packed weights and its bias.
+pub type Int8Layer = (std::sync::Arc<Int8Weights>, Option<std::sync::Arc<[f32]>>);
+/// Linear layers in int8 that share an input.
+pub type Int8Layers = std::sync::Arc<[Int8Layer]>;
+
 /// The fused operations, on any backend that implements them (flex, and autodiff over flex).
 #[backend_extension(Flex, Autodiff)]
 pub trait Fused: Backend {
@@ -31,13 +36,13 @@ pub trait Fused: Backend {
     /// Softmax over the last dimension of `x · scale + mask`, the mask a constant whose rows each
     /// cover a consecutive block of `x`'s rows (attention's `[batch, 1, 1, keys]` key mask).
     fn fused_softmax(x: FloatTensor<Self>, mask: FloatTensor<Self>, scale: f32) -> FloatTensor<Self>;
-    /// `x · W + bias` over the last dimension with int8 weights ([`crate::int8::linear`]); not
-    /// differentiated (an int8 model only evaluates).
-    fn fused_int8_linear(
-        x: FloatTensor<Self>,
-        weights: std::sync::Arc<Int8Weights>,
-        bias: Option<std::sync::Arc<[f32]>>,
-    ) -> FloatTensor<Self>;
+    /// `x · W + bias` over the last dimension for each layer (weights in int8, bias), `x`
+    /// quantized once for all ([`crate::int8::linears`]); not differentiated (an int8 model only
+    /// evaluates).
+    fn fused_int8_linears(x: FloatTensor<Self>, layers: Int8Layers) -> Vec<FloatTensor<Self>>;
+    /// `gelu(x · W₁ + b₁) · W₂ + b₂` over the last dimension in int8, block of rows by block of
+    /// rows ([`crate::int8::feed_forward`]); not differentiated.
+    fn fused_int8_feed_forward(x: FloatTensor<Self>, up: Int8Layer, down: Int8Layer) -> FloatTensor<Self>;
     /// `x · w + bias` over the last dimension of f32 tensors ([`crate::matmul::linear`]).
     fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, bias: FloatTensor<Self>)
     -> FloatTensor<Self>;
@@ -147,14 +152,22 @@ impl Fused for Flex {
         flex(math::softmax(values(&x), values(&mask), scale, row), shape)
     }
 
-    fn fused_int8_linear(
-        x: FloatTensor<Self>,
-        weights: std::sync::Arc<Int8Weights>,
-        bias: Option<std::sync::Arc<[f32]>>,
-    ) -> FloatTensor<Self> {
+    fn fused_int8_linears(x: FloatTensor<Self>, layers: Int8Layers) -> Vec<FloatTensor<Self>> {
         let x = contiguous(&x);
-        let shape = with_last(x.shape(), weights.outputs());
-        flex(int8::linear(values(&x), &weights, bias.as_deref()), shape)
+        let borrowed: Vec<_> = layers.iter().map(|(w, b)| (w.as_ref(), b.as_deref())).collect();
+        let outputs = int8::linears(values(&x), &borrowed);
+        outputs
+            .into_iter()
+            .zip(layers.iter())
+            .map(|(y, (w, _))| flex(y, with_last(x.shape(), w.outputs())))
+            .collect()
+    }
+
+    fn fused_int8_feed_forward(x: FloatTensor<Self>, up: Int8Layer, down: Int8Layer) -> FloatTensor<Self> {
+        let x = contiguous(&x);
+        let shape = with_last(x.shape(), down.0.outputs());
+        let y = int8::feed_forward(values(&x), (&up.0, up.1.as_deref()), (&down.0, down.1.as_deref()));
+        flex(y, shape)
     }
 
     fn fused_linear(
@@ -395,13 +408,17 @@ impl<B: Fused + FusedBackward, C: CheckpointStrategy> Fused for Autodiff<B, C> {
         }
     }
 
-    fn fused_int8_linear(
-        x: FloatTensor<Self>,
-        weights: std::sync::Arc<Int8Weights>,
-        bias: Option<std::sync::Arc<[f32]>>,
-    ) -> FloatTensor<Self> {
+    fn fused_int8_linears(x: FloatTensor<Self>, layers: Int8Layers) -> Vec<FloatTensor<Self>> {
+        // Evaluation only: the results are constants of the graph.
+        B::fused_int8_linears(x.into_primitive(), layers)
+            .into_iter()
+            .map(Autodiff::<B, C>::from_inner)
+            .collect()
+    }
+
+    fn fused_int8_feed_forward(x: FloatTensor<Self>, up: Int8Layer, down: Int8Layer) -> FloatTensor<Self> {
         // Evaluation only: the result is a constant of the graph.
-        Autodiff::<B, C>::from_inner(B::fused_int8_linear(x.into_primitive(), weights, bias))
+        Autodiff::<B, C>::from_inner(B::fused_int8_feed_forward(x.into_primitive(), up, down))
     }
 
     fn fused_linear(

@@ -4,16 +4,22 @@
 //!
 //! The inner loop multiplies unsigned 8-bit inputs by signed 8-bit weights, adding adjacent pairs
 //! into 16 bits (`vpmaddubsw`, 32 products an AVX2 instruction; AVX-512 machines run the same
-//! AVX2 code — a 512-bit path is for a session that can measure it), then pairs of those into
-//! 32-bit sums. Inputs are quantized to 7 bits (±63, stored shifted by 64 as 1…127,
-//! PyTorch's `reduce_range` on x86) so that a pair of products never saturates 16 bits; the shift
-//! is taken back out with each output's weight sum. The sums are exact integers, so both paths
-//! (AVX2, plain Rust for other CPUs) give the same bits.
+//! AVX2 code — a 512-bit path is for a session that can measure it), adds two such 16-bit results
+//! (eight products) and only then widens them into 32-bit sums (`vpmaddwd`): three multiplying
+//! instructions for 64 products instead of four, the pipes that bound the kernel on CPUs without
+//! VNNI. For that the four products a 16-bit lane sums must stay within ±32767: inputs are
+//! quantized to 7 bits (±63, stored shifted by 64 as 1…127, PyTorch's `reduce_range` on x86) and
+//! each output's weights to at most ±63 ([`WMAX`]): a column of the per-tensor int8 weights that
+//! uses more is re-quantized with its own scale, which loses one bit on that column only. The
+//! shift is taken back out with each output's weight sum. The sums are exact integers, so both
+//! paths (AVX2, plain Rust for other CPUs) give the same bits.
 
 use std::mem::MaybeUninit;
 
 use multiversion::multiversion;
 use rayon::prelude::*;
+
+use crate::math;
 
 /// Outputs a packed block holds (one 256-bit register of 32-bit sums).
 const LANES: usize = 8;
@@ -25,20 +31,24 @@ const ROWS: usize = 32;
 const QMAX: f32 = 63.0;
 /// The shift that makes quantized inputs unsigned.
 const SHIFT: i32 = 64;
+/// The largest weight magnitude the kernel multiplies: 127 · 63 · 4 products fit in 16 bits.
+const WMAX: i32 = 63;
 
-/// A linear layer's weights as int8 with one scale, packed for the kernel: for each block of
-/// [`LANES`] outputs and each group of [`GROUP`] inputs, 32 bytes — output `o`'s four weights in
-/// lane `o` — so that one broadcast input group multiplies eight outputs at once and the sums
-/// need no horizontal reduction. Each output's weight sum takes the inputs' shift back out.
+/// A linear layer's weights as int8 (at most ±[`WMAX`]) with one scale an output, packed for the
+/// kernel: for each block of [`LANES`] outputs and each group of [`GROUP`] inputs, 32 bytes —
+/// output `o`'s four weights in lane `o` — so that one broadcast input group multiplies eight
+/// outputs at once and the sums need no horizontal reduction. Each output's weight sum takes the
+/// inputs' shift back out.
 #[derive(Debug, Clone)]
 pub struct Int8Weights {
     packed: Vec<i8>,
     sums: Vec<i32>,
+    /// One scale an output (`w ≈ value · scale`), padded with zeros to whole blocks.
+    scales: Vec<f32>,
     k: usize,
     groups: usize,
     n: usize,
     blocks: usize,
-    scale: f32,
 }
 
 impl Int8Weights {
@@ -49,28 +59,35 @@ impl Int8Weights {
     /// When `values` does not hold `k × n` entries.
     pub fn new(values: &[i8], k: usize, n: usize, scale: f32) -> Self {
         assert_eq!(values.len(), k * n, "int8 weights: {k} × {n} values expected");
-        let groups = k.div_ceil(GROUP);
-        // Blocks come in pairs: the kernel computes sixteen outputs a pass.
+        // Groups come in pairs (the kernel sums two in 16 bits), blocks too (sixteen outputs a
+        // pass).
+        let groups = padded(k) / GROUP;
         let blocks = n.div_ceil(2 * LANES) * 2;
+        let (shrink, scales) = column_scales(values, n, scale, blocks * LANES);
         let mut packed = vec![0i8; blocks * groups * LANES * GROUP];
-        for t in 0..k {
-            for j in 0..n {
+        let mut sums = vec![0i32; n];
+        for (t, row) in values.chunks(n).enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                let v = shrink[j].map_or(v, |f| (f32::from(v) * f).round() as i8);
                 let (b, o, g, kk) = (j / LANES, j % LANES, t / GROUP, t % GROUP);
-                packed[((b * groups + g) * LANES + o) * GROUP + kk] = values[t * n + j];
+                packed[((b * groups + g) * LANES + o) * GROUP + kk] = v;
+                sums[j] += i32::from(v);
             }
         }
-        let sums = (0..n)
-            .map(|j| (0..k).map(|t| i32::from(values[t * n + j])).sum())
-            .collect();
         Int8Weights {
             packed,
             sums,
+            scales,
             k,
             groups,
             n,
             blocks,
-            scale,
         }
+    }
+
+    /// Inputs a row.
+    pub fn inputs(&self) -> usize {
+        self.k
     }
 
     /// Outputs a row.
@@ -79,57 +96,162 @@ impl Int8Weights {
     }
 }
 
+/// For each output (column of the `[k, n]` values), the factor its weights are multiplied by to
+/// stay within ±[`WMAX`] (none when they already are), and its scale; the scales padded with
+/// zeros to `padded` outputs.
+fn column_scales(values: &[i8], n: usize, scale: f32, padded: usize) -> (Vec<Option<f32>>, Vec<f32>) {
+    let mut max = vec![0i32; n];
+    for row in values.chunks(n) {
+        for (m, v) in max.iter_mut().zip(row) {
+            *m = (*m).max(i32::from(*v).abs());
+        }
+    }
+    let shrink: Vec<Option<f32>> = max
+        .iter()
+        .map(|&m| (m > WMAX).then(|| WMAX as f32 / m as f32))
+        .collect();
+    let mut scales = vec![0f32; padded];
+    for (s, f) in scales.iter_mut().zip(&shrink) {
+        *s = f.map_or(scale, |f| scale / f);
+    }
+    (shrink, scales)
+}
+
 /// `x · W + bias` for `x` of `x.len() / k` rows of `k` values, in int8 arithmetic.
 ///
 /// # Panics
 /// When `x` is not whole rows of the weights' inputs, or `bias` is not one value an output.
 pub fn linear(x: &[f32], w: &Int8Weights, bias: Option<&[f32]>) -> Vec<f32> {
-    let (k, n) = (w.k, w.n);
+    linears(x, &[(w, bias)]).remove(0)
+}
+
+/// [`linear`] for several layers that take the same input (attention's query, key and value):
+/// each row is quantized once for all of them.
+///
+/// # Panics
+/// When `layers` is empty or its weights differ in inputs, when `x` is not whole rows of them, or
+/// a bias is not one value an output.
+pub fn linears(x: &[f32], layers: &[(&Int8Weights, Option<&[f32]>)]) -> Vec<Vec<f32>> {
+    let k = layers.first().map_or(0, |(w, _)| w.k);
     assert!(
-        k > 0 && x.len().is_multiple_of(k),
-        "int8 linear: rows of {k} inputs expected"
+        k > 0 && x.len().is_multiple_of(k) && layers.iter().all(|(w, _)| w.k == k),
+        "int8 linear: rows of {k} inputs expected, for every layer"
     );
-    if let Some(b) = bias {
-        assert_eq!(b.len(), n, "int8 linear: one bias an output");
-    }
-    let zeros;
-    let bias = match bias {
-        Some(b) => b,
-        None => {
-            zeros = vec![0f32; n];
-            &zeros
-        }
-    };
+    let biases: Vec<Vec<f32>> = layers.iter().map(|(w, b)| bias_or_zeros(w, *b)).collect();
     let m = x.len() / k;
+    let tasks = m.div_ceil(ROWS);
     // The kernels write every output once: a zeroed `vec!` would first clear the whole output on
     // one core (9 % of the int8 forward).
+    let mut outputs: Vec<Vec<f32>> = layers.iter().map(|(w, _)| Vec::with_capacity(m * w.n)).collect();
+    let mut parts: Vec<Vec<&mut [MaybeUninit<f32>]>> = (0..tasks).map(|_| Vec::new()).collect();
+    for (y, (w, _)) in outputs.iter_mut().zip(layers) {
+        let mut rest = &mut y.spare_capacity_mut()[..m * w.n];
+        for (t, part) in parts.iter_mut().enumerate() {
+            let (mine, others) = rest.split_at_mut(ROWS.min(m - t * ROWS) * w.n);
+            part.push(mine);
+            rest = others;
+        }
+    }
+    parts
+        .into_par_iter()
+        .zip(x.par_chunks(ROWS * k))
+        .for_each(|(ys, x)| {
+            let (q, scales) = quantized(x, k);
+            for ((y, (w, _)), bias) in ys.into_iter().zip(layers).zip(&biases) {
+                rows(&q, &scales, w, bias, y);
+            }
+        });
+    for (y, (w, _)) in outputs.iter_mut().zip(layers) {
+        // SAFETY: the tasks cover all `m × n` elements and each writes every element it is given.
+        unsafe { y.set_len(m * w.n) };
+    }
+    outputs
+}
+
+/// A feed-forward block in int8, `gelu(x · W₁ + b₁) · W₂ + b₂`, computed block of rows by block
+/// of rows: the hidden activations (four times the width of `x` in a transformer) stay in the
+/// task's cache instead of going to memory three times (written, read by GELU, read to be
+/// quantized). Each step is the one [`linear`] and [`crate::math::gelu_all`] take: the same bits.
+///
+/// # Panics
+/// When the layers do not chain (`up`'s outputs are `down`'s inputs), or as [`linear`].
+pub fn feed_forward(
+    x: &[f32],
+    (up, up_bias): (&Int8Weights, Option<&[f32]>),
+    (down, down_bias): (&Int8Weights, Option<&[f32]>),
+) -> Vec<f32> {
+    assert_eq!(up.n, down.k, "int8 feed-forward: up's outputs are down's inputs");
+    let (k, hidden, n) = (up.k, up.n, down.n);
+    assert!(
+        k > 0 && hidden > 0 && x.len().is_multiple_of(k),
+        "int8 feed-forward: rows of {k} inputs expected"
+    );
+    let (b1, b2) = (bias_or_zeros(up, up_bias), bias_or_zeros(down, down_bias));
+    let m = x.len() / k;
     let mut y = Vec::with_capacity(m * n);
     y.spare_capacity_mut()[..m * n]
         .par_chunks_mut(ROWS * n.max(1))
         .zip(x.par_chunks(ROWS * k))
-        .for_each(|(y, x)| rows(x, w, bias, y));
+        .for_each(|(y, x)| {
+            let (q, scales) = quantized(x, k);
+            let mut h = Vec::with_capacity(scales.len() * hidden);
+            rows(
+                &q,
+                &scales,
+                up,
+                &b1,
+                &mut h.spare_capacity_mut()[..scales.len() * hidden],
+            );
+            // SAFETY: the kernel wrote every element of the task's `rows × hidden` activations.
+            unsafe { h.set_len(scales.len() * hidden) };
+            let mut g = vec![0f32; h.len()];
+            math::gelu_chunk(&h, &mut g);
+            let (q, scales) = quantized(&g, hidden);
+            rows(&q, &scales, down, &b2, y);
+        });
     // SAFETY: the tasks cover all `m × n` elements and each writes every element it is given.
     unsafe { y.set_len(m * n) };
     y
 }
 
-/// One task: its rows quantized (each row's groups of four bytes padded with the shifted zero),
-/// then every output of every row.
-fn rows(x: &[f32], w: &Int8Weights, bias: &[f32], y: &mut [MaybeUninit<f32>]) {
-    let kp = w.groups * GROUP;
-    let mut q = vec![SHIFT as u8; x.len() / w.k * kp];
-    let scales: Vec<f32> = x
-        .chunks(w.k)
+/// A layer's bias, or zeros when it has none.
+fn bias_or_zeros(w: &Int8Weights, bias: Option<&[f32]>) -> Vec<f32> {
+    match bias {
+        Some(b) => {
+            assert_eq!(b.len(), w.n, "int8 linear: one bias an output");
+            b.to_vec()
+        }
+        None => vec![0f32; w.n],
+    }
+}
+
+/// Rows of `k` inputs quantized for the kernel (each row padded with the shifted zero to whole
+/// pairs of groups), and their scales.
+fn quantized(x: &[f32], k: usize) -> (Vec<u8>, Vec<f32>) {
+    let kp = padded(k);
+    let mut q = vec![SHIFT as u8; x.len() / k * kp];
+    let scales = x
+        .chunks(k)
         .zip(q.chunks_mut(kp))
-        .map(|(x, q)| quantize_row(x, &mut q[..w.k]) * w.scale)
+        .map(|(x, q)| quantize_row(x, &mut q[..k]))
         .collect();
+    (q, scales)
+}
+
+/// Inputs a quantized row holds: `k` padded to whole pairs of groups.
+fn padded(k: usize) -> usize {
+    k.div_ceil(2 * GROUP) * 2 * GROUP
+}
+
+/// One task's rows (quantized) times one layer's weights: every output of every row.
+fn rows(q: &[u8], scales: &[f32], w: &Int8Weights, bias: &[f32], y: &mut [MaybeUninit<f32>]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked above); `q` holds whole padded rows, one per row of
         // `y` and entry of `scales`.
-        return unsafe { x86::rows_avx2(&q, &scales, w, bias, y) };
+        return unsafe { x86::rows_avx2(q, scales, w, bias, y) };
     }
-    rows_portable(&q, &scales, w, bias, y);
+    rows_portable(q, scales, w, bias, y);
 }
 
 /// The kernel in plain Rust, for CPUs without AVX2: the same integer sums, the same outputs.
@@ -144,7 +266,7 @@ fn rows_portable(q: &[u8], scales: &[f32], w: &Int8Weights, bias: &[f32], y: &mu
                     i32::from(q[t]) * i32::from(wv)
                 })
                 .sum();
-            y.write(((dot - SHIFT * w.sums[j]) as f32).mul_add(*s, bias[j]));
+            y.write(((dot - SHIFT * w.sums[j]) as f32).mul_add(s * w.scales[j], bias[j]));
         }
     }
 }
@@ -196,8 +318,9 @@ mod x86 {
     const R: usize = 4;
 
     /// [`super::rows`] with AVX2: for sixteen outputs and four rows at a time, each group of four
-    /// input bytes broadcast and multiplied with two packed weight registers (`vpmaddubsw`, then
-    /// `vpmaddwd` by ones into 32-bit lanes), then dequantized with bias and stored.
+    /// input bytes broadcast and multiplied with two packed weight registers (`vpmaddubsw`), two
+    /// groups' 16-bit results added, widened into 32-bit lanes (`vpmaddwd` by ones), then
+    /// dequantized with bias and stored.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows_avx2(
         q: &[u8],
@@ -213,9 +336,10 @@ mod x86 {
         let shift = _mm256_set1_epi32(SHIFT);
         let block = groups * LANES * GROUP;
         // SAFETY: row pointers stay below `m` rows of `kp` bytes of `q`; each broadcast reads four
-        // bytes of a group inside a row; each weight load reads 32 bytes inside block `b`'s
-        // `block` bytes (`b` < `w.blocks`); outputs are written through a bounds-checked
-        // temporary when a block runs past `n`.
+        // bytes of a group inside a row (`groups` is even, so `g + 1` is a group); each weight
+        // load reads 32 bytes inside block `b`'s `block` bytes (`b` < `w.blocks`); the scales
+        // are padded to whole blocks; outputs are written through a bounds-checked temporary
+        // when a block runs past `n`.
         unsafe {
             let qp = q.as_ptr();
             let mut b = 0;
@@ -229,16 +353,26 @@ mod x86 {
                     let rows = R.min(m - r);
                     let rp: [*const u8; R] = std::array::from_fn(|i| qp.add((r + i.min(rows - 1)) * kp));
                     let mut acc = [[_mm256_setzero_si256(); 2]; R];
-                    for g in 0..groups {
-                        let b0 = _mm256_loadu_si256(w0.add(g * 32).cast());
-                        let b1 = _mm256_loadu_si256(w1.add(g * 32).cast());
+                    let mut g = 0;
+                    while g < groups {
+                        let (a0, a1) = (w0.add(g * 32), w1.add(g * 32));
+                        let b0 = _mm256_loadu_si256(a0.cast());
+                        let b1 = _mm256_loadu_si256(a1.cast());
+                        let c0 = _mm256_loadu_si256(a0.add(32).cast());
+                        let c1 = _mm256_loadu_si256(a1.add(32).cast());
                         for i in 0..R {
-                            let x = _mm256_set1_epi32(rp[i].add(g * GROUP).cast::<i32>().read_unaligned());
-                            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(x, b0), ones);
-                            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(x, b1), ones);
-                            acc[i][0] = _mm256_add_epi32(acc[i][0], p0);
-                            acc[i][1] = _mm256_add_epi32(acc[i][1], p1);
+                            let p = rp[i].add(g * GROUP);
+                            let x = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
+                            let z = _mm256_set1_epi32(p.add(GROUP).cast::<i32>().read_unaligned());
+                            // Each 16-bit lane: four products of at most 127 · 63, exact.
+                            let s0 =
+                                _mm256_add_epi16(_mm256_maddubs_epi16(x, b0), _mm256_maddubs_epi16(z, c0));
+                            let s1 =
+                                _mm256_add_epi16(_mm256_maddubs_epi16(x, b1), _mm256_maddubs_epi16(z, c1));
+                            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(s0, ones));
+                            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(s1, ones));
                         }
+                        g += 2;
                     }
                     for (h, j0) in [b * LANES, (b + 1) * LANES].into_iter().enumerate() {
                         if j0 >= n {
@@ -251,9 +385,11 @@ mod x86 {
                         bs[..live].copy_from_slice(&bias[j0..j0 + live]);
                         let corr = _mm256_mullo_epi32(_mm256_loadu_si256(sums.as_ptr().cast()), shift);
                         let bv = _mm256_loadu_ps(bs.as_ptr());
+                        let ws = _mm256_loadu_ps(w.scales.as_ptr().add(j0));
                         for (i, acc) in acc.iter().enumerate().take(rows) {
                             let exact = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[h], corr));
-                            let v = _mm256_fmadd_ps(exact, _mm256_set1_ps(scales[r + i]), bv);
+                            let s = _mm256_mul_ps(_mm256_set1_ps(scales[r + i]), ws);
+                            let v = _mm256_fmadd_ps(exact, s, bv);
                             let out = y.as_mut_ptr().add((r + i) * n + j0).cast::<f32>();
                             if live == LANES {
                                 _mm256_storeu_ps(out, v);
@@ -293,12 +429,16 @@ mod tests {
                     .map(|t| row[t] * f32::from(vals[t * n + j]) * scale)
                     .sum::<f32>()
                     + bias[j];
-                // Each input moves by at most half a step: the error is bounded by Σ|w| · step / 2.
+                // Each input moves by at most half a step; a column re-quantized to ±63 moves each
+                // weight by at most half its new step.
+                let wstep = w.scales[j];
+                let wmoved = if wstep == scale { 0.0 } else { wstep / 2.0 };
                 let bound: f32 = (0..k)
-                    .map(|t| (f32::from(vals[t * n + j]) * scale).abs())
-                    .sum::<f32>()
-                    * step
-                    / 2.0;
+                    .map(|t| {
+                        let wt = (f32::from(vals[t * n + j]) * scale).abs();
+                        (wt + wmoved) * step / 2.0 + row[t].abs() * wmoved
+                    })
+                    .sum();
                 let got = y[r * n + j];
                 assert!(
                     (got - exact).abs() <= bound + 1e-4,
@@ -315,13 +455,7 @@ mod tests {
         assert_eq!(&yb[..n], &y[..n]);
         assert_eq!(&yb[3 * n..], &y[3 * n..]);
         // The portable kernel gives the same bits as the vector one.
-        let kp = w.groups * GROUP;
-        let mut q = vec![SHIFT as u8; m * kp];
-        let scales: Vec<f32> = x
-            .chunks(k)
-            .zip(q.chunks_mut(kp))
-            .map(|(x, q)| quantize_row(x, &mut q[..k]) * w.scale)
-            .collect();
+        let (q, scales) = quantized(&x, k);
         let mut portable = vec![MaybeUninit::uninit(); m * n];
         rows_portable(&q, &scales, &w, &bias, &mut portable);
         // SAFETY: the kernel writes every output.
@@ -330,5 +464,65 @@ mod tests {
         // A zero row gives the bias exactly.
         let zero = linear(&vec![0.0; k], &w, Some(&bias));
         assert_eq!(zero, bias);
+    }
+
+    #[test]
+    fn extreme_inputs_and_weights_do_not_saturate_the_16_bit_sums() {
+        // Columns at the int8 extremes (re-quantized to ±63), one inside ±63 (kept as it is);
+        // rows at the input extremes, which quantize exactly (±63 steps or the shifted zero).
+        let (k, n) = (72, 4);
+        let column = |j: usize, t: usize| -> i8 {
+            match j {
+                0 => -128,
+                1 => 127,
+                2 => {
+                    if t.is_multiple_of(2) {
+                        127
+                    } else {
+                        -127
+                    }
+                }
+                _ => 63 - (t % 127) as i8,
+            }
+        };
+        let vals: Vec<i8> = (0..k * n).map(|i| column(i % n, i / n)).collect();
+        let scale = 0.02;
+        let w = Int8Weights::new(&vals, k, n, scale);
+        assert_eq!(w.scales[3], scale, "a column within ±63 keeps the tensor's scale");
+        let rows: [Vec<f32>; 3] = [
+            vec![1.0; k],
+            vec![-1.0; k],
+            (0..k).map(|t| [1.0, -1.0][t % 2]).collect(),
+        ];
+        for x in rows {
+            let y = linear(&x, &w, None);
+            for (j, got) in y.iter().enumerate() {
+                let exact: f64 = (0..k)
+                    .map(|t| f64::from(x[t]) * f64::from(column(j, t)) * f64::from(scale))
+                    .sum();
+                assert!(
+                    (f64::from(*got) - exact).abs() <= 1e-4 * exact.abs().max(1.0),
+                    "column {j}: {got} vs {exact}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn fused_feed_forward_and_shared_quantization_give_the_bits_of_the_separate_steps() {
+        // 70 rows: two full row blocks and a short one; widths off the kernel's multiples.
+        let (m, k, hidden, n) = (70, 24, 52, 13);
+        let weights = |k: usize, n: usize, seed: usize| {
+            let v: Vec<i8> = (0..k * n).map(|i| ((i * 31 + seed) % 251) as i8).collect();
+            Int8Weights::new(&v, k, n, 0.003)
+        };
+        let (up, down, other) = (weights(k, hidden, 1), weights(hidden, n, 2), weights(k, n, 3));
+        let (b1, b2): (Vec<f32>, Vec<f32>) = ((0..hidden).map(|j| j as f32 * 0.01).collect(), vec![0.5; n]);
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 23) as f32 - 11.0) / 3.0).collect();
+        let separate = linear(&math::gelu_all(&linear(&x, &up, Some(&b1))), &down, Some(&b2));
+        assert_eq!(feed_forward(&x, (&up, Some(&b1)), (&down, Some(&b2))), separate);
+        let both = linears(&x, &[(&up, Some(&b1)), (&other, None)]);
+        assert_eq!(both[0], linear(&x, &up, Some(&b1)));
+        assert_eq!(both[1], linear(&x, &other, None));
     }
 }

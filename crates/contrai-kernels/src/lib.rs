@@ -12,13 +12,17 @@ pub mod int8;
 pub mod math;
 pub mod matmul;
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
 use burn::backend::Dispatch;
 use burn::nn::{LayerNorm, Linear};
 use burn::tensor::quantization::QuantizedBytes;
 use burn::tensor::{DType, Tensor};
 
-use fused::Fused;
+use fused::{Fused, Int8Layer};
 use int8::Int8Weights;
+use xxhash_rust::xxh3::Xxh3;
 
 /// GELU (exact erf form) of every element, with a fused backward pass.
 pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
@@ -78,37 +82,69 @@ pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>, eps: f64) -> T
 /// evaluating; other quantized weights, and inputs other than f32, go through Burn's
 /// `Linear::forward`.
 pub fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
-    let w = layer.weight.val();
-    if x.dtype() != DType::F32 {
-        return layer.forward(x);
+    let [y] = linears([layer], x);
+    y
+}
+
+/// Linear layers applied to the same `x` (attention's query, key and value), each as
+/// [`linear`]; when all of them run in int8, `x` is quantized once for all.
+pub fn linears<const D: usize, const N: usize>(layers: [&Linear; N], x: Tensor<D>) -> [Tensor<D>; N] {
+    if x.dtype() == DType::F32 && !x.device().is_autodiff() {
+        let int8: Option<Vec<_>> = layers.iter().map(|l| int8_layer(l)).collect();
+        if let Some(int8) = int8.filter(|l| l.windows(2).all(|p| p[0].0.inputs() == p[1].0.inputs())) {
+            let ys = <Dispatch as Fused>::fused_int8_linears(x.into_dispatch(), int8.into());
+            let mut ys = ys.into_iter().map(Tensor::from_dispatch);
+            return std::array::from_fn(|_| ys.next().expect("one output a layer"));
+        }
     }
-    if w.dtype() == DType::F32 {
-        let bias = match &layer.bias {
-            Some(b) => b.val(),
-            None => Tensor::zeros([w.dims()[1]], &w.device()),
-        };
-        return Tensor::from_dispatch(<Dispatch as Fused>::fused_linear(
+    layers.map(|layer| one_linear(layer, x.clone()))
+}
+
+/// A feed-forward block, `down(gelu(up(x)))` with [`linear`] and [`gelu`]; when both layers run
+/// in int8, in one pass over blocks of rows ([`int8::feed_forward`]: the same bits, the hidden
+/// activations never leave the cache).
+pub fn feed_forward<const D: usize>(up: &Linear, down: &Linear, x: Tensor<D>) -> Tensor<D> {
+    let int8 = || Some((int8_layer(up)?, int8_layer(down)?));
+    if x.dtype() == DType::F32
+        && !x.device().is_autodiff()
+        && let Some((u, d)) = int8().filter(|(u, d)| u.0.outputs() == d.0.inputs())
+    {
+        return Tensor::from_dispatch(<Dispatch as Fused>::fused_int8_feed_forward(
             x.into_dispatch(),
-            w.into_dispatch(),
-            bias.into_dispatch(),
+            u,
+            d,
         ));
     }
-    if x.device().is_autodiff() {
+    linear(down, gelu(linear(up, x)))
+}
+
+/// [`linear`] in f32 (with its backward pass), or through Burn for other types.
+fn one_linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
+    let w = layer.weight.val();
+    if x.dtype() != DType::F32 || w.dtype() != DType::F32 {
         return layer.forward(x);
     }
-    let Some(weights) = int8_weights(w) else {
-        return layer.forward(x);
+    let bias = match &layer.bias {
+        Some(b) => b.val(),
+        None => Tensor::zeros([w.dims()[1]], &w.device()),
     };
-    let bias: Option<std::sync::Arc<[f32]>> = layer
+    Tensor::from_dispatch(<Dispatch as Fused>::fused_linear(
+        x.into_dispatch(),
+        w.into_dispatch(),
+        bias.into_dispatch(),
+    ))
+}
+
+/// A layer's weight packed for the int8 kernel and its bias, when the weight is stored as int8
+/// with one scale.
+fn int8_layer(layer: &Linear) -> Option<Int8Layer> {
+    let weights = int8_weights(layer.weight.val())?;
+    let bias = layer
         .bias
         .as_ref()
         .and_then(|b| b.val().into_data().try_into_vec::<f32>().ok())
         .map(Into::into);
-    Tensor::from_dispatch(<Dispatch as Fused>::fused_int8_linear(
-        x.into_dispatch(),
-        std::sync::Arc::new(weights),
-        bias,
-    ))
+    Some((weights, bias))
 }
 
 /// Multi-head self-attention's context from the query, key and value projections
@@ -127,7 +163,7 @@ pub fn attention(
     v: Tensor<3>,
     key_bias: Tensor<4>,
     heads: usize,
-    drop: Option<std::sync::Arc<[f32]>>,
+    drop: Option<Arc<[f32]>>,
 ) -> Tensor<3> {
     let [b, s, width] = q.dims();
     assert!(
@@ -165,7 +201,7 @@ fn unfused_attention(
     v: Tensor<3>,
     key_bias: Tensor<4>,
     heads: usize,
-    drop: Option<std::sync::Arc<[f32]>>,
+    drop: Option<Arc<[f32]>>,
     scale: f32,
 ) -> Tensor<3> {
     let [b, s, width] = q.dims();
@@ -179,8 +215,15 @@ fn unfused_attention(
     probs.matmul(v).swap_dims(1, 2).reshape([b, s, width])
 }
 
-/// The int8 values and scale of a weight stored as symmetric int8 with one scale for the tensor.
-fn int8_weights(w: Tensor<2>) -> Option<Int8Weights> {
+/// A weight stored as symmetric int8 with one scale for the tensor, packed for the int8 kernel.
+/// An int8 model multiplies by the same weights batch after batch: each distinct weight is
+/// packed once and kept (keyed by a 128-bit hash of its values, scale and shape), since packing
+/// costs about 5 % of a forward pass.
+fn int8_weights(w: Tensor<2>) -> Option<Arc<Int8Weights>> {
+    static PACKED: Mutex<BTreeMap<u128, Arc<Int8Weights>>> = Mutex::new(BTreeMap::new());
+    /// Packed weights kept at most (an int8 model has a few per layer); beyond, the cache starts
+    /// over rather than grow without bound.
+    const KEEP: usize = 4096;
     let DType::QFloat(scheme) = w.dtype() else {
         return None;
     };
@@ -190,8 +233,24 @@ fn int8_weights(w: Tensor<2>) -> Option<Int8Weights> {
     let [k, n] = w.dims();
     let (bytes, shape, _) = w.into_data().into_parts();
     let (values, scales) = QuantizedBytes { bytes, scheme, shape }.into_vec_i8();
-    match (scales.block.as_slice(), scales.global) {
-        ([scale], None) if values.len() == k * n => Some(Int8Weights::new(&values, k, n, *scale)),
-        _ => None,
+    let ([scale], None) = (scales.block.as_slice(), scales.global) else {
+        return None;
+    };
+    if values.len() != k * n {
+        return None;
     }
+    let mut hasher = Xxh3::new();
+    hasher.update(bytemuck::cast_slice(&values));
+    hasher.update(&scale.to_le_bytes());
+    hasher.update(&(k as u64).to_le_bytes());
+    let key = hasher.digest128();
+    // A poisoned lock only means another thread panicked while packing: the map is still whole.
+    let mut packed = PACKED.lock().unwrap_or_else(|e| e.into_inner());
+    if packed.len() >= KEEP {
+        packed.clear();
+    }
+    let weights = packed
+        .entry(key)
+        .or_insert_with(|| Arc::new(Int8Weights::new(&values, k, n, *scale)));
+    Some(Arc::clone(weights))
 }

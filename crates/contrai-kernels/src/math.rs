@@ -73,8 +73,9 @@ pub fn gelu_grad(x: f32, g: f32) -> f32 {
     g * x.mul_add(pdf, cdf)
 }
 
+/// GELU of every element of `x` into `y` (the same length), on this core.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
-fn gelu_chunk(x: &[f32], y: &mut [f32]) {
+pub(crate) fn gelu_chunk(x: &[f32], y: &mut [f32]) {
     for (y, &x) in y.iter_mut().zip(x) {
         *y = gelu(x);
     }

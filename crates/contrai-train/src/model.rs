@@ -10,7 +10,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use contrai_kernels::{attention, gelu, layer_norm, linear};
+use contrai_kernels::{attention, feed_forward, gelu, layer_norm, linear, linears};
 use contrai_recipe::ModelKind;
 use contrai_recipe::recipe::Model as ModelSpec;
 use rand::{Rng, SeedableRng};
@@ -247,9 +247,7 @@ impl Attention {
     /// The heads' width is the query's output width over `heads`: a model whose pruned heads were
     /// removed (`compact`) has fewer heads of the same width.
     pub fn forward(&self, x: Tensor<3>, key_bias: Tensor<4>) -> Tensor<3> {
-        let q = linear(&self.query, x.clone());
-        let k = linear(&self.key, x.clone());
-        let v = linear(&self.value, x);
+        let [q, k, v] = linears([&self.query, &self.key, &self.value], x);
         linear(&self.output, attention(q, k, v, key_bias, self.heads, None))
     }
 }
@@ -348,8 +346,8 @@ impl TextClassifier {
                 .attn
                 .forward(layer_norm(&block.ln1, x.clone(), LN_EPS), batch.key_bias.clone());
             x = x + drop(a, site);
-            let h = linear(&block.ffn.up, layer_norm(&block.ln2, x.clone(), LN_EPS));
-            let f = linear(&block.ffn.down, gelu(h));
+            let h = layer_norm(&block.ln2, x.clone(), LN_EPS);
+            let f = feed_forward(&block.ffn.up, &block.ffn.down, h);
             x = x + drop(f, site + 1);
         }
         let x = layer_norm(&self.norm, x, LN_EPS);
