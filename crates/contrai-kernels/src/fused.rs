@@ -27,6 +27,8 @@ use crate::matmul::{self, Heads};
 pub type Int8Layer = (std::sync::Arc<Int8Weights>, Option<std::sync::Arc<[f32]>>);
 /// Linear layers in int8 that share an input.
 pub type Int8Layers = std::sync::Arc<[Int8Layer]>;
+/// A LayerNorm's γ, β and ε, applied to an int8 block's input rows ([`int8::Norm`]).
+pub type NormValues = (std::sync::Arc<[f32]>, std::sync::Arc<[f32]>, f32);
 
 /// The fused operations, on any backend that implements them (flex, and autodiff over flex).
 #[backend_extension(Flex, Autodiff)]
@@ -37,12 +39,22 @@ pub trait Fused: Backend {
     /// cover a consecutive block of `x`'s rows (attention's `[batch, 1, 1, keys]` key mask).
     fn fused_softmax(x: FloatTensor<Self>, mask: FloatTensor<Self>, scale: f32) -> FloatTensor<Self>;
     /// `x · W + bias` over the last dimension for each layer (weights in int8, bias), `x`
-    /// quantized once for all ([`crate::int8::linears`]); not differentiated (an int8 model only
-    /// evaluates).
-    fn fused_int8_linears(x: FloatTensor<Self>, layers: Int8Layers) -> Vec<FloatTensor<Self>>;
-    /// `gelu(x · W₁ + b₁) · W₂ + b₂` over the last dimension in int8, block of rows by block of
-    /// rows ([`crate::int8::feed_forward`]); not differentiated.
-    fn fused_int8_feed_forward(x: FloatTensor<Self>, up: Int8Layer, down: Int8Layer) -> FloatTensor<Self>;
+    /// (normalised by `norm` when given) quantized once for all ([`crate::int8::linears`]); not
+    /// differentiated (an int8 model only evaluates).
+    fn fused_int8_linears(
+        x: FloatTensor<Self>,
+        norm: Option<NormValues>,
+        layers: Int8Layers,
+    ) -> Vec<FloatTensor<Self>>;
+    /// `gelu(x · W₁ + b₁) · W₂ + b₂` over the last dimension in int8 — with `norm`, the residual
+    /// block `x + ffn(norm(x))` — block of rows by block of rows ([`crate::int8::feed_forward`]);
+    /// not differentiated.
+    fn fused_int8_feed_forward(
+        x: FloatTensor<Self>,
+        norm: Option<NormValues>,
+        up: Int8Layer,
+        down: Int8Layer,
+    ) -> FloatTensor<Self>;
     /// `x · w + bias` over the last dimension of f32 tensors ([`crate::matmul::linear`]).
     fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, bias: FloatTensor<Self>)
     -> FloatTensor<Self>;
@@ -116,6 +128,14 @@ pub trait FusedBackward: Backend {
 }
 
 /// A contiguous f32 copy (or view) of a flex tensor.
+fn int8_norm(norm: &Option<NormValues>) -> Option<int8::Norm<'_>> {
+    norm.as_ref().map(|(gamma, beta, eps)| int8::Norm {
+        gamma,
+        beta,
+        eps: *eps,
+    })
+}
+
 fn contiguous(t: &FlexTensor) -> FlexTensor {
     t.to_contiguous()
 }
@@ -152,10 +172,14 @@ impl Fused for Flex {
         flex(math::softmax(values(&x), values(&mask), scale, row), shape)
     }
 
-    fn fused_int8_linears(x: FloatTensor<Self>, layers: Int8Layers) -> Vec<FloatTensor<Self>> {
+    fn fused_int8_linears(
+        x: FloatTensor<Self>,
+        norm: Option<NormValues>,
+        layers: Int8Layers,
+    ) -> Vec<FloatTensor<Self>> {
         let x = contiguous(&x);
         let borrowed: Vec<_> = layers.iter().map(|(w, b)| (w.as_ref(), b.as_deref())).collect();
-        let outputs = int8::linears(values(&x), &borrowed);
+        let outputs = int8::linears(values(&x), int8_norm(&norm), &borrowed);
         outputs
             .into_iter()
             .zip(layers.iter())
@@ -163,10 +187,16 @@ impl Fused for Flex {
             .collect()
     }
 
-    fn fused_int8_feed_forward(x: FloatTensor<Self>, up: Int8Layer, down: Int8Layer) -> FloatTensor<Self> {
+    fn fused_int8_feed_forward(
+        x: FloatTensor<Self>,
+        norm: Option<NormValues>,
+        up: Int8Layer,
+        down: Int8Layer,
+    ) -> FloatTensor<Self> {
         let x = contiguous(&x);
         let shape = with_last(x.shape(), down.0.outputs());
-        let y = int8::feed_forward(values(&x), (&up.0, up.1.as_deref()), (&down.0, down.1.as_deref()));
+        let (up, down) = ((&*up.0, up.1.as_deref()), (&*down.0, down.1.as_deref()));
+        let y = int8::feed_forward(values(&x), int8_norm(&norm), up, down);
         flex(y, shape)
     }
 
@@ -408,17 +438,26 @@ impl<B: Fused + FusedBackward, C: CheckpointStrategy> Fused for Autodiff<B, C> {
         }
     }
 
-    fn fused_int8_linears(x: FloatTensor<Self>, layers: Int8Layers) -> Vec<FloatTensor<Self>> {
+    fn fused_int8_linears(
+        x: FloatTensor<Self>,
+        norm: Option<NormValues>,
+        layers: Int8Layers,
+    ) -> Vec<FloatTensor<Self>> {
         // Evaluation only: the results are constants of the graph.
-        B::fused_int8_linears(x.into_primitive(), layers)
+        B::fused_int8_linears(x.into_primitive(), norm, layers)
             .into_iter()
             .map(Autodiff::<B, C>::from_inner)
             .collect()
     }
 
-    fn fused_int8_feed_forward(x: FloatTensor<Self>, up: Int8Layer, down: Int8Layer) -> FloatTensor<Self> {
+    fn fused_int8_feed_forward(
+        x: FloatTensor<Self>,
+        norm: Option<NormValues>,
+        up: Int8Layer,
+        down: Int8Layer,
+    ) -> FloatTensor<Self> {
         // Evaluation only: the result is a constant of the graph.
-        Autodiff::<B, C>::from_inner(B::fused_int8_feed_forward(x.into_primitive(), up, down))
+        Autodiff::<B, C>::from_inner(B::fused_int8_feed_forward(x.into_primitive(), norm, up, down))
     }
 
     fn fused_linear(

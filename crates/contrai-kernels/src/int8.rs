@@ -14,6 +14,7 @@
 //! shift is taken back out with each output's weight sum. The sums are exact integers, so both
 //! paths (AVX2, plain Rust for other CPUs) give the same bits.
 
+use std::borrow::Cow;
 use std::mem::MaybeUninit;
 
 use multiversion::multiversion;
@@ -122,21 +123,57 @@ fn column_scales(values: &[i8], n: usize, scale: f32, padded: usize) -> (Vec<Opt
 /// # Panics
 /// When `x` is not whole rows of the weights' inputs, or `bias` is not one value an output.
 pub fn linear(x: &[f32], w: &Int8Weights, bias: Option<&[f32]>) -> Vec<f32> {
-    linears(x, &[(w, bias)]).remove(0)
+    linears(x, None, &[(w, bias)]).remove(0)
+}
+
+/// A LayerNorm applied to each row of an input just before it is quantized (a pre-norm
+/// transformer block's), as [`crate::math::layer_norm`] computes it: the same bits, and the
+/// normalised rows never go to memory.
+#[derive(Debug, Clone, Copy)]
+pub struct Norm<'a> {
+    /// Scale, one a feature.
+    pub gamma: &'a [f32],
+    /// Shift, one a feature.
+    pub beta: &'a [f32],
+    /// Added to the variance.
+    pub eps: f32,
+}
+
+/// One task's rows as the kernel takes them: `x`, or `x` normalised by `norm`.
+fn normed<'a>(x: &'a [f32], norm: Option<Norm<'_>>) -> Cow<'a, [f32]> {
+    match norm {
+        None => Cow::Borrowed(x),
+        Some(n) => {
+            let mut y = vec![0f32; x.len()];
+            math::layer_norm_rows(x, n.gamma, n.beta, n.eps, &mut y);
+            Cow::Owned(y)
+        }
+    }
+}
+
+/// Panics unless `norm` normalises rows of `k` features.
+fn check_norm(norm: Option<Norm>, k: usize) {
+    if let Some(n) = norm {
+        assert!(
+            n.gamma.len() == k && n.beta.len() == k,
+            "int8 layer norm: γ and β of {k} features expected"
+        );
+    }
 }
 
 /// [`linear`] for several layers that take the same input (attention's query, key and value):
-/// each row is quantized once for all of them.
+/// each row is quantized once for all of them, after `norm` when given.
 ///
 /// # Panics
-/// When `layers` is empty or its weights differ in inputs, when `x` is not whole rows of them, or
-/// a bias is not one value an output.
-pub fn linears(x: &[f32], layers: &[(&Int8Weights, Option<&[f32]>)]) -> Vec<Vec<f32>> {
+/// When `layers` is empty or its weights differ in inputs, when `x` is not whole rows of them,
+/// `norm` is not of that width, or a bias is not one value an output.
+pub fn linears(x: &[f32], norm: Option<Norm>, layers: &[(&Int8Weights, Option<&[f32]>)]) -> Vec<Vec<f32>> {
     let k = layers.first().map_or(0, |(w, _)| w.k);
     assert!(
         k > 0 && x.len().is_multiple_of(k) && layers.iter().all(|(w, _)| w.k == k),
         "int8 linear: rows of {k} inputs expected, for every layer"
     );
+    check_norm(norm, k);
     let biases: Vec<Vec<f32>> = layers.iter().map(|(w, b)| bias_or_zeros(w, *b)).collect();
     let m = x.len() / k;
     let tasks = m.div_ceil(ROWS);
@@ -156,7 +193,7 @@ pub fn linears(x: &[f32], layers: &[(&Int8Weights, Option<&[f32]>)]) -> Vec<Vec<
         .into_par_iter()
         .zip(x.par_chunks(ROWS * k))
         .for_each(|(ys, x)| {
-            let (q, scales) = quantized(x, k);
+            let (q, scales) = quantized(&normed(x, norm), k);
             for ((y, (w, _)), bias) in ys.into_iter().zip(layers).zip(&biases) {
                 rows(&q, &scales, w, bias, y);
             }
@@ -168,15 +205,18 @@ pub fn linears(x: &[f32], layers: &[(&Int8Weights, Option<&[f32]>)]) -> Vec<Vec<
     outputs
 }
 
-/// A feed-forward block in int8, `gelu(x · W₁ + b₁) · W₂ + b₂`, computed block of rows by block
-/// of rows: the hidden activations (four times the width of `x` in a transformer) stay in the
-/// task's cache instead of going to memory three times (written, read by GELU, read to be
-/// quantized). Each step is the one [`linear`] and [`crate::math::gelu_all`] take: the same bits.
+/// A feed-forward block in int8, `gelu(x · W₁ + b₁) · W₂ + b₂` — with `norm`, the pre-norm
+/// residual block `x + ffn(norm(x))` — computed block of rows by block of rows: the hidden
+/// activations (four times the width of `x` in a transformer) stay in the task's cache instead of
+/// going to memory three times (written, read by GELU, read to be quantized). Each step is the
+/// one [`linear`], [`crate::math::gelu_all`] and [`crate::math::layer_norm`] take: the same bits.
 ///
 /// # Panics
-/// When the layers do not chain (`up`'s outputs are `down`'s inputs), or as [`linear`].
+/// When the layers do not chain (`up`'s outputs are `down`'s inputs; with `norm`, `down`'s
+/// outputs are `x`'s width), or as [`linears`].
 pub fn feed_forward(
     x: &[f32],
+    norm: Option<Norm>,
     (up, up_bias): (&Int8Weights, Option<&[f32]>),
     (down, down_bias): (&Int8Weights, Option<&[f32]>),
 ) -> Vec<f32> {
@@ -186,6 +226,11 @@ pub fn feed_forward(
         k > 0 && hidden > 0 && x.len().is_multiple_of(k),
         "int8 feed-forward: rows of {k} inputs expected"
     );
+    check_norm(norm, k);
+    assert!(
+        norm.is_none() || n == k,
+        "int8 feed-forward: a residual block's output is its input's width"
+    );
     let (b1, b2) = (bias_or_zeros(up, up_bias), bias_or_zeros(down, down_bias));
     let m = x.len() / k;
     let mut y = Vec::with_capacity(m * n);
@@ -193,7 +238,7 @@ pub fn feed_forward(
         .par_chunks_mut(ROWS * n.max(1))
         .zip(x.par_chunks(ROWS * k))
         .for_each(|(y, x)| {
-            let (q, scales) = quantized(x, k);
+            let (q, scales) = quantized(&normed(x, norm), k);
             let mut h = Vec::with_capacity(scales.len() * hidden);
             rows(
                 &q,
@@ -208,6 +253,11 @@ pub fn feed_forward(
             math::gelu_chunk(&h, &mut g);
             let (q, scales) = quantized(&g, hidden);
             rows(&q, &scales, down, &b2, y);
+            if norm.is_some() {
+                // SAFETY: the kernel just wrote every element of `y`.
+                let y = unsafe { &mut *(y as *mut [MaybeUninit<f32>] as *mut [f32]) };
+                y.iter_mut().zip(x).for_each(|(y, x)| *y += x);
+            }
         });
     // SAFETY: the tasks cover all `m × n` elements and each writes every element it is given.
     unsafe { y.set_len(m * n) };
@@ -520,9 +570,36 @@ mod tests {
         let (b1, b2): (Vec<f32>, Vec<f32>) = ((0..hidden).map(|j| j as f32 * 0.01).collect(), vec![0.5; n]);
         let x: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 23) as f32 - 11.0) / 3.0).collect();
         let separate = linear(&math::gelu_all(&linear(&x, &up, Some(&b1))), &down, Some(&b2));
-        assert_eq!(feed_forward(&x, (&up, Some(&b1)), (&down, Some(&b2))), separate);
-        let both = linears(&x, &[(&up, Some(&b1)), (&other, None)]);
+        assert_eq!(
+            feed_forward(&x, None, (&up, Some(&b1)), (&down, Some(&b2))),
+            separate
+        );
+        let both = linears(&x, None, &[(&up, Some(&b1)), (&other, None)]);
         assert_eq!(both[0], linear(&x, &up, Some(&b1)));
         assert_eq!(both[1], linear(&x, &other, None));
+        // With a pre-norm: the normalised rows, and the residual block `x + ffn(norm(x))` (down
+        // maps back to x's width).
+        let (gamma, beta): (Vec<f32>, Vec<f32>) =
+            ((0..k).map(|i| 1.0 + i as f32 * 0.1).collect(), vec![0.25; k]);
+        let norm = Norm {
+            gamma: &gamma,
+            beta: &beta,
+            eps: 1e-5,
+        };
+        let xn = math::layer_norm(&x, &gamma, &beta, 1e-5);
+        assert_eq!(
+            linears(&x, Some(norm), &[(&other, None)])[0],
+            linear(&xn, &other, None)
+        );
+        let back = weights(hidden, k, 4);
+        let residual: Vec<f32> = linear(&math::gelu_all(&linear(&xn, &up, Some(&b1))), &back, None)
+            .iter()
+            .zip(&x)
+            .map(|(f, x)| x + f)
+            .collect();
+        assert_eq!(
+            feed_forward(&x, Some(norm), (&up, Some(&b1)), (&back, None)),
+            residual
+        );
     }
 }

@@ -20,7 +20,7 @@ use burn::nn::{LayerNorm, Linear};
 use burn::tensor::quantization::QuantizedBytes;
 use burn::tensor::{DType, Tensor};
 
-use fused::{Fused, Int8Layer};
+use fused::{Fused, Int8Layer, NormValues};
 use int8::Int8Weights;
 use xxhash_rust::xxh3::Xxh3;
 
@@ -89,14 +89,41 @@ pub fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
 /// Linear layers applied to the same `x` (attention's query, key and value), each as
 /// [`linear`]; when all of them run in int8, `x` is quantized once for all.
 pub fn linears<const D: usize, const N: usize>(layers: [&Linear; N], x: Tensor<D>) -> [Tensor<D>; N] {
-    if x.dtype() == DType::F32 && !x.device().is_autodiff() {
+    linears_after(None, layers, x)
+}
+
+/// [`linears`] of `layer_norm(norm, x, eps)` (a pre-norm block's attention input); in int8, each
+/// row is normalised just before it is quantized, never written out (the same bits).
+pub fn normed_linears<const D: usize, const N: usize>(
+    norm: &LayerNorm,
+    eps: f64,
+    layers: [&Linear; N],
+    x: Tensor<D>,
+) -> [Tensor<D>; N] {
+    linears_after(Some((norm, eps)), layers, x)
+}
+
+/// A LayerNorm module and its epsilon, applied to the input of the layers that follow.
+type PreNorm<'a> = Option<(&'a LayerNorm, f64)>;
+
+fn linears_after<const D: usize, const N: usize>(
+    norm: PreNorm,
+    layers: [&Linear; N],
+    x: Tensor<D>,
+) -> [Tensor<D>; N] {
+    if evaluates_f32(&x) {
         let int8: Option<Vec<_>> = layers.iter().map(|l| int8_layer(l)).collect();
-        if let Some(int8) = int8.filter(|l| l.windows(2).all(|p| p[0].0.inputs() == p[1].0.inputs())) {
-            let ys = <Dispatch as Fused>::fused_int8_linears(x.into_dispatch(), int8.into());
+        let int8 = int8.filter(|l| l.windows(2).all(|p| p[0].0.inputs() == p[1].0.inputs()));
+        if let (Some(int8), Some(norm)) = (int8, norm_values(norm)) {
+            let ys = <Dispatch as Fused>::fused_int8_linears(x.into_dispatch(), norm, int8.into());
             let mut ys = ys.into_iter().map(Tensor::from_dispatch);
             return std::array::from_fn(|_| ys.next().expect("one output a layer"));
         }
     }
+    let x = match norm {
+        Some((n, eps)) => layer_norm(n, x, eps),
+        None => x,
+    };
     layers.map(|layer| one_linear(layer, x.clone()))
 }
 
@@ -104,18 +131,63 @@ pub fn linears<const D: usize, const N: usize>(layers: [&Linear; N], x: Tensor<D
 /// in int8, in one pass over blocks of rows ([`int8::feed_forward`]: the same bits, the hidden
 /// activations never leave the cache).
 pub fn feed_forward<const D: usize>(up: &Linear, down: &Linear, x: Tensor<D>) -> Tensor<D> {
+    feed_forward_after(None, up, down, x)
+}
+
+/// A pre-norm block's feed-forward with its residual, `x + feed_forward(up, down,
+/// layer_norm(norm, x, eps))`, for evaluation (no dropout between); in int8, one pass over blocks
+/// of rows, normalisation and residual included (the same bits).
+pub fn residual_feed_forward<const D: usize>(
+    norm: &LayerNorm,
+    eps: f64,
+    up: &Linear,
+    down: &Linear,
+    x: Tensor<D>,
+) -> Tensor<D> {
+    feed_forward_after(Some((norm, eps)), up, down, x)
+}
+
+fn feed_forward_after<const D: usize>(norm: PreNorm, up: &Linear, down: &Linear, x: Tensor<D>) -> Tensor<D> {
     let int8 = || Some((int8_layer(up)?, int8_layer(down)?));
-    if x.dtype() == DType::F32
-        && !x.device().is_autodiff()
-        && let Some((u, d)) = int8().filter(|(u, d)| u.0.outputs() == d.0.inputs())
+    let chains = |(u, d): &(Int8Layer, Int8Layer)| {
+        u.0.outputs() == d.0.inputs() && (norm.is_none() || d.0.outputs() == u.0.inputs())
+    };
+    if evaluates_f32(&x)
+        && let Some((u, d)) = int8().filter(chains)
+        && let Some(norm) = norm_values(norm)
     {
         return Tensor::from_dispatch(<Dispatch as Fused>::fused_int8_feed_forward(
             x.into_dispatch(),
+            norm,
             u,
             d,
         ));
     }
-    linear(down, gelu(linear(up, x)))
+    match norm {
+        Some((n, eps)) => x.clone() + linear(down, gelu(linear(up, layer_norm(n, x, eps)))),
+        None => linear(down, gelu(linear(up, x))),
+    }
+}
+
+/// Whether `x` is an f32 input being evaluated (no autodiff): what the int8 kernels take.
+fn evaluates_f32<const D: usize>(x: &Tensor<D>) -> bool {
+    x.dtype() == DType::F32 && !x.device().is_autodiff()
+}
+
+/// The pre-norm as the int8 kernels take it: `Some(None)` without one, `Some(Some(γ, β, ε))`
+/// (β zeros when the module has none), `None` when its parameters are not f32 (the caller then
+/// takes Burn's path).
+fn norm_values(norm: PreNorm) -> Option<Option<NormValues>> {
+    let Some((norm, eps)) = norm else {
+        return Some(None);
+    };
+    let gamma = norm.gamma.val();
+    let beta = match &norm.beta {
+        Some(b) => b.val(),
+        None => gamma.zeros_like(),
+    };
+    let host = |t: Tensor<1>| t.into_data().try_into_vec::<f32>().ok().map(Arc::<[f32]>::from);
+    Some(Some((host(gamma)?, host(beta)?, eps as f32)))
 }
 
 /// [`linear`] in f32 (with its backward pass), or through Burn for other types.

@@ -255,8 +255,9 @@ pub struct LayerNormGrads {
     pub beta: Vec<f32>,
 }
 
+/// [`layer_norm`] of whole rows of `gamma.len()` features into `y` (the same length), on this core.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
-fn layer_norm_rows(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, y: &mut [f32]) {
+pub(crate) fn layer_norm_rows(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, y: &mut [f32]) {
     let d = gamma.len();
     let inv_d = 1.0 / d as f32;
     for (x, y) in x.chunks(d).zip(y.chunks_mut(d)) {

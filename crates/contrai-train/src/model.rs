@@ -10,7 +10,9 @@ use burn::module::{Module, Param};
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use contrai_kernels::{attention, feed_forward, gelu, layer_norm, linear, linears};
+use contrai_kernels::{
+    attention, feed_forward, gelu, layer_norm, linear, normed_linears, residual_feed_forward,
+};
 use contrai_recipe::ModelKind;
 use contrai_recipe::recipe::Model as ModelSpec;
 use rand::{Rng, SeedableRng};
@@ -242,12 +244,13 @@ pub struct Attention {
 }
 
 impl Attention {
-    /// `x`: `[batch, seq, d]`; `key_bias`: `[batch, 1, 1, seq]`.
+    /// Attention over `norm(x)` (the block's pre-norm): `x` is `[batch, seq, d]`, `key_bias`
+    /// `[batch, 1, 1, seq]`.
     ///
     /// The heads' width is the query's output width over `heads`: a model whose pruned heads were
     /// removed (`compact`) has fewer heads of the same width.
-    pub fn forward(&self, x: Tensor<3>, key_bias: Tensor<4>) -> Tensor<3> {
-        let [q, k, v] = linears([&self.query, &self.key, &self.value], x);
+    pub fn forward(&self, norm: &LayerNorm, x: Tensor<3>, key_bias: Tensor<4>) -> Tensor<3> {
+        let [q, k, v] = normed_linears(norm, LN_EPS, [&self.query, &self.key, &self.value], x);
         linear(&self.output, attention(q, k, v, key_bias, self.heads, None))
     }
 }
@@ -335,6 +338,7 @@ impl TextClassifier {
         let d = self.pos.weight.dims()[1];
         let pos = self.pos.weight.val().narrow(0, 0, s).reshape([1, s, d]);
         let mut x = self.embed.forward(batch.tokens.clone()) + pos;
+        let evaluating = drop.is_none();
         let drop = |x: Tensor<3>, site: u64| match drop {
             Some(dr) => dr.apply(x, site, &device),
             None => x,
@@ -342,13 +346,16 @@ impl TextClassifier {
         x = drop(x, 0);
         for (i, block) in self.blocks.iter().enumerate() {
             let site = 1 + 2 * i as u64;
-            let a = block
-                .attn
-                .forward(layer_norm(&block.ln1, x.clone(), LN_EPS), batch.key_bias.clone());
+            let a = block.attn.forward(&block.ln1, x.clone(), batch.key_bias.clone());
             x = x + drop(a, site);
-            let h = layer_norm(&block.ln2, x.clone(), LN_EPS);
-            let f = feed_forward(&block.ffn.up, &block.ffn.down, h);
-            x = x + drop(f, site + 1);
+            let (ffn, norm) = (&block.ffn, &block.ln2);
+            x = if evaluating {
+                // One operation (in int8, one pass over blocks of rows).
+                residual_feed_forward(norm, LN_EPS, &ffn.up, &ffn.down, x)
+            } else {
+                let f = feed_forward(&ffn.up, &ffn.down, layer_norm(norm, x.clone(), LN_EPS));
+                x + drop(f, site + 1)
+            };
         }
         let x = layer_norm(&self.norm, x, LN_EPS);
         let pooled = (x * batch.keep.clone()).sum_dim(1).reshape([b, d]) / batch.count.clone();
