@@ -2,6 +2,11 @@
 //! 128 → 128): Burn flex's f32 matmul against the int8 kernel, medians in milliseconds.
 //!
 //! `cargo run --release --example int8_bench -p contrai-kernels`
+//!
+//! Run it with the training loop's allocator settings
+//! (`GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295`,
+//! `contrai_train::alloc`): without them every fresh 8 MB output is page-faulted in again, which
+//! doubles the f32 and int8 times of the 128 → 512 shape alike.
 
 use burn::tensor::{Device, Tensor, TensorData};
 use contrai_kernels::int8::{Int8Weights, linear};

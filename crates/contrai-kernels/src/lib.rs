@@ -63,11 +63,7 @@ pub fn attention_softmax(scores: Tensor<4>, scale: f32, key_bias: Tensor<4>) -> 
 /// A LayerNorm module applied over the last dimension with `eps` (Burn keeps a module's epsilon
 /// private, so the caller, which built the module, says it), with a fused backward pass.
 pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>, eps: f64) -> Tensor<D> {
-    let gamma = norm.gamma.val();
-    let beta = match &norm.beta {
-        Some(b) => b.val(),
-        None => gamma.zeros_like(),
-    };
+    let (gamma, beta) = norm_params(norm);
     Tensor::from_dispatch(<Dispatch as Fused>::fused_layer_norm(
         x.into_dispatch(),
         gamma.into_dispatch(),
@@ -181,13 +177,19 @@ fn norm_values(norm: PreNorm) -> Option<Option<NormValues>> {
     let Some((norm, eps)) = norm else {
         return Some(None);
     };
+    let (gamma, beta) = norm_params(norm);
+    let host = |t: Tensor<1>| t.into_data().try_into_vec::<f32>().ok().map(Arc::<[f32]>::from);
+    Some(Some((host(gamma)?, host(beta)?, eps as f32)))
+}
+
+/// A LayerNorm module's γ and β (zeros when it has none).
+fn norm_params(norm: &LayerNorm) -> (Tensor<1>, Tensor<1>) {
     let gamma = norm.gamma.val();
     let beta = match &norm.beta {
         Some(b) => b.val(),
         None => gamma.zeros_like(),
     };
-    let host = |t: Tensor<1>| t.into_data().try_into_vec::<f32>().ok().map(Arc::<[f32]>::from);
-    Some(Some((host(gamma)?, host(beta)?, eps as f32)))
+    (gamma, beta)
 }
 
 /// [`linear`] in f32 (with its backward pass), or through Burn for other types.
