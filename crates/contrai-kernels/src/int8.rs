@@ -86,6 +86,11 @@ impl Int8Weights {
         }
     }
 
+    /// Bytes the packing holds.
+    pub fn bytes(&self) -> usize {
+        self.packed.len() + 4 * (self.sums.len() + self.scales.len())
+    }
+
     /// Inputs a row.
     pub fn inputs(&self) -> usize {
         self.k

@@ -295,9 +295,9 @@ fn unfused_attention(
 /// costs about 5 % of a forward pass.
 fn int8_weights(w: Tensor<2>) -> Option<Arc<Int8Weights>> {
     static PACKED: Mutex<BTreeMap<u128, Arc<Int8Weights>>> = Mutex::new(BTreeMap::new());
-    /// Packed weights kept at most (an int8 model has a few per layer); beyond, the cache starts
-    /// over rather than grow without bound.
-    const KEEP: usize = 4096;
+    /// Packed bytes kept at most (a MiniLM-sized int8 model packs to ~22 MB); beyond, the cache
+    /// starts over rather than grow with every model a long process evaluates.
+    const KEEP_BYTES: usize = 256 << 20;
     let DType::QFloat(scheme) = w.dtype() else {
         return None;
     };
@@ -320,7 +320,7 @@ fn int8_weights(w: Tensor<2>) -> Option<Arc<Int8Weights>> {
     let key = hasher.digest128();
     // A poisoned lock only means another thread panicked while packing: the map is still whole.
     let mut packed = PACKED.lock().unwrap_or_else(|e| e.into_inner());
-    if packed.len() >= KEEP {
+    if packed.values().map(|w| w.bytes()).sum::<usize>() >= KEEP_BYTES {
         packed.clear();
     }
     let weights = packed

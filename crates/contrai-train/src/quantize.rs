@@ -153,16 +153,22 @@ mod tests {
     fn the_int8_model_multiplies_in_int8() {
         let device = Device::flex();
         let spec = contrai_recipe::Recipe::default().model;
-        let q = quantize_int8(Classifier::new(&spec, 2, 0, 7, &device).unwrap(), None);
-        let (int8, deq) = (logits(&q, &device), logits(&dequantized(q), &device));
-        // The inputs of each int8 product are rounded to 7 bits: close to, not equal to, the
-        // dequantized weights' f32 products.
-        let diff = int8
-            .iter()
-            .zip(&deq)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(diff > 1e-6 && diff < 0.05, "{int8:?} vs {deq:?}");
+        let int8 = |seed| quantize_int8(Classifier::new(&spec, 2, 0, seed, &device).unwrap(), None);
+        let (a, b) = (int8(7), int8(8));
+        let first = logits(&a, &device);
+        // Two int8 models in one process (their packed weights kept side by side): each its own.
+        for q in [b, a.clone()] {
+            let (int8, deq) = (logits(&q, &device), logits(&dequantized(q), &device));
+            // The inputs of each int8 product are rounded to 7 bits: close to, not equal to, the
+            // dequantized weights' f32 products.
+            let diff = int8
+                .iter()
+                .zip(&deq)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(diff > 1e-6 && diff < 0.05, "{int8:?} vs {deq:?}");
+        }
+        assert_eq!(logits(&a, &device), first, "the same model, the same bits");
     }
 
     #[test]
