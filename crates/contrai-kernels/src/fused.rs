@@ -127,7 +127,7 @@ pub trait FusedBackward: Backend {
     ) -> [FloatTensor<Self>; 3];
 }
 
-/// A contiguous f32 copy (or view) of a flex tensor.
+/// The int8 kernels' view of a pre-norm's γ, β and ε.
 fn int8_norm(norm: &Option<NormValues>) -> Option<int8::Norm<'_>> {
     norm.as_ref().map(|(gamma, beta, eps)| int8::Norm {
         gamma,
@@ -136,6 +136,7 @@ fn int8_norm(norm: &Option<NormValues>) -> Option<int8::Norm<'_>> {
     })
 }
 
+/// A contiguous f32 copy (or view) of a flex tensor.
 fn contiguous(t: &FlexTensor) -> FlexTensor {
     t.to_contiguous()
 }
