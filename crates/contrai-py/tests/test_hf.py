@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -138,6 +139,15 @@ def test_what_to_set_is_said_when_the_trainer_cannot_run_the_recipe(tmp_path, re
                 callbacks=[cb])
     with pytest.raises(ValueError, match=r"max_steps=80"):
         t.train()
+    # FSDP and ZeRO-3 need accelerators; the check reads what Accelerate sets for them.
+    cb = ContraiCallback(recipe_file, run_dir=tmp_path / "r4")
+    zero3 = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=3)))
+    for sharded in (SimpleNamespace(is_fsdp_enabled=True), SimpleNamespace(accelerator=zero3)):
+        cb.trainer = SimpleNamespace(eval_dataset=token_task(20, 2), **vars(sharded))  # type: ignore[assignment]
+        with pytest.raises(ValueError, match=r"pruning needs whole parameters: FSDP or DeepSpeed ZeRO-3 shards"):
+            cb._check(args, SimpleNamespace(max_steps=80))
+    cb.trainer = SimpleNamespace(eval_dataset=token_task(20, 2), is_fsdp_enabled=False)  # type: ignore[assignment]
+    cb._check(args, SimpleNamespace(max_steps=80))
     bad = tmp_path / "bad.toml"
     bad.write_text("[contract]\nprune_scpe = 'global'\n")
     with pytest.raises(ValueError, match=r"bad.toml:2: .*did you mean `prune_scope`"):

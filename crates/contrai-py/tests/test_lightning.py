@@ -168,3 +168,20 @@ def test_a_lightning_job_stopped_mid_contraction_resumes_with_the_same_decisions
     assert sparsity[0] == sparsity[1] and sparsity[0]["net.0"] > 0
     w = resumed.net[0].weight
     assert float((w == 0).float().mean()) == pytest.approx(sparsity[1]["net.0"], abs=1e-9)
+
+
+def test_a_strategy_that_shards_parameters_is_refused_when_the_recipe_prunes(tmp_path):
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE)
+    cb = ContraiCallback(recipe, tmp_path / "run")
+    val = [DataLoader(task(16, 2))]
+    cb._check(SimpleNamespace(val_dataloaders=val, strategy=DDPStrategy(), max_steps=110))
+    with pytest.raises(ValueError, match="pruning needs whole parameters: FSDPStrategy shards them"):
+        cb._check(SimpleNamespace(val_dataloaders=val, strategy=FSDPStrategy(), max_steps=110))
+    recipe.write_text(RECIPE.replace('prune = [{ params = "net.0.weight", init = 0.1, final = 0.5 }]', "prune = []"))
+    ContraiCallback(recipe, tmp_path / "run")._check(SimpleNamespace(val_dataloaders=val, strategy=FSDPStrategy(),
+                                                                     max_steps=110))

@@ -77,7 +77,35 @@ class Job:
 
     def all_reduce(self, values: list[float]) -> list[float]:
         """Sums of ``values`` over all ranks (identity on one process)."""
-        return values
+        if not distributed(self.world):
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=first_device(self.model))
+        torch.distributed.all_reduce(t)
+        return t.tolist()
+
+
+def distributed(world: int) -> bool:
+    """Whether this process is one of several ranks of a ``torch.distributed`` job."""
+    return world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def refuse_sharded_pruning(recipe_toml: str, recipe_path: str, sharding: str) -> None:
+    """Raises when the recipe prunes weights (a contract phase with ``contract.prune`` entries)
+    and ``sharding`` splits parameters across ranks: pruning needs them whole, and masks applied
+    to shards would be wrong silently."""
+    r = json.loads(_core.recipe_json(recipe_toml, recipe_path))
+    if r["contract"]["prune"] and "contract" in r["run"]["phases"]:
+        raise ValueError(
+            f"the recipe prunes weights (contract.prune), and pruning needs whole parameters: {sharding} "
+            "shards them. Run with DDP or DeepSpeed ZeRO-1/2, or set contract.prune = [] (every other "
+            "decision works under sharding)")
+
+
+def planned_steps(recipe_toml: str, recipe_path: str) -> int:
+    """Optimizer steps the recipe plans (main, contract and refine): the framework's step limit
+    must reach it."""
+    s = Conductor(recipe_toml, RunInfo(train_samples=1, classes=2), recipe_path).phase_steps()
+    return s["main"] + s["contract"] + s["refine"]
 
 
 def per_sample(logits: torch.Tensor, labels: torch.Tensor) -> Outputs:
@@ -97,10 +125,15 @@ def per_sample(logits: torch.Tensor, labels: torch.Tensor) -> Outputs:
 
 
 class Engine:
-    """Carries out a conductor's turns on a PyTorch job and writes the run directory."""
+    """Carries out a conductor's turns on a PyTorch job and writes the run directory.
+
+    Under ``torch.distributed`` rank 0 alone consults the conductor and writes the run directory;
+    each turn is broadcast to every rank before any acts, so all apply the same actions at the
+    same step. ``turn_log``: a file (suffixed ``.rank<N>``) each rank appends every turn it
+    carried out to, to check exactly that."""
 
     def __init__(self, job: Job, run_dir: str | os.PathLike[str], recipe_toml: str, recipe_path: str,
-                 classes: int, keep_last: int = 3) -> None:
+                 classes: int, keep_last: int = 3, turn_log: str | os.PathLike[str] | None = None) -> None:
         self.job = job
         self.run_dir = Path(run_dir)
         self.recipe_toml = recipe_toml
@@ -124,6 +157,7 @@ class Engine:
         self.final_val = (math.nan, math.nan)
         self.substitutes: list[tuple[str, str]] = []
         self.batches_noted: set[tuple[str, int]] = set()
+        self.turn_log = None if turn_log is None else open(f"{os.fspath(turn_log)}.rank{job.rank}", "a")
 
     # ---- the run ------------------------------------------------------------------------------
 
@@ -182,7 +216,14 @@ class Engine:
 
     def share(self, turn: dict[str, Any] | None) -> dict[str, Any]:
         """The turn rank 0 got, on every rank (identity on one process)."""
-        return turn  # overridden under torch.distributed
+        if not distributed(self.job.world):
+            return turn  # type: ignore[return-value]
+        box = [turn]
+        torch.distributed.broadcast_object_list(box, src=0)
+        if self.turn_log is not None:
+            self.turn_log.write(json.dumps(box[0]) + "\n")
+            self.turn_log.flush()
+        return box[0]  # type: ignore[return-value]
 
     def stepped(self, loss: float | None, grad_norm: float | None) -> None:
         """An optimizer step finished: count it, log it, and carry out the conductor's answer."""

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
 
-from .engine import Engine, Job, Outputs, per_sample
+from .engine import Engine, Job, Outputs, per_sample, planned_steps, refuse_sharded_pruning
 
 
 class _Rows:
@@ -91,28 +91,6 @@ class HfJob(Job):
     def train_dataset(self) -> Any:
         return self.loader.dataset
 
-    def all_reduce(self, values: list[float]) -> list[float]:
-        if self.world == 1 or not torch.distributed.is_initialized():
-            return values
-        t = torch.tensor(values, dtype=torch.float64, device=self.trainer.args.device)
-        torch.distributed.all_reduce(t)
-        return t.tolist()
-
-
-class SharedEngine(Engine):
-    """The engine under ``torch.distributed``: rank 0 consults the conductor and every turn is
-    broadcast to all ranks before any acts, so all apply the same actions at the same step."""
-
-    def share(self, turn: dict[str, Any] | None) -> dict[str, Any]:
-        if self.job.world == 1 or not torch.distributed.is_initialized():
-            return turn  # type: ignore[return-value]
-        box = [turn]
-        torch.distributed.broadcast_object_list(box, src=0)
-        log = getattr(self, "turn_log", None)
-        if log is not None:
-            log.write(json.dumps(box[0]) + "\n")
-            log.flush()
-        return box[0]  # type: ignore[return-value]
 
 
 def _zero3(trainer: Trainer) -> bool:
@@ -174,30 +152,15 @@ class ContraiCallback(TrainerCallback):
         if t.eval_dataset is None:
             raise ValueError("ContraiCallback needs an evaluation set: pass eval_dataset= to the Trainer "
                              "(the conductor evaluates at the recipe's cadence, run.eval_every)")
-        if self._prunes() and (getattr(t, "is_fsdp_enabled", False) or _zero3(t)):
-            raise ValueError(
-                "the recipe prunes weights (contract.prune), and pruning needs whole parameters: FSDP and "
-                "DeepSpeed ZeRO-3 shard them. Run with DDP (torchrun) or ZeRO-1/2, or set contract.prune = [] "
-                "(every other decision works under sharding)")
-        total = self.engine_total()
+        if getattr(t, "is_fsdp_enabled", False) or _zero3(t):
+            refuse_sharded_pruning(self.recipe_toml, self.recipe_path, "FSDP or DeepSpeed ZeRO-3")
+        total = planned_steps(self.recipe_toml, self.recipe_path)
         if state.max_steps < total:
             raise ValueError(
                 f"the recipe plans {total} optimizer steps (main, contract and refine) but the Trainer stops at "
                 f"{state.max_steps}: set TrainingArguments(max_steps={total}) — the lifecycle stops the "
                 "Trainer itself when it ends")
 
-    def _prunes(self) -> bool:
-        from ._core import recipe_json
-
-        r = json.loads(recipe_json(self.recipe_toml, self.recipe_path))
-        return bool(r["contract"]["prune"]) and "contract" in r["run"]["phases"]
-
-    def engine_total(self) -> int:
-        from .conductor import Conductor, RunInfo
-
-        c = Conductor(self.recipe_toml, RunInfo(train_samples=1, classes=2), self.recipe_path)
-        s = c.phase_steps()
-        return s["main"] + s["contract"] + s["refine"]
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
                        train_dataloader: Any = None, lr_scheduler: Any = None, **kw: Any) -> Any:
@@ -205,9 +168,7 @@ class ContraiCallback(TrainerCallback):
         trainer = self.trainer
         classes = self.classes or getattr(getattr(model, "config", None), "num_labels", 2)
         job = HfJob(trainer, train_dataloader, self.holdout)
-        self.engine = SharedEngine(job, self.run_dir, self.recipe_toml, self.recipe_path, classes)
-        if self.turn_log is not None:
-            self.engine.turn_log = open(f"{os.fspath(self.turn_log)}.rank{job.rank}", "a")
+        self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, classes, turn_log=self.turn_log)
         self._wrap(trainer)
         self._hold_lr(lr_scheduler)
         resume = self._resume_record(args, state)

@@ -7,6 +7,11 @@ Batches are ``(inputs, labels)`` pairs the module's ``forward`` maps to logits, 
 ``training_step`` returns the loss (a tensor or a dict with ``loss``). The recipe governs the LR
 (set before every optimizer step), the evaluation and checkpoint cadence and the phases.
 
+Distributed (``strategy="ddp"``, under torchrun or Lightning's own launcher): rank 0 consults the
+conductor and writes the run directory; every rank applies the same actions at the same step.
+FSDP, model-parallel and DeepSpeed ZeRO-3 strategies shard parameters: a recipe that prunes is
+refused there.
+
 Resume: the conductor's state and the pruning masks ride in Lightning's checkpoints, so
 ``trainer.fit(..., ckpt_path=...)`` continues the lifecycle where it stopped. The losses after a
 mid-epoch resume match the uninterrupted job's only when the data loader is resumable (Lightning's
@@ -23,7 +28,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
-from .engine import Engine, Job, Outputs, per_sample
+from .engine import Engine, Job, Outputs, per_sample, planned_steps, refuse_sharded_pruning
 
 Forward = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
@@ -47,6 +52,13 @@ def _to(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, (list, tuple)):
         return type(batch)(_to(v, device) for v in batch)
     return batch
+
+
+def _shards_parameters(strategy: Any) -> bool:
+    """Whether the strategy splits parameters across ranks (FSDP, model parallel, ZeRO-3)."""
+    from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+
+    return isinstance(strategy, (FSDPStrategy, ModelParallelStrategy)) or bool(getattr(strategy, "zero_stage_3", False))
 
 
 class LightningJob(Job):
@@ -119,10 +131,13 @@ class ContraiCallback(pl.Callback):
         classes: classes of the task.
         forward: ``(module, batch) -> (logits, labels)`` for batch layouts other than ``(x, y)``
             and Hugging Face dicts.
+        turn_log: under torch.distributed, a file each rank appends every turn it carried out to
+            (to check that all ranks applied the same actions).
     """
 
     def __init__(self, recipe: str | os.PathLike[str], run_dir: str | os.PathLike[str], *,
-                 holdout_dataset: Any = None, classes: int = 2, forward: Forward | None = None) -> None:
+                 holdout_dataset: Any = None, classes: int = 2, forward: Forward | None = None,
+                 turn_log: str | os.PathLike[str] | None = None) -> None:
         from ._core import recipe_check
 
         self.recipe_path = os.fspath(recipe)
@@ -132,29 +147,30 @@ class ContraiCallback(pl.Callback):
         self.holdout = holdout_dataset
         self.classes = classes
         self.forward = forward or default_forward
+        self.turn_log = turn_log
         self.engine: Engine | None = None
         self._resume: dict[str, Any] | None = None
         self._grad_norm: float | None = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.val_dataloaders:
-            raise ValueError("ContraiCallback needs validation data: pass val_dataloaders= to fit() "
-                             "(the conductor evaluates at the recipe's cadence, run.eval_every)")
+        self._check(trainer)
         job = LightningJob(trainer, pl_module, self.forward, self.holdout)
-        self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, self.classes)
-        total = self._planned(self.engine)
-        if trainer.max_steps != -1 and trainer.max_steps < total:
-            raise ValueError(f"the recipe plans {total} optimizer steps but the Trainer stops at "
-                             f"{trainer.max_steps}: set Trainer(max_steps={total}) — the lifecycle stops it itself")
+        self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, self.classes,
+                             turn_log=self.turn_log)
         self.engine.start(self._resume)
         self._after(trainer)
 
-    @staticmethod
-    def _planned(engine: Engine) -> int:
-        from .conductor import Conductor, RunInfo
-
-        s = Conductor(engine.recipe_toml, RunInfo(train_samples=1, classes=2), engine.recipe_path).phase_steps()
-        return s["main"] + s["contract"] + s["refine"]
+    def _check(self, trainer: pl.Trainer) -> None:
+        """What the Trainer must give the recipe, each refusal saying what to set."""
+        if not trainer.val_dataloaders:
+            raise ValueError("ContraiCallback needs validation data: pass val_dataloaders= to fit() "
+                             "(the conductor evaluates at the recipe's cadence, run.eval_every)")
+        if _shards_parameters(trainer.strategy):
+            refuse_sharded_pruning(self.recipe_toml, self.recipe_path, type(trainer.strategy).__name__)
+        total = planned_steps(self.recipe_toml, self.recipe_path)
+        if trainer.max_steps != -1 and trainer.max_steps < total:
+            raise ValueError(f"the recipe plans {total} optimizer steps but the Trainer stops at "
+                             f"{trainer.max_steps}: set Trainer(max_steps={total}) — the lifecycle stops it itself")
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         """The conductor's LR for this step (after any scheduler), and the pre-clip gradient norm."""
