@@ -113,10 +113,12 @@ impl Conductor {
         json(&turn)
     }
 
-    /// The next turn for an observation (JSON of an `Observation`).
-    fn observe(&mut self, observation_json: &str) -> PyResult<String> {
-        let obs: Observation =
-            serde_json::from_str(observation_json).map_err(|e| bad_json("observation", e))?;
+    /// The next turn for an observation: an `Observation` in its serde form as Python objects
+    /// (`{"Stepped": {"loss": nan, ...}}`), read directly rather than through JSON, which has no
+    /// NaN or infinity for a failed step's loss or a diverged evaluation.
+    fn observe(&mut self, observation: &Bound<'_, PyAny>) -> PyResult<String> {
+        let obs: Observation = pythonize::depythonize(observation)
+            .map_err(|e| PyValueError::new_err(format!("observation: {e}")))?;
         let turn = self
             .inner
             .observe(obs)

@@ -2,6 +2,7 @@
 ContraiCallback, each rank logging the turns it carried out. Arguments: OUT_DIR (holding
 recipe.toml)."""
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -16,6 +17,26 @@ recipe = out / "recipe.toml"  # written by the test before the ranks start
 args = TrainingArguments(output_dir=str(out / "trainer"), per_device_train_batch_size=8, per_device_eval_batch_size=32,
                          max_steps=80, report_to=[], save_strategy="no", eval_strategy="no", use_cpu=True,
                          ddp_backend="gloo", seed=0, disable_tqdm=True)
-cb = ContraiCallback(recipe, run_dir=out / "run", holdout_dataset=token_task(60, 3), turn_log=out / "turns")
-Trainer(model=tiny_bert(), args=args, train_dataset=DroppableDataset(token_task(400, 1)),
-        eval_dataset=token_task(100, 2), callbacks=[cb]).train()
+options = sys.argv[2:]
+run_dir = out / "node1" if "node-local" in options and args.process_index == 1 else out / "run"
+model = tiny_bert()
+nan_at = next((int(o[7:]) for o in options if o.startswith("nan-at=")), None)
+if nan_at is not None:
+    calls = [0]
+
+    def poison(module, inputs, output):
+        if module.training:
+            calls[0] += 1
+            if calls[0] == nan_at:
+                output.loss = output.loss * float("nan")
+        return output
+
+    model.register_forward_hook(poison)
+cb = ContraiCallback(recipe, run_dir=run_dir, holdout_dataset=token_task(60, 3), turn_log=out / "turns")
+trainer = Trainer(model=model, args=args, train_dataset=DroppableDataset(token_task(400, 1)),
+                  eval_dataset=token_task(100, 2), callbacks=[cb])
+trainer.train()
+digest = hashlib.sha256()
+for _, p in sorted(trainer.model.state_dict().items()):
+    digest.update(p.detach().cpu().numpy().tobytes())
+(out / f"weights.rank{args.process_index}").write_text(digest.hexdigest())

@@ -37,6 +37,11 @@ def test_the_conductor_speaks_the_protocol_from_python():
     assert name == "Train" and plan == {"step": 30, "phase": "main", "lr": pytest.approx(5e-4 / 12)}
     state = c.state()
     assert state["step"] == 30 and state["phase"] == "main"
+    with pytest.raises(ValueError, match="observation: .*Stepped"):
+        c.observe({"Steped": {"loss": 0.5}})
+    # A failed step: its NaN loss reaches the conductor (JSON has no NaN), which rolls back.
+    turn = c.observe({"Stepped": {"loss": float("nan"), "grad_norm": 1.0, "lr": plan["lr"]}})
+    assert kind(turn["request"])[0] == "Restore", turn
     with pytest.raises(RuntimeError, match="does not answer"):
         c.observe({"Evaluated": {"val_loss": 0.5, "val_accuracy": 0.9}})
 

@@ -22,13 +22,13 @@ TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).with_name("torch
 needs_torchrun = pytest.mark.skipif(not Path(TORCHRUN).exists(), reason="torchrun is not installed")
 
 
-def torchrun(job: str, recipe: str, out: Path, port: int) -> None:
+def torchrun(job: str, recipe: str, out: Path, port: int, *args: str) -> None:
     """``job`` on two ranks (gloo, one thread each) with ``recipe`` as out/recipe.toml, its
     output in ``out``."""
     (out / "recipe.toml").write_text(recipe)
     path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([TORCHRUN, "--nproc_per_node", "2", "--master_port", str(port), str(HERE / job), str(out)],
+    done = subprocess.run([TORCHRUN, "--nproc_per_node", "2", "--master_port", str(port), str(HERE / job), str(out), *args],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
 
@@ -46,6 +46,23 @@ def test_two_ranks_apply_the_same_turns_and_write_one_run_directory(tmp_path):
     assert kinds[-1] == "holdout" and "enter_contract" in kinds
     assert (tmp_path / "run" / "final" / "eval.json").exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["run", "trainer"], "one run directory"
+    assert (tmp_path / "weights.rank0").read_text() == (tmp_path / "weights.rank1").read_text()
+
+
+@needs_torchrun
+def test_a_rollback_reaches_every_rank_from_rank_0s_checkpoint(tmp_path):
+    # A NaN loss at the 50th training step (every rank) rolls back to the latest checkpoint. Rank 1
+    # gets a run directory of its own, as on a node without rank 0's disk: it must neither need
+    # rank 0's checkpoint files nor write anything there.
+    torchrun("ddp_job.py", HF_RECIPE, tmp_path, 29533, "node-local", "nan-at=50")
+    same_turns(tmp_path)
+    kinds = [json.loads(x)["kind"] for x in (tmp_path / "run" / "decisions.jsonl").read_text().splitlines()]
+    assert "rollback_nonfinite" in kinds and kinds[-1] == "holdout", kinds
+    restores = [t for t in (tmp_path / "turns.rank1").read_text().splitlines() if '"Restore"' in t]
+    assert restores, "rank 1 carried out the restore"
+    assert (tmp_path / "weights.rank0").read_text() == (tmp_path / "weights.rank1").read_text(), \
+        "both ranks hold the restored and retrained weights"
+    assert not (tmp_path / "node1").exists(), "rank 1 wrote nothing of the run directory"
 
 
 @needs_torchrun

@@ -10,6 +10,7 @@ import torch
 from conftest import ServedRows
 from torch.utils.data import DataLoader
 
+from contrai.engine import planned_steps
 from contrai.lightning import ContraiCallback
 
 RECIPE = """
@@ -185,3 +186,51 @@ def test_a_strategy_that_shards_parameters_is_refused_when_the_recipe_prunes(tmp
     recipe.write_text(RECIPE.replace('prune = [{ params = "net.0.weight", init = 0.1, final = 0.5 }]', "prune = []"))
     ContraiCallback(recipe, tmp_path / "run")._check(SimpleNamespace(val_dataloaders=val, strategy=FSDPStrategy(),
                                                                      max_steps=110))
+
+
+class NanOnce(Mlp):
+    """The MLP whose loss is NaN at one training step (a fp16-style blow-up)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.fired = at, False
+
+    def training_step(self, batch, i):
+        loss = super().training_step(batch, i)
+        if self.trainer.global_step == self.at and not self.fired:
+            self.fired = True
+            return loss * float("nan")
+        return loss
+
+
+def test_a_nan_step_rolls_back_and_the_plan_still_finishes(tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE)
+    module = NanOnce(at=45)
+    trainer = pl.Trainer(max_steps=110, callbacks=[ContraiCallback(recipe, tmp_path / "run", holdout_dataset=task(64, 3))],
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu",
+                         num_sanity_val_steps=0)
+    trainer.fit(module, DataLoader(ServedRows(task(512, 1)), batch_size=16, shuffle=True),
+                DataLoader(task(128, 2), batch_size=64))
+    decisions = [json.loads(x) for x in (tmp_path / "run" / "decisions.jsonl").read_text().splitlines()]
+    back = next(d for d in decisions if d["kind"] == "rollback_nonfinite")
+    assert back["evidence"]["train_loss"] == "NaN"
+    assert decisions[-1]["kind"] == "holdout", "the Trainer's step limit grew by the lost steps"
+    restored = next(d for d in decisions if d["kind"] == "engine_substitute" and "checkpoint_step" in d["evidence"])
+    # The failed step (the lifecycle's back["step"]) and those back to the checkpoint are lost.
+    lost = back["step"] - restored["evidence"]["checkpoint_step"]
+    assert lost > 1 and trainer.global_step == planned_steps(RECIPE, str(recipe)) + lost > 110
+    assert torch.isfinite(module.net[0].weight).all(), "the NaN weights were replaced by the checkpoint's"
+
+
+def test_a_trainer_that_stops_before_the_plan_ends_is_told_what_to_set(tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE)
+    trainer = pl.Trainer(max_steps=110, max_epochs=1, callbacks=[ContraiCallback(recipe, tmp_path / "run")], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu", num_sanity_val_steps=0)
+    trainer.fit(Mlp(), DataLoader(task(512, 1), batch_size=16), DataLoader(task(128, 2), batch_size=64))
+    last = json.loads((tmp_path / "run" / "decisions.jsonl").read_text().splitlines()[-1])
+    planned = planned_steps(RECIPE, str(recipe))
+    assert last["kind"] == "engine_substitute" and f"set Trainer(max_steps={planned})" in last["reason"], last
+    assert last["evidence"] == {"trainer_step": 32, "lifecycle_step": 52, "max_steps": planned}
+    assert not (tmp_path / "run" / "final" / "eval.json").exists()

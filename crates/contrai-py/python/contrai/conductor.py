@@ -50,7 +50,7 @@ class Conductor:
 
     def observe(self, observation: Any) -> dict[str, Any]:
         """The next turn for an observation (a variant name with its fields)."""
-        return json.loads(self._c.observe(json.dumps(observation)))
+        return json.loads(self._c.observe(observation))
 
     def state(self) -> dict[str, Any]:
         """The conductor's state (what a checkpoint saves)."""

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,6 +158,9 @@ class Engine:
         self.final_val = (math.nan, math.nan)
         self.substitutes: list[tuple[str, str]] = []
         self.batches_noted: set[tuple[str, int]] = set()
+        # The framework's optimizer steps that did not advance the plan (failed steps, and those
+        # rollbacks took back): its step limit must grow by them.
+        self.lost_steps = 0
         self.turn_log = None if turn_log is None else open(f"{os.fspath(turn_log)}.rank{job.rank}", "a")
 
     # ---- the run ------------------------------------------------------------------------------
@@ -189,6 +193,7 @@ class Engine:
         if resume is not None:
             self.step = resume["step"]
             self.samples = resume["samples"]
+            self.lost_steps = resume.get("lost_steps", 0)
             self.masks = resume_masks(resume)
         self.run(self.conductor.begin() if self.leader else None)
 
@@ -216,14 +221,19 @@ class Engine:
 
     def share(self, turn: dict[str, Any] | None) -> dict[str, Any]:
         """The turn rank 0 got, on every rank (identity on one process)."""
-        if not distributed(self.job.world):
-            return turn  # type: ignore[return-value]
-        box = [turn]
-        torch.distributed.broadcast_object_list(box, src=0)
+        turn = self.from_leader(turn)
         if self.turn_log is not None:
-            self.turn_log.write(json.dumps(box[0]) + "\n")
+            self.turn_log.write(json.dumps(turn) + "\n")
             self.turn_log.flush()
-        return box[0]  # type: ignore[return-value]
+        return turn  # type: ignore[return-value]
+
+    def from_leader(self, obj: Any) -> Any:
+        """``obj`` as rank 0 has it, on every rank (identity on one process)."""
+        if not distributed(self.job.world):
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
 
     def stepped(self, loss: float | None, grad_norm: float | None) -> None:
         """An optimizer step finished: count it, log it, and carry out the conductor's answer."""
@@ -231,7 +241,9 @@ class Engine:
         if plan is None:
             return
         finite = all(x is None or math.isfinite(x) for x in (loss, grad_norm))
-        if finite:
+        if not finite:
+            self.lost_steps += 1
+        else:
             self.apply_masks()
             self.step += 1
             self.samples += self.batch
@@ -243,6 +255,20 @@ class Engine:
         self.plan = None
         obs = {"Stepped": {"loss": loss, "grad_norm": grad_norm, "lr": plan["lr"]}}
         self.run(self.conductor.observe(obs) if self.leader else None)
+
+    def stopped_early(self, framework_step: int, planned: int, setting: str) -> None:
+        """The framework's training ended before the conductor finished: recorded, with the step
+        limit the plan needs (``setting`` formats it: ``"Trainer(max_steps={})"``)."""
+        if self.finished is not None or self.failed is not None:
+            return
+        need = planned + self.lost_steps
+        self.substitute("the lifecycle's end", f"training stopped at the trainer's step {framework_step} before the "
+                        "conductor finished (final model, holdout and eval.json not written); the plan needs "
+                        f"{need} optimizer steps ({planned} planned + {self.lost_steps} failed or taken back by "
+                        f"rollbacks): set {setting.format(need)}, with epochs enough for it, and resume from the last checkpoint",
+                        {"trainer_step": framework_step, "lifecycle_step": self.step, "max_steps": need})
+        if self.leader:
+            self.writer.sync()
 
     # ---- actions ------------------------------------------------------------------------------
 
@@ -339,7 +365,7 @@ class Engine:
         """What a checkpoint needs besides the tensors: counters, journal lengths, the state."""
         lens = self.writer.sync() if self.leader else (0, 0)
         return {"format": 1, "step": self.step, "samples": self.samples, "metrics_len": lens[0],
-                "decisions_len": lens[1], "conductor": conductor_state}
+                "decisions_len": lens[1], "lost_steps": self.lost_steps, "conductor": conductor_state}
 
     def checkpoint(self, state: dict[str, Any], keep: list[int]) -> None:
         """Model, optimizer, masks and the record, written to a temporary directory and renamed
@@ -368,12 +394,10 @@ class Engine:
             if s not in keep:
                 shutil.rmtree(self.checkpoint_dir(s), ignore_errors=True)
 
-    def do_Restore(self, p: dict[str, Any]) -> Any:
-        """Loads a checkpoint's weights, optimizer and masks; with ``Everything`` also its
-        counters, and ``metrics.jsonl`` is cut back to it. The data order runs on: a running
-        data loader cannot be rewound (recorded)."""
+    def read_checkpoint(self, to: Any) -> tuple[int, dict[str, Any], Any, Any, dict[str, torch.Tensor]]:
+        """Rank 0's checkpoint ``to`` (``"Latest"`` or ``{"Step": n}``): its step, record, model
+        and optimizer states and masks, on the CPU."""
         root = self.run_dir / "checkpoints"
-        to = p["to"]
         if to == "Latest":
             steps = sorted(int(d.name[5:]) for d in root.glob("step-*"))
             if not steps:
@@ -383,25 +407,38 @@ class Engine:
             step = to["Step"]
         d = self.checkpoint_dir(step)
         record = json.loads((d / "state.json").read_text())
-        model = unwrap(self.job.model)
-        model.load_state_dict(torch.load(d / "model.pt", map_location=first_device(model)))
-        if self.job.optimizer is not None and (d / "optimizer.pt").exists():
-            self.job.optimizer.load_state_dict(torch.load(d / "optimizer.pt", map_location="cpu"))
+        weights = torch.load(d / "model.pt", map_location="cpu")
+        optimizer = torch.load(d / "optimizer.pt", map_location="cpu") if (d / "optimizer.pt").exists() else None
+        keep = torch.load(d / "masks.pt", map_location="cpu") if (d / "masks.pt").exists() else {}
+        return step, record, weights, optimizer, keep
+
+    def do_Restore(self, p: dict[str, Any]) -> Any:
+        """Loads a checkpoint's weights, optimizer and masks; with ``Everything`` also its
+        counters, and ``metrics.jsonl`` is cut back to it. Rank 0 reads it and sends it to every
+        rank (the others may not see its disk). The data order runs on: a running data loader
+        cannot be rewound (recorded)."""
+        step, record, weights, optimizer, keep = self.from_leader(
+            self.read_checkpoint(p["to"]) if self.leader else None)
+        unwrap(self.job.model).load_state_dict(weights)
+        if self.job.optimizer is not None and optimizer is not None:
+            self.job.optimizer.load_state_dict(optimizer)
         had_masks = not self.masks.empty()
-        self.masks = Masks.load(str(d / "masks.pt")) if (d / "masks.pt").exists() else Masks()
+        self.masks = Masks()
+        self.masks.keep = keep
         history: list[Any] = []
         if p["scope"] == "Everything":
+            self.lost_steps += self.step - record["step"]
             self.step, self.samples = record["step"], record["samples"]
             if self.leader:
                 self.writer = _core.RunWriter(str(self.run_dir), WRITER, record["metrics_len"],
                                               self.writer.sync()[1])
                 history = [json.loads(line) for line in self.writer.history(record["metrics_len"]).split("\n") if line]
+                for s in sorted(int(x.name[5:]) for x in (self.run_dir / "checkpoints").glob("step-*")):
+                    if s > step:
+                        shutil.rmtree(self.checkpoint_dir(s), ignore_errors=True)
             self.substitute("restore everything at the checkpoint", "weights, optimizer and masks restored; "
                             "the running data loader cannot be rewound, so the retried steps see later batches",
                             {"checkpoint_step": step})
-            for s in sorted(int(x.name[5:]) for x in root.glob("step-*")):
-                if s > step and self.leader:
-                    shutil.rmtree(self.checkpoint_dir(s), ignore_errors=True)
         elif had_masks:
             self.sparsity_row()
         return {"Restored": {"state": record["conductor"], "history": history}}
@@ -459,7 +496,8 @@ class Engine:
     def do_RoundTrip(self, _: Any) -> Any:
         """A checkpoint of the fresh model written, read back into a copy, outputs compared."""
         model = unwrap(self.job.model)
-        tmp = self.run_dir / "checkpoints" / f".tmp-round-trip-rank{self.job.rank}"
+        # Rank 0 proves the run directory's disk; the others (whose answer is not used) their own.
+        tmp = self.run_dir / "checkpoints" / ".tmp-round-trip" if self.leader else Path(tempfile.mkdtemp())
         tmp.mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), tmp / "model.pt")
         opt_bytes = 0

@@ -134,6 +134,7 @@ class ContraiCallback(TrainerCallback):
         self.holdout = holdout_dataset
         self.classes = classes
         self.turn_log = turn_log
+        self.planned = 0  # optimizer steps the recipe plans (set when training starts)
         self.trainer: Trainer | None = None
         self.engine: Engine | None = None
         self._loss = 0.0
@@ -154,7 +155,7 @@ class ContraiCallback(TrainerCallback):
                              "(the conductor evaluates at the recipe's cadence, run.eval_every)")
         if getattr(t, "is_fsdp_enabled", False) or _zero3(t):
             refuse_sharded_pruning(self.recipe_toml, self.recipe_path, "FSDP or DeepSpeed ZeRO-3")
-        total = planned_steps(self.recipe_toml, self.recipe_path)
+        total = self.planned = planned_steps(self.recipe_toml, self.recipe_path)
         if state.max_steps < total:
             raise ValueError(
                 f"the recipe plans {total} optimizer steps (main, contract and refine) but the Trainer stops at "
@@ -228,7 +229,17 @@ class ContraiCallback(TrainerCallback):
         norm = self._grad_norm
         self._loss, self._loss_seen, self._grad_norm = 0.0, False, None
         self.engine.stepped(loss, norm)
+        self._extend(state, control)
         return self._after(control)
+
+    def _extend(self, state: Any, control: Any) -> None:
+        """The Trainer's step limit grown by the steps that failed or rollbacks took back, so that
+        the plan still fits (its epochs allowing: else ``on_train_end`` says what to set)."""
+        need = self.planned + self.engine.lost_steps
+        if self.engine.finished is None and state.max_steps < need:
+            if control.should_training_stop and state.global_step >= state.max_steps:
+                control.should_training_stop = False  # set by the Trainer for the old limit
+            state.max_steps = need
 
     def _after(self, control: Any) -> Any:
         """Carries the engine's state to the Trainer: stop, save, the next step's LR."""
@@ -256,14 +267,8 @@ class ContraiCallback(TrainerCallback):
             (ckpt / "contrai.json").write_text(json.dumps(record))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        e = self.engine
-        if e is None or e.finished is not None or e.failed is not None:
-            return
-        e.substitute("the lifecycle's end", f"the Trainer stopped at its step {state.global_step} before the "
-                     "conductor finished (final model, holdout and eval.json not written)",
-                     {"trainer_step": state.global_step, "lifecycle_step": e.step})
-        if e.leader:
-            e.writer.sync()
+        if self.engine is not None:
+            self.engine.stopped_early(state.global_step, self.planned, "TrainingArguments(max_steps={})")
 
 
 __all__ = ["ContraiCallback"]

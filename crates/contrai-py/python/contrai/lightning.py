@@ -148,6 +148,7 @@ class ContraiCallback(pl.Callback):
         self.classes = classes
         self.forward = forward or default_forward
         self.turn_log = turn_log
+        self.planned = 0  # optimizer steps the recipe plans (set when training starts)
         self.engine: Engine | None = None
         self._resume: dict[str, Any] | None = None
         self._grad_norm: float | None = None
@@ -167,7 +168,7 @@ class ContraiCallback(pl.Callback):
                              "(the conductor evaluates at the recipe's cadence, run.eval_every)")
         if _shards_parameters(trainer.strategy):
             refuse_sharded_pruning(self.recipe_toml, self.recipe_path, type(trainer.strategy).__name__)
-        total = planned_steps(self.recipe_toml, self.recipe_path)
+        total = self.planned = planned_steps(self.recipe_toml, self.recipe_path)
         if trainer.max_steps != -1 and trainer.max_steps < total:
             raise ValueError(f"the recipe plans {total} optimizer steps but the Trainer stops at "
                              f"{trainer.max_steps}: set Trainer(max_steps={total}) — the lifecycle stops it itself")
@@ -188,6 +189,10 @@ class ContraiCallback(pl.Callback):
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else None
         self.engine.stepped(value, self._grad_norm)
+        need = self.planned + self.engine.lost_steps
+        if trainer.max_steps != -1 and trainer.max_steps < need:
+            # Steps that failed or rollbacks took back: the plan still fits.
+            trainer.fit_loop.epoch_loop.max_steps = need
         self._after(trainer)
 
     def _after(self, trainer: pl.Trainer) -> None:
@@ -196,6 +201,10 @@ class ContraiCallback(pl.Callback):
             raise RuntimeError(f"contrai: the run stopped: {e.failed}")
         if e.finished is not None:
             trainer.should_stop = True
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.engine is not None:
+            self.engine.stopped_early(trainer.global_step, self.planned, "Trainer(max_steps={})")
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
         e = self.engine
