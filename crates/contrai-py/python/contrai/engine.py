@@ -262,11 +262,13 @@ class Engine:
         if self.finished is not None or self.failed is not None:
             return
         need = planned + self.lost_steps
-        self.substitute("the lifecycle's end", f"training stopped at the trainer's step {framework_step} before the "
-                        "conductor finished (final model, holdout and eval.json not written); the plan needs "
-                        f"{need} optimizer steps ({planned} planned + {self.lost_steps} failed or taken back by "
-                        f"rollbacks): set {setting.format(need)}, with epochs enough for it, and resume from the last checkpoint",
-                        {"trainer_step": framework_step, "lifecycle_step": self.step, "max_steps": need})
+        self.substitute(
+            "the lifecycle's end",
+            f"training stopped at the trainer's step {framework_step} before the conductor finished (final "
+            f"model, holdout and eval.json not written); the plan needs {need} optimizer steps ({planned} "
+            f"planned + {self.lost_steps} failed or taken back by rollbacks): set {setting.format(need)}, with "
+            "epochs enough for it, and resume from the last checkpoint",
+            {"trainer_step": framework_step, "lifecycle_step": self.step, "max_steps": need})
         if self.leader:
             self.writer.sync()
 

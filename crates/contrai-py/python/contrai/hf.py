@@ -92,7 +92,6 @@ class HfJob(Job):
         return self.loader.dataset
 
 
-
 def _zero3(trainer: Trainer) -> bool:
     """Whether DeepSpeed shards the parameters (ZeRO stage 3)."""
     plugin = getattr(getattr(trainer, "accelerator", None), "state", None)

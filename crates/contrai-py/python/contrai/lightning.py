@@ -7,8 +7,8 @@ Batches are ``(inputs, labels)`` pairs the module's ``forward`` maps to logits, 
 ``training_step`` returns the loss (a tensor or a dict with ``loss``). The recipe governs the LR
 (set before every optimizer step), the evaluation and checkpoint cadence and the phases.
 
-Distributed (``strategy="ddp"``, under torchrun or Lightning's own launcher): rank 0 consults the
-conductor and writes the run directory; every rank applies the same actions at the same step.
+Distributed (``strategy="ddp"``; tested under torchrun): rank 0 consults the conductor and writes
+the run directory; every rank applies the same actions at the same step.
 FSDP, model-parallel and DeepSpeed ZeRO-3 strategies shard parameters: a recipe that prunes is
 refused there.
 
