@@ -396,7 +396,7 @@ class Engine:
             if s not in keep:
                 shutil.rmtree(self.checkpoint_dir(s), ignore_errors=True)
 
-    def read_checkpoint(self, to: Any) -> tuple[int, dict[str, Any], Any, Any, dict[str, torch.Tensor]]:
+    def read_checkpoint(self, to: Any) -> tuple[int, dict[str, Any], Any, Any, Masks]:
         """Rank 0's checkpoint ``to`` (``"Latest"`` or ``{"Step": n}``): its step, record, model
         and optimizer states and masks, on the CPU."""
         root = self.run_dir / "checkpoints"
@@ -411,22 +411,21 @@ class Engine:
         record = json.loads((d / "state.json").read_text())
         weights = torch.load(d / "model.pt", map_location="cpu")
         optimizer = torch.load(d / "optimizer.pt", map_location="cpu") if (d / "optimizer.pt").exists() else None
-        keep = torch.load(d / "masks.pt", map_location="cpu") if (d / "masks.pt").exists() else {}
-        return step, record, weights, optimizer, keep
+        masks = Masks.load(str(d / "masks.pt")) if (d / "masks.pt").exists() else Masks()
+        return step, record, weights, optimizer, masks
 
     def do_Restore(self, p: dict[str, Any]) -> Any:
         """Loads a checkpoint's weights, optimizer and masks; with ``Everything`` also its
         counters, and ``metrics.jsonl`` is cut back to it. Rank 0 reads it and sends it to every
         rank (the others may not see its disk). The data order runs on: a running data loader
         cannot be rewound (recorded)."""
-        step, record, weights, optimizer, keep = self.from_leader(
+        step, record, weights, optimizer, masks = self.from_leader(
             self.read_checkpoint(p["to"]) if self.leader else None)
         unwrap(self.job.model).load_state_dict(weights)
         if self.job.optimizer is not None and optimizer is not None:
             self.job.optimizer.load_state_dict(optimizer)
         had_masks = not self.masks.empty()
-        self.masks = Masks()
-        self.masks.keep = keep
+        self.masks = masks
         history: list[Any] = []
         if p["scope"] == "Everything":
             self.lost_steps += self.step - record["step"]
