@@ -18,6 +18,7 @@ use crate::error::{ConductorError, Result};
 use crate::lr::PhaseLr;
 use crate::protocol::{Action, Observation, Request, StepPlan, Turn};
 use crate::prune::Prunable;
+use crate::rollback::NonFinite;
 use crate::state::{STATE_VERSION, Stage, State};
 use crate::watch::{Watch, react};
 
@@ -135,6 +136,12 @@ impl Conductor {
     pub fn observe(&mut self, obs: Observation) -> Result<Turn> {
         let awaiting = std::mem::replace(&mut self.awaiting, Await::Over);
         match (awaiting, obs) {
+            // An evaluation of the trained model that is not finite: the non-finite rule, wherever
+            // the evaluation was asked (validate's check has its own verdict on it).
+            (
+                Await::StepEval | Await::Diagnose(_) | Await::Entering(_),
+                Observation::Evaluated { val_loss, .. },
+            ) if !val_loss.is_finite() => self.on_nonfinite(NonFinite::Eval { val_loss }),
             (
                 Await::Pipeline,
                 Observation::PipelineChecked {
@@ -267,7 +274,7 @@ impl Conductor {
     fn on_step(&mut self, loss: Option<f32>, grad_norm: Option<f32>, lr: f64) -> Result<Turn> {
         let bad = |x: Option<f32>| x.is_some_and(|v| !v.is_finite());
         if bad(loss) || bad(grad_norm) {
-            return self.on_nonfinite(loss, grad_norm);
+            return self.on_nonfinite(NonFinite::Step { loss, grad_norm });
         }
         let mut out = Vec::new();
         let s = &mut self.state;

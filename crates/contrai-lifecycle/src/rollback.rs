@@ -2,7 +2,7 @@
 //!
 //! | trigger | checkpoint | restores | then |
 //! | --- | --- | --- | --- |
-//! | a non-finite loss or gradient norm | the newest that passes its sums | everything: weights, optimizer, masks, data position, counters, this state; `metrics.jsonl` cut back to it (`decisions.jsonl` keeps the rollback's reason) | the same steps again at the LR × `guards.nan_lr_factor`; after `guards.nan_retries` rollbacks the run stops |
+//! | a non-finite loss or gradient norm, or a non-finite validation loss at an evaluation | the newest that passes its sums | everything: weights, optimizer, masks, data position, counters, this state; `metrics.jsonl` cut back to it (`decisions.jsonl` keeps the rollback's reason) | the same steps again at the LR × `guards.nan_lr_factor`; after `guards.nan_retries` rollbacks the run stops |
 //! | overfitting in main (the live doctor) | the run's best (lowest validation loss at a checkpoint) | weights, optimizer and masks; steps and data order run on | main ends; the next phase anneals from the LR that checkpoint trained at |
 //! | the contraction guard ([`crate::contract::guard`]) | the contraction's best (its entry, or a better evaluation since) | weights, optimizer and masks (the sparsity series shows the masks going back) | contraction ends; refine takes its unspent steps, from the LR that checkpoint trained at |
 
@@ -16,27 +16,78 @@ use crate::error::Result;
 use crate::protocol::{Failure, Request, RestorePoint, RestoreScope, Turn};
 use crate::state::{Stage, State};
 
+/// What was not finite.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NonFinite {
+    /// A training step's loss or gradient norm (the engine did not apply the step).
+    Step {
+        /// The step's loss, when the engine logs it.
+        loss: Option<f32>,
+        /// The step's gradient norm, when the engine logs it.
+        grad_norm: Option<f32>,
+    },
+    /// The validation loss of an evaluation: the weights are finite but the forward overflows
+    /// (a half-precision model whose activations outgrew its range). The steps were applied.
+    Eval {
+        /// The validation loss.
+        val_loss: f32,
+    },
+}
+
+impl NonFinite {
+    /// What was seen, for the decision's reason.
+    fn seen(&self) -> String {
+        match self {
+            NonFinite::Step { loss, grad_norm } => {
+                format!(
+                    "non-finite loss ({}) or gradient norm ({})",
+                    shown(*loss),
+                    shown(*grad_norm)
+                )
+            }
+            NonFinite::Eval { val_loss } => format!("non-finite validation loss ({val_loss})"),
+        }
+    }
+
+    /// The values seen, for the decision's evidence.
+    fn evidence(&self) -> serde_json::Map<String, serde_json::Value> {
+        let v = match self {
+            NonFinite::Step { loss, grad_norm } => {
+                json!({"train_loss": shown(*loss), "grad_norm": shown(*grad_norm)})
+            }
+            NonFinite::Eval { val_loss } => json!({"val_loss": val_loss.to_string()}),
+        };
+        let serde_json::Value::Object(map) = v else {
+            unreachable!("an object literal")
+        };
+        map
+    }
+}
+
+/// A logged value as the evidence shows it.
+fn shown(x: Option<f32>) -> String {
+    x.map_or("not logged".to_string(), |v| v.to_string())
+}
+
 /// The non-finite rule: back to the last good checkpoint with the LR scale × `nan_lr_factor` and
 /// one more retry counted — `Ok((decision, new scale, retries))` — or, when the retries are
 /// spent, `Err(decision)`: the run stops.
 pub fn nonfinite(
     state: &State,
     step: u64,
-    loss: Option<f32>,
-    norm: Option<f32>,
+    what: NonFinite,
     recipe: &Recipe,
 ) -> Result<(Decision, f64, u32), Decision> {
     let g = &recipe.guards;
     let phase = state.phase;
     let retries = state.nan_retries;
-    let shown = |x: Option<f32>| x.map_or("not logged".to_string(), |v| v.to_string());
-    let (loss, norm) = (shown(loss), shown(norm));
-    let evidence = json!({"train_loss": loss, "grad_norm": norm,
-                          "retries": retries, "max_retries": g.nan_retries});
+    let seen = what.seen();
+    let mut evidence = what.evidence();
+    evidence.insert("retries".into(), retries.into());
+    evidence.insert("max_retries".into(), g.nan_retries.into());
+    let evidence = serde_json::Value::Object(evidence);
     if retries >= g.nan_retries {
-        let reason = format!(
-            "non-finite loss ({loss}) or gradient norm ({norm}) again after {retries} retries: giving up"
-        );
+        let reason = format!("{seen} again after {retries} retries: giving up");
         return Err(Decision::new(
             step,
             phase,
@@ -47,7 +98,7 @@ pub fn nonfinite(
     }
     let (old, scale, retry) = (state.lr_scale, state.lr_scale * g.nan_lr_factor, retries + 1);
     let reason = format!(
-        "non-finite loss ({loss}) or gradient norm ({norm}): back to the last good checkpoint, LR × {} (scale {old} → {scale}), retry {retry} of {}",
+        "{seen}: back to the last good checkpoint, LR × {} (scale {old} → {scale}), retry {retry} of {}",
         g.nan_lr_factor, g.nan_retries
     );
     Ok((
@@ -76,10 +127,14 @@ pub fn unspent(state: &State) -> u64 {
 }
 
 impl Conductor {
-    /// A step with a non-finite loss or gradient norm (not applied by the engine).
-    pub(crate) fn on_nonfinite(&mut self, loss: Option<f32>, norm: Option<f32>) -> Result<Turn> {
-        let step = self.state.step + 1;
-        match nonfinite(&self.state, step, loss, norm, &self.recipe) {
+    /// A step with a non-finite loss or gradient norm (not applied by the engine: the decision
+    /// is the step it would have been), or an evaluation with a non-finite loss.
+    pub(crate) fn on_nonfinite(&mut self, what: NonFinite) -> Result<Turn> {
+        let step = match what {
+            NonFinite::Step { .. } => self.state.step + 1,
+            NonFinite::Eval { .. } => self.state.step,
+        };
+        match nonfinite(&self.state, step, what, &self.recipe) {
             Err(d) => {
                 let reason = d.reason.clone();
                 Ok(self.fail(Vec::new(), Some(d), Failure::Diverged(reason)))
@@ -132,14 +187,27 @@ mod tests {
         let r = Recipe::default();
         let mut s = State::fresh(Phase::Main);
         for i in 1..=3 {
-            let (d, scale, retries) = nonfinite(&s, 10, Some(f32::NAN), None, &r).unwrap();
+            let what = NonFinite::Step {
+                loss: Some(f32::NAN),
+                grad_norm: None,
+            };
+            let (d, scale, retries) = nonfinite(&s, 10, what, &r).unwrap();
             assert_eq!(d.kind, DecisionKind::RollbackNonfinite);
             assert_eq!(retries, i);
             (s.lr_scale, s.nan_retries) = (scale, retries);
         }
         assert!((s.lr_scale - 0.125).abs() < 1e-12);
-        let d = nonfinite(&s, 10, Some(f32::NAN), Some(1.0), &r).unwrap_err();
+        let eval = NonFinite::Eval {
+            val_loss: f32::INFINITY,
+        };
+        let d = nonfinite(&s, 10, eval, &r).unwrap_err();
         assert_eq!(d.kind, DecisionKind::AbortNonfinite);
+        assert!(
+            d.reason.starts_with("non-finite validation loss (inf) again"),
+            "{}",
+            d.reason
+        );
+        assert_eq!(d.evidence["val_loss"], "inf");
     }
 
     #[test]

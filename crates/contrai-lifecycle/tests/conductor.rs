@@ -22,6 +22,8 @@ struct Sim {
     val: Curve,
     /// Steps (1-based) whose loss is not finite, every time they are tried.
     nan_at: Vec<u64>,
+    /// Steps whose first evaluation has a NaN loss (an overflow that a slower LR avoids).
+    nan_eval_once: Vec<u64>,
     history: Vec<MetricsRow>,
     checkpoints: BTreeMap<u64, (State, usize)>,
     sparsity: BTreeMap<String, f64>,
@@ -71,6 +73,7 @@ impl Sim {
             train,
             val,
             nan_at: Vec::new(),
+            nan_eval_once: Vec::new(),
             history: Vec::new(),
             checkpoints: BTreeMap::new(),
             sparsity: BTreeMap::new(),
@@ -157,7 +160,11 @@ impl Sim {
                 }
             }
             Request::Evaluate { record } => {
-                let val_loss = (self.val)(self.step, self.phase);
+                let mut val_loss = (self.val)(self.step, self.phase);
+                if let Some(i) = self.nan_eval_once.iter().position(|s| *s == self.step) {
+                    self.nan_eval_once.remove(i);
+                    val_loss = f32::NAN;
+                }
                 if let Some(phase) = record {
                     self.history.push(MetricsRow::Eval(EvalRow {
                         step: self.step,
@@ -279,10 +286,17 @@ impl Sim {
 fn simulate(recipe: Recipe, train: Curve, val: Curve, nan_at: Vec<u64>) -> Sim {
     let mut sim = Sim::new(train, val);
     sim.nan_at = nan_at;
-    let mut c = Conductor::new(recipe, info());
-    let first = c.begin().unwrap();
-    sim.run(&mut c, first);
+    sim.run_from_start(recipe);
     sim
+}
+
+impl Sim {
+    /// Runs `recipe` from its first turn.
+    fn run_from_start(&mut self, recipe: Recipe) {
+        let mut c = Conductor::new(recipe, info());
+        let first = c.begin().unwrap();
+        self.run(&mut c, first);
+    }
 }
 
 /// A falling training loss.
@@ -404,6 +418,41 @@ fn a_nan_restores_the_last_checkpoint_with_the_lr_halved_three_times_then_stops(
         if let Request::Restore { to, scope } = &t.request {
             assert_eq!((*to, *scope), (RestorePoint::Latest, RestoreScope::Everything));
         }
+    }
+}
+
+#[test]
+fn a_nan_evaluation_in_main_or_contraction_is_rolled_back_like_a_nan_step() {
+    // Main evaluates at 13, 23, ...; the stable main enters contraction at 63, evaluated every 5.
+    for (at, phase) in [(33, Phase::Main), (73, Phase::Contract)] {
+        let mut sim = Sim::new(falling(), settles());
+        sim.nan_eval_once = vec![at];
+        sim.run_from_start(recipe());
+        assert_eq!(sim.end, Some(Ok(())), "the run goes on after the rollback");
+        let back = sim.decision(DecisionKind::RollbackNonfinite);
+        assert_eq!((back.step, back.phase), (at, phase));
+        assert!(
+            back.reason
+                .starts_with("non-finite validation loss (NaN): back to the last good checkpoint"),
+            "{}",
+            back.reason
+        );
+        assert_eq!(back.evidence["val_loss"], "NaN");
+        let kinds = sim.kinds();
+        assert!(!kinds.contains(&DecisionKind::RollbackContract), "{kinds:?}");
+        let restores: Vec<_> = sim
+            .turns
+            .iter()
+            .filter_map(|t| match &t.request {
+                Request::Restore { to, scope } => Some((*to, *scope)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(restores, [(RestorePoint::Latest, RestoreScope::Everything)]);
+        // The steps after the restored checkpoint run again at half the LR.
+        let lrs: Vec<f64> = sim.lrs().iter().filter(|l| l.0 == at).map(|l| l.2).collect();
+        assert_eq!(lrs.len(), 2, "{lrs:?}");
+        assert!((lrs[1] - lrs[0] * 0.5).abs() < 1e-15, "{lrs:?}");
     }
 }
 

@@ -15,12 +15,16 @@ pub struct FinalEval {
     /// Holdout samples.
     pub holdout_samples: usize,
     /// Mean holdout loss.
+    #[serde(with = "crate::nonfinite")]
     pub holdout_loss: f32,
     /// Holdout accuracy in [0, 1].
+    #[serde(with = "crate::nonfinite")]
     pub holdout_accuracy: f32,
     /// Final validation loss.
+    #[serde(with = "crate::nonfinite")]
     pub val_loss: f32,
     /// Final validation accuracy.
+    #[serde(with = "crate::nonfinite")]
     pub val_accuracy: f32,
     /// The best checkpoint's step and validation loss.
     pub best: Option<(u64, f32)>,
@@ -49,8 +53,10 @@ pub struct Int8Eval {
     /// Whether it was kept (its validation accuracy dropped by at most `refine.max_drop` points).
     pub kept: bool,
     /// Its validation accuracy.
+    #[serde(with = "crate::nonfinite")]
     pub val_accuracy: f32,
     /// Its holdout accuracy (same single read of the holdout).
+    #[serde(with = "crate::nonfinite")]
     pub holdout_accuracy: f32,
     /// Validation accuracy points lost to quantization.
     pub drop_points: f64,
@@ -74,10 +80,13 @@ pub struct Variant {
     /// Bytes on disk.
     pub bytes: u64,
     /// Validation accuracy.
+    #[serde(with = "crate::nonfinite")]
     pub val_accuracy: f32,
     /// Holdout accuracy.
+    #[serde(with = "crate::nonfinite")]
     pub holdout_accuracy: f32,
     /// Mean holdout loss.
+    #[serde(with = "crate::nonfinite")]
     pub holdout_loss: f32,
     /// Median CPU milliseconds of a forward pass over `latency_batch` validation samples.
     pub latency_ms: Option<f64>,

@@ -14,6 +14,7 @@ pub mod eval;
 pub mod format;
 pub mod holdout;
 pub mod journal;
+pub mod nonfinite;
 pub mod plan;
 pub mod rows;
 

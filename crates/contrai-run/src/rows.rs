@@ -17,10 +17,13 @@ pub struct TrainRow {
     /// Training samples seen.
     pub samples: u64,
     /// Mean loss of the step's effective batch.
+    #[serde(with = "crate::nonfinite")]
     pub train_loss: f32,
     /// Learning rate used by the step.
+    #[serde(with = "crate::nonfinite")]
     pub lr: f64,
     /// Global gradient norm before clipping.
+    #[serde(with = "crate::nonfinite")]
     pub grad_norm: f32,
     /// Effective batch of the step.
     pub batch_size: usize,
@@ -36,8 +39,10 @@ pub struct EvalRow {
     /// Phase of the evaluation.
     pub phase: Phase,
     /// Mean validation loss.
+    #[serde(with = "crate::nonfinite")]
     pub val_loss: f32,
     /// Validation accuracy in [0, 1].
+    #[serde(with = "crate::nonfinite")]
     pub val_accuracy: f32,
 }
 
@@ -49,6 +54,7 @@ pub struct ValidateRow {
     /// Always `validate`.
     pub phase: Phase,
     /// Loss on the one batch.
+    #[serde(with = "crate::nonfinite")]
     pub validate_loss: f32,
 }
 
@@ -211,6 +217,31 @@ mod tests {
         };
         assert_eq!(s.modules["blocks.0.ffn"], 0.4);
         assert_eq!(MetricsRow::parse(lines[1]).unwrap().phase(), Phase::Main);
+    }
+
+    #[test]
+    fn a_diverged_evaluation_is_written_and_read_back() {
+        let row = MetricsRow::Eval(EvalRow {
+            step: 40,
+            phase: Phase::Main,
+            val_loss: f32::NAN,
+            val_accuracy: 0.5,
+        });
+        let line = serde_json::to_string(&row).unwrap();
+        assert_eq!(
+            line,
+            r#"{"step":40,"phase":"main","val_loss":"NaN","val_accuracy":0.5}"#
+        );
+        let MetricsRow::Eval(back) = MetricsRow::parse(&line).unwrap() else {
+            panic!("{line}")
+        };
+        assert!(back.val_loss.is_nan());
+        // What serde_json wrote before the words: `null`.
+        let old = r#"{"step":2,"phase":"validate","validate_loss":null}"#;
+        let MetricsRow::Validate(v) = MetricsRow::parse(old).unwrap() else {
+            panic!()
+        };
+        assert!(v.validate_loss.is_nan());
     }
 
     #[test]
