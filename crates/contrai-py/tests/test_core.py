@@ -10,6 +10,7 @@ import pytest
 import contrai
 from contrai import _core
 from contrai.conductor import Conductor, RunInfo, kind
+from contrai.engine import words_json
 
 
 def test_a_recipe_error_names_file_line_key_and_the_nearest_key():
@@ -57,6 +58,20 @@ def test_the_run_writer_checks_rows_and_stamps_the_format(tmp_path):
     (tmp_path / "run" / "run.json").write_text('{"format": 9, "writer": "later"}')
     with pytest.raises(ValueError, match="format 9"):
         _core.RunWriter(str(tmp_path / "run"), "test")
+
+
+def test_a_diverged_evaluation_is_written_as_a_word_and_read_back(tmp_path):
+    w = _core.RunWriter(str(tmp_path / "run"), "test")
+    for step in range(1, 31):
+        w.metric(words_json({"step": step, "phase": "main", "samples": 32 * step, "train_loss": 1 / step,
+                             "lr": 1e-3, "grad_norm": 1.0, "batch_size": 32, "wall_s": 0.1 * step}))
+    w.metric(words_json({"step": 30, "phase": "main", "val_loss": float("nan"), "val_accuracy": 0.5}))
+    w.metric(words_json({"step": 31, "phase": "validate", "validate_loss": float("-inf")}))
+    w.sync()
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-2]["val_loss"] == "NaN" and rows[-1]["validate_loss"] == "-Infinity"
+    [run] = contrai.doctor(tmp_path / "run")
+    assert "nonfinite" in {f["label"] for f in run["findings"]}, run
 
 
 def test_a_headerless_tsv_is_split_with_the_columns_given(tmp_path):

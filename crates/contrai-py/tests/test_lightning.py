@@ -223,6 +223,40 @@ def test_a_nan_step_rolls_back_and_the_plan_still_finishes(tmp_path):
     assert torch.isfinite(module.net[0].weight).all(), "the NaN weights were replaced by the checkpoint's"
 
 
+class NanEvalOnce(Mlp):
+    """The MLP whose logits overflow to NaN in one evaluation after step ``at`` (an fp16 forward
+    past its range; the weights stay finite)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.fired = at, False
+
+    def forward(self, x):
+        out = super().forward(x)
+        trainer = self._trainer  # None in the engine's copies (its round trip)
+        if not self.training and trainer is not None and trainer.global_step >= self.at and not self.fired:
+            self.fired = True
+            return out * float("nan")
+        return out
+
+
+def test_a_nan_evaluation_is_recorded_and_rolled_back(tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE)
+    module = NanEvalOnce(at=45)
+    trainer = pl.Trainer(max_steps=110, callbacks=[ContraiCallback(recipe, tmp_path / "run", holdout_dataset=task(64, 3))],
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu",
+                         num_sanity_val_steps=0)
+    trainer.fit(module, DataLoader(task(512, 1), batch_size=16, shuffle=True), DataLoader(task(128, 2), batch_size=64))
+    decisions = [json.loads(x) for x in (tmp_path / "run" / "decisions.jsonl").read_text().splitlines()]
+    back = next(d for d in decisions if d["kind"] == "rollback_nonfinite")
+    assert back["evidence"]["val_loss"] == "NaN" and back["reason"].startswith("non-finite validation loss"), back
+    assert decisions[-1]["kind"] == "holdout"
+    restored = next(d for d in decisions if d["kind"] == "engine_substitute" and "checkpoint_step" in d["evidence"])
+    lost = back["step"] - restored["evidence"]["checkpoint_step"]
+    assert lost > 0 and trainer.global_step == planned_steps(RECIPE, str(recipe)) + lost
+
+
 def test_a_trainer_that_stops_before_the_plan_ends_is_told_what_to_set(tmp_path):
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(RECIPE)

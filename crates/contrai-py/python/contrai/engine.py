@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _core
+from .checkpoints import Checkpoints, load_weights, put_back
 from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
 from .masks import Masks, head_count, matrices
@@ -140,7 +141,7 @@ class Engine:
         self.recipe_toml = recipe_toml
         self.recipe_path = recipe_path
         self.classes = classes
-        self.keep_last = keep_last
+        self.checkpoints = Checkpoints(self.run_dir / "checkpoints", keep_last)
         self.leader = job.rank == 0
         self.writer: Any = None
         self.conductor: Conductor | None = None
@@ -307,7 +308,7 @@ class Engine:
 
     def metric(self, row: dict[str, Any]) -> None:
         if self.leader:
-            self.writer.metric(json.dumps(row))
+            self.writer.metric(words_json(row))
 
     def set_lr(self, lr: float) -> None:
         """The next step's learning rate, in every parameter group (the framework's scheduler is
@@ -360,9 +361,6 @@ class Engine:
 
     # ---- checkpoints --------------------------------------------------------------------------
 
-    def checkpoint_dir(self, step: int) -> Path:
-        return self.run_dir / "checkpoints" / f"step-{step:08d}"
-
     def record_of(self, conductor_state: dict[str, Any]) -> dict[str, Any]:
         """What a checkpoint needs besides the tensors: counters, journal lengths, the state."""
         lens = self.writer.sync() if self.leader else (0, 0)
@@ -370,62 +368,29 @@ class Engine:
                 "decisions_len": lens[1], "lost_steps": self.lost_steps, "conductor": conductor_state}
 
     def checkpoint(self, state: dict[str, Any], keep: list[int]) -> None:
-        """Model, optimizer, masks and the record, written to a temporary directory and renamed
-        (rank 0; the weights are the same on every rank)."""
+        """What training changed, the masks and the record (rank 0; the weights are the same on
+        every rank)."""
         self.last_record = self.record_of(state)
-        if not self.leader:
-            return
-        root = self.run_dir / "checkpoints"
-        root.mkdir(parents=True, exist_ok=True)
-        dest = self.checkpoint_dir(self.step)
-        tmp = root / f".tmp-step-{self.step:08d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        torch.save(unwrap(self.job.model).state_dict(), tmp / "model.pt")
-        if self.job.optimizer is not None:
-            torch.save(self.job.optimizer.state_dict(), tmp / "optimizer.pt")
-        self.masks.save(str(tmp / "masks.pt"))
-        (tmp / "state.json").write_text(json.dumps(self.last_record))
-        old = root / f".tmp-old-step-{self.step:08d}"
-        if dest.exists():
-            dest.rename(old)
-        tmp.rename(dest)
-        shutil.rmtree(old, ignore_errors=True)
-        steps = sorted(int(p.name[5:]) for p in root.glob("step-*"))
-        for s in steps[: max(0, len(steps) - self.keep_last)]:
-            if s not in keep:
-                shutil.rmtree(self.checkpoint_dir(s), ignore_errors=True)
-
-    def read_checkpoint(self, to: Any) -> tuple[int, dict[str, Any], Any, Any, Masks]:
-        """Rank 0's checkpoint ``to`` (``"Latest"`` or ``{"Step": n}``): its step, record, model
-        and optimizer states and masks, on the CPU."""
-        root = self.run_dir / "checkpoints"
-        if to == "Latest":
-            steps = sorted(int(d.name[5:]) for d in root.glob("step-*"))
-            if not steps:
-                raise RuntimeError("no checkpoint to roll back to")
-            step = steps[-1]
-        else:
-            step = to["Step"]
-        d = self.checkpoint_dir(step)
-        record = json.loads((d / "state.json").read_text())
-        weights = torch.load(d / "model.pt", map_location="cpu")
-        optimizer = torch.load(d / "optimizer.pt", map_location="cpu") if (d / "optimizer.pt").exists() else None
-        masks = Masks.load(str(d / "masks.pt")) if (d / "masks.pt").exists() else Masks()
-        return step, record, weights, optimizer, masks
+        if self.leader:
+            self.checkpoints.write(self.step, unwrap(self.job.model), self.job.optimizer, self.masks,
+                                   self.last_record, keep)
 
     def do_Restore(self, p: dict[str, Any]) -> Any:
         """Loads a checkpoint's weights, optimizer and masks; with ``Everything`` also its
         counters, and ``metrics.jsonl`` is cut back to it. Rank 0 reads it and sends it to every
         rank (the others may not see its disk). The data order runs on: a running data loader
         cannot be rewound (recorded)."""
-        step, record, weights, optimizer, masks = self.from_leader(
-            self.read_checkpoint(p["to"]) if self.leader else None)
-        unwrap(self.job.model).load_state_dict(weights)
-        if self.job.optimizer is not None and optimizer is not None:
-            self.job.optimizer.load_state_dict(optimizer)
+        ckpt = self.from_leader(self.checkpoints.read(p["to"]) if self.leader else None)
+        record = ckpt.record
+        lost = load_weights(unwrap(self.job.model), ckpt)
+        if lost:
+            self.substitute("restore the checkpoint's weights", f"{len(lost)} parameters frozen when it was written "
+                            "and trained since keep their current values (a checkpoint holds what trains)",
+                            {"checkpoint_step": ckpt.step, "parameters": lost[:20]})
+        if self.job.optimizer is not None and ckpt.optimizer is not None:
+            self.job.optimizer.load_state_dict(ckpt.optimizer)
         had_masks = not self.masks.empty()
-        self.masks = masks
+        self.masks = ckpt.masks
         history: list[Any] = []
         if p["scope"] == "Everything":
             self.lost_steps += self.step - record["step"]
@@ -434,12 +399,10 @@ class Engine:
                 self.writer = _core.RunWriter(str(self.run_dir), WRITER, record["metrics_len"],
                                               self.writer.sync()[1])
                 history = [json.loads(line) for line in self.writer.history(record["metrics_len"]).split("\n") if line]
-                for s in sorted(int(x.name[5:]) for x in (self.run_dir / "checkpoints").glob("step-*")):
-                    if s > step:
-                        shutil.rmtree(self.checkpoint_dir(s), ignore_errors=True)
+                self.checkpoints.drop_after(ckpt.step)
             self.substitute("restore everything at the checkpoint", "weights, optimizer and masks restored; "
                             "the running data loader cannot be rewound, so the retried steps see later batches",
-                            {"checkpoint_step": step})
+                            {"checkpoint_step": ckpt.step})
         elif had_masks:
             self.sparsity_row()
         return {"Restored": {"state": record["conductor"], "history": history}}
@@ -476,51 +439,59 @@ class Engine:
         return {"Evaluated": {"val_loss": loss, "val_accuracy": nan0(acc)}}
 
     def do_CheckPipeline(self, p: dict[str, Any]) -> Any:
-        """Validate's check: a copy of the fresh model overfits one batch (dropout off)."""
-        model = copy.deepcopy(unwrap(self.job.model))
-        model.eval()
-        opt = torch.optim.AdamW(model.parameters(), lr=p["lr"])
+        """Validate's check: the fresh model overfits one batch (dropout off); its trainable
+        weights are put back after (in place: a large model has no room for a copy)."""
+        model = unwrap(self.job.model)
+        trainable = [w for w in model.parameters() if w.requires_grad]
         batch = self.job.train_batch()
         losses = []
-        for _ in range(p["steps"]):
-            opt.zero_grad()
-            loss = self.job.outputs(model, batch).losses.mean()
-            loss.backward()
-            opt.step()
-            losses.append(float(loss))
-            self.step += 1
-            self.metric({"step": self.step, "phase": "validate", "validate_loss": float(loss)})
-        del model
+        was = model.training
+        with put_back(trainable):
+            model.eval()
+            opt = torch.optim.AdamW(trainable, lr=p["lr"])
+            for _ in range(p["steps"]):
+                opt.zero_grad()
+                loss = self.job.outputs(model, batch).losses.mean()
+                loss.backward()
+                opt.step()
+                losses.append(float(loss))
+                self.step += 1
+                self.metric({"step": self.step, "phase": "validate", "validate_loss": float(loss)})
+            del opt
+        model.train(was)
         val, _, _ = self.evaluation(self.job.model, self.job.eval_batches())
         return {"PipelineChecked": {"first_loss": losses[0], "last_loss": losses[-1], "val_loss": val}}
 
     def do_RoundTrip(self, _: Any) -> Any:
-        """A checkpoint of the fresh model written, read back into a copy, outputs compared."""
+        """A checkpoint of the fresh model written and read back into it by the checkpoints' own
+        code; its outputs before and after must be identical."""
         model = unwrap(self.job.model)
         # Rank 0 proves the run directory's disk; the others (whose answer is not used) their own.
-        tmp = self.run_dir / "checkpoints" / ".tmp-round-trip" if self.leader else Path(tempfile.mkdtemp())
-        tmp.mkdir(parents=True, exist_ok=True)
-        torch.save(model.state_dict(), tmp / "model.pt")
-        opt_bytes = 0
-        if self.job.optimizer is not None:
-            torch.save(self.job.optimizer.state_dict(), tmp / "optimizer.pt")
-            opt_bytes = (tmp / "optimizer.pt").stat().st_size
-        back = copy.deepcopy(model)
-        back.load_state_dict(torch.load(tmp / "model.pt", map_location=first_device(model)))
+        root = self.run_dir / "checkpoints" / ".round-trip" if self.leader else Path(tempfile.mkdtemp())
+        trip = Checkpoints(root, keep_last=1)
+        trip.write(0, model, self.job.optimizer, self.masks, {"step": 0}, [])
         batch = next(iter(self.job.eval_batches()))
-        model.eval(), back.eval()
+        was = model.training
+        model.eval()
         with torch.no_grad():
-            same = torch.equal(self.job.outputs(model, batch).losses, self.job.outputs(back, batch).losses)
-        model.train()
-        size = (tmp / "model.pt").stat().st_size
-        shutil.rmtree(tmp, ignore_errors=True)
+            before = self.job.outputs(model, batch).losses
+            load_weights(model, trip.read("Latest"))
+            same = torch.equal(before, self.job.outputs(model, batch).losses)
+        model.train(was)
+        files = trip.dir(0)
+        size = (files / "model.pt").stat().st_size
+        opt_bytes = (files / "optimizer.pt").stat().st_size if (files / "optimizer.pt").exists() else 0
+        shutil.rmtree(root, ignore_errors=True)
         return {"RoundTripped": {"identical": same, "model_bytes": size, "optimizer_bytes": opt_bytes}}
 
     def do_Prune(self, order: dict[str, Any]) -> Any:
         self.structure_unavailable(order)
         if order["heads"] is not None:
             order = {**order, "heads": None}
-        self.masks.update(unwrap(self.job.model), order)
+        model = unwrap(self.job.model)
+        self.masks.update(model, order)
+        if self.leader:
+            self.checkpoints.keep_originals(model, self.masks)
         self.apply_masks()
         return {"Pruned": {"sparsity": self.sparsity_row()}}
 
@@ -576,13 +547,14 @@ class Engine:
         return {"JointLoss": {"val_loss": self.pruned_loss(unwrap(self.job.model), p["sparsity"], p["heads"])}}
 
     def pruned_loss(self, model: torch.nn.Module, sparsity: dict[str, float], heads: int | None) -> float:
-        """Validation loss of a copy of ``model`` with ``sparsity`` applied by magnitude."""
-        copy_ = copy.deepcopy(model)
+        """Validation loss of ``model`` with ``sparsity`` applied by magnitude, the pruned matrices
+        put back after."""
         m = Masks()
-        m.prune_modules(copy_, sparsity, heads)
-        m.apply(copy_)
-        loss, _, _ = self.evaluation(copy_, self.job.eval_batches())
-        del copy_
+        m.prune_modules(model, sparsity, heads)
+        params = dict(matrices(model))
+        with put_back([params[path] for path in m.keep]):
+            m.apply(model)
+            loss, _, _ = self.evaluation(model, self.job.eval_batches())
         return loss
 
     # ---- the end ------------------------------------------------------------------------------
@@ -643,12 +615,12 @@ class Engine:
         self.writer.sync()
         loss, acc, n = getattr(self, "holdout_eval", (math.nan, math.nan, 0))
         ev = {"step": summary["step"], "classes": class_names(unwrap(self.job.model), self.classes),
-              "holdout_samples": n, "holdout_loss": nan0(loss), "holdout_accuracy": nan0(acc),
-              "val_loss": nan0(self.final_val[0]), "val_accuracy": nan0(self.final_val[1]),
+              "holdout_samples": n, "holdout_loss": loss, "holdout_accuracy": nan0(acc),
+              "val_loss": self.final_val[0], "val_accuracy": nan0(self.final_val[1]),
               "best": summary["best"], "holdout_reads": 1, "main_end": summary["main_end"],
               "planned_steps": summary["planned_steps"], "sparsity": self.masks.by_module(),
               "int8": summary["int8"], "student": None}
-        self.writer.write("eval", json.dumps(ev))
+        self.writer.write("eval", words_json(ev))
 
 
 def resume_masks(record: dict[str, Any]) -> Masks:
@@ -676,6 +648,22 @@ def class_names(model: torch.nn.Module, classes: int) -> list[str]:
     """The class names the model's config gives (``id2label``), else their indices."""
     labels = getattr(getattr(model, "config", None), "id2label", None) or {}
     return [str(labels.get(i, i)) for i in range(classes)]
+
+
+def words_json(value: Any) -> str:
+    """JSON with each non-finite float as the word Contrai's rows read back (``"NaN"``,
+    ``"Infinity"``, ``"-Infinity"``): JSON has no such numbers, and a diverged loss must be kept."""
+
+    def word(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+        if isinstance(v, dict):
+            return {k: word(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [word(x) for x in v]
+        return v
+
+    return json.dumps(word(value))
 
 
 def nan0(x: float) -> float:

@@ -1,0 +1,163 @@
+"""The PyTorch engine's checkpoints under ``<run>/checkpoints/step-NNNNNNNN``: what a rollback
+restores (the conductor says when and which).
+
+A checkpoint holds what training can change, not the whole model: the trainable parameters, the
+buffers, the optimizer state, the pruning masks and the record (counters, journal lengths, the
+conductor's state). Frozen parameters are left out — a LoRA job's base is written once by the
+framework that loaded it, not at every checkpoint. The one way a frozen parameter changes is
+pruning: before a frozen matrix is first masked, its values are kept once in ``originals/``, and
+a restore rebuilds it as those values under the checkpoint's mask.
+
+Writes go to a temporary directory renamed into place, so a crash never leaves half a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from .masks import Masks, matrices
+
+FORMAT = 2
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint read back, on the CPU."""
+
+    step: int
+    record: dict[str, Any]
+    # Model state to load (``strict=False``): what the checkpoint holds, and the frozen pruned
+    # matrices rebuilt from their originals.
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any] | None
+    masks: Masks
+
+
+def frozen(model: torch.nn.Module) -> set[str]:
+    """Names of the parameters training does not change (``requires_grad`` off)."""
+    return {n for n, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+
+
+def changing_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state without its frozen parameters."""
+    skip = frozen(model)
+    return {k: v for k, v in model.state_dict().items() if k not in skip}
+
+
+@contextmanager
+def put_back(params: list[torch.Tensor]) -> Iterator[None]:
+    """The tensors' values and gradients now, put back on exit: a measurement made in place,
+    instead of on a copy of the whole model (which a large model's accelerator has no room for)."""
+    saved = [(p.detach().to("cpu", copy=True), p.grad) for p in params]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for p, (value, grad) in zip(params, saved):
+                p.copy_(value.to(p.device))
+                p.grad = grad
+
+
+class Checkpoints:
+    """The checkpoint directories of one run (rank 0 writes and reads them)."""
+
+    def __init__(self, root: Path, keep_last: int) -> None:
+        self.root = root
+        self.keep_last = keep_last
+
+    def dir(self, step: int) -> Path:
+        return self.root / f"step-{step:08d}"
+
+    def steps(self) -> list[int]:
+        return sorted(int(d.name[5:]) for d in self.root.glob("step-*"))
+
+    def write(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, masks: Masks,
+              record: dict[str, Any], keep: list[int]) -> None:
+        """Checkpoint ``step``, written aside and renamed into place; the oldest beyond
+        ``keep_last`` removed, except the steps in ``keep`` (the best ones)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".tmp-step-{step:08d}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        torch.save(changing_state(model), tmp / "model.pt")
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        masks.save(str(tmp / "masks.pt"))
+        record = {**record, "format": FORMAT, "frozen": sorted(frozen(model))}
+        (tmp / "state.json").write_text(json.dumps(record))
+        dest, old = self.dir(step), self.root / f".tmp-old-step-{step:08d}"
+        if dest.exists():
+            dest.rename(old)
+        tmp.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+        steps = self.steps()
+        for s in steps[: max(0, len(steps) - self.keep_last)]:
+            if s not in keep:
+                shutil.rmtree(self.dir(s), ignore_errors=True)
+
+    def read(self, to: Any) -> Checkpoint:
+        """Checkpoint ``to`` (``"Latest"`` or ``{"Step": n}``)."""
+        if to == "Latest":
+            steps = self.steps()
+            if not steps:
+                raise RuntimeError(f"{self.root}: no checkpoint to roll back to")
+            step = steps[-1]
+        else:
+            step = to["Step"]
+        d = self.dir(step)
+        record = json.loads((d / "state.json").read_text())
+        weights = torch.load(d / "model.pt", map_location="cpu")
+        optimizer = torch.load(d / "optimizer.pt", map_location="cpu") if (d / "optimizer.pt").exists() else None
+        masks = Masks.load(str(d / "masks.pt")) if (d / "masks.pt").exists() else Masks()
+        for name in set(record.get("frozen", [])) & self.originals():
+            original = torch.load(self.original_file(name), map_location="cpu")
+            keep = masks.keep.get(name)
+            weights[name] = original if keep is None else original * keep.to(original.dtype)
+        return Checkpoint(step, record, weights, optimizer, masks)
+
+    def drop_after(self, step: int) -> None:
+        """The checkpoints after ``step`` (a rollback to it made them the past of another run)."""
+        for s in self.steps():
+            if s > step:
+                shutil.rmtree(self.dir(s), ignore_errors=True)
+
+    # ---- frozen matrices that pruning changes ---------------------------------------------------
+
+    def original_file(self, name: str) -> Path:
+        return self.root / "originals" / f"{name}.pt"
+
+    def originals(self) -> set[str]:
+        """The frozen matrices whose values before pruning are kept."""
+        return {p.name[:-3] for p in (self.root / "originals").glob("*.pt")}
+
+    def keep_originals(self, model: torch.nn.Module, masks: Masks) -> None:
+        """Before ``masks`` are first applied: the values of each frozen matrix they cover, once
+        (a restore to a checkpoint from before the pruning needs them back)."""
+        have = self.originals()
+        skip = frozen(model)
+        todo = [(n, p) for n, p in matrices(model) if n in masks.keep and n in skip and n not in have]
+        if not todo:
+            return
+        (self.root / "originals").mkdir(parents=True, exist_ok=True)
+        for name, p in todo:
+            tmp = self.root / "originals" / f".tmp-{name}"
+            torch.save(p.detach().cpu(), tmp)
+            tmp.rename(self.original_file(name))
+
+
+def load_weights(model: torch.nn.Module, ckpt: Checkpoint) -> list[str]:
+    """Loads a checkpoint's weights into ``model``; the names it could not restore: parameters
+    frozen when it was written and trained since (their values then were not kept)."""
+    missing, unexpected = model.load_state_dict(ckpt.weights, strict=False)
+    omitted = set(ckpt.record.get("frozen", []))
+    if unexpected or set(missing) - omitted:
+        raise RuntimeError(f"checkpoint of step {ckpt.step} does not fit the model: "
+                           f"unexpected {sorted(unexpected)[:5]}, missing {sorted(set(missing) - omitted)[:5]}")
+    return sorted(set(missing) - frozen(model))

@@ -1,0 +1,97 @@
+"""The PyTorch engine's checkpoints: what trains is written, a frozen base is not, and a frozen
+matrix that pruning zeroed comes back from its originals."""
+
+from __future__ import annotations
+
+import torch
+
+from contrai.checkpoints import Checkpoints, load_weights, put_back
+from contrai.masks import Masks
+
+
+class LoraLike(torch.nn.Module):
+    """A frozen 'base' matrix with a small trainable layer after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.base = torch.nn.Linear(64, 64)
+        self.adapter = torch.nn.Linear(64, 4)
+        for p in self.base.parameters():
+            p.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.adapter(torch.relu(self.base(x)))
+
+
+def lora_like() -> LoraLike:
+    return LoraLike()
+
+
+def prune_base(model: torch.nn.Module, ckpts: Checkpoints, share: float) -> Masks:
+    masks = Masks()
+    masks.update(model, {"targets": {"base.weight": {"sparsity": share, "cap": 1.0}}, "scope": "module", "heads": None})
+    ckpts.keep_originals(model, masks)
+    masks.apply(model)
+    return masks
+
+
+def test_a_checkpoint_holds_what_trains_and_a_restore_rebuilds_pruned_frozen_matrices(tmp_path):
+    model = lora_like()
+    original = model.base.weight.detach().clone()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
+    ckpts.write(1, model, opt, Masks(), {"step": 1}, [])
+    saved = torch.load(ckpts.dir(1) / "model.pt")
+    assert set(saved) == {"adapter.weight", "adapter.bias"}, "the frozen base is not written"
+    adapter1 = model.adapter.weight.detach().clone()
+
+    masks = prune_base(model, ckpts, 0.5)
+    model(torch.randn(8, 64)).sum().backward()
+    opt.step()
+    ckpts.write(2, model, opt, masks, {"step": 2}, [])
+    at2 = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    assert float((model.base.weight == 0).float().mean()) == 0.5
+
+    masks = prune_base(model, ckpts, 0.8)
+    assert torch.equal(torch.load(ckpts.original_file("base.weight")), original), "kept once, before any pruning"
+
+    back = ckpts.read({"Step": 1})
+    assert load_weights(model, back) == []
+    assert torch.equal(model.base.weight, original), "the pruned frozen matrix is whole again"
+    assert torch.equal(model.adapter.weight, adapter1)
+    back = ckpts.read("Latest")
+    load_weights(model, back)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, at2[k]), k
+    assert back.masks.overall() == 0.5
+
+
+def test_a_parameter_frozen_at_the_checkpoint_and_trained_since_is_named(tmp_path):
+    model = lora_like()
+    ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
+    ckpts.write(3, model, None, Masks(), {"step": 3}, [])
+    model.base.bias.requires_grad_(True)
+    assert load_weights(model, ckpts.read("Latest")) == ["base.bias"]
+
+
+def test_old_checkpoints_are_removed_but_the_kept_ones_stay(tmp_path):
+    model = lora_like()
+    ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=2)
+    for step in (10, 20, 30, 40):
+        ckpts.write(step, model, None, Masks(), {"step": step}, [10])
+    assert ckpts.steps() == [10, 30, 40]
+    ckpts.drop_after(10)
+    assert ckpts.steps() == [10]
+
+
+def test_put_back_restores_values_and_gradients():
+    model = lora_like()
+    w = model.adapter.weight
+    model(torch.randn(2, 64)).sum().backward()
+    value, grad = w.detach().clone(), w.grad.clone()
+    with put_back([w]):
+        with torch.no_grad():
+            w.zero_()
+        w.grad = None
+    assert torch.equal(w, value) and torch.equal(w.grad, grad)
