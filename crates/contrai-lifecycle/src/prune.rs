@@ -27,9 +27,11 @@ pub fn module_of(path: &str) -> String {
     parts[..keep].join(".")
 }
 
-/// Whether a module is an attention module (pruned by whole heads, or capped one weight at a time).
+/// Whether a module is an attention module (pruned by whole heads, or capped one weight at a time):
+/// `…attn` / `…self_attn` (Contrai's transformer, GPT-2, Llama), and the BERT family's
+/// `…attention.self` (query, key, value) and `…attention.output` (its output projection).
 pub fn is_attention(module: &str) -> bool {
-    module.ends_with("attn")
+    module.ends_with("attn") || module.ends_with("attention.self") || module.ends_with("attention.output")
 }
 
 /// The sparsity of a gradual schedule at `progress` in [0, 1]: cubic (Zhu & Gupta,
@@ -177,6 +179,17 @@ mod tests {
         assert_eq!(module_of("layers.1.weight"), "layers.1");
         assert_eq!(module_of("blocks.1.ln2.gamma"), "blocks.1");
         assert!(is_attention("blocks.1.attn") && !is_attention("blocks.1.ffn"));
+        for hf in [
+            "bert.encoder.layer.0.attention.self",
+            "bert.encoder.layer.0.attention.output",
+            "model.layers.3.self_attn",
+        ] {
+            assert!(is_attention(hf), "{hf}");
+        }
+        assert!(
+            !is_attention("bert.encoder.layer.0.output")
+                && !is_attention("bert.encoder.layer.0.intermediate")
+        );
     }
 
     fn weights() -> Vec<String> {

@@ -323,6 +323,13 @@ fn module_of(path: &str) -> String {
     contrai_lifecycle::prune::module_of(path)
 }
 
+/// Whether a module is attention, as the conductor tells (capped one weight at a time; pruned by
+/// whole heads when the recipe asks).
+#[pyfunction]
+fn is_attention(module: &str) -> bool {
+    contrai_lifecycle::prune::is_attention(module)
+}
+
 /// The module.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -333,6 +340,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recipe_check, m)?)?;
     m.add_function(wrap_pyfunction!(recipe_json, m)?)?;
     m.add_function(wrap_pyfunction!(module_of, m)?)?;
+    m.add_function(wrap_pyfunction!(is_attention, m)?)?;
     m.add_function(wrap_pyfunction!(default_recipe, m)?)?;
     m.add_function(wrap_pyfunction!(doctor, m)?)?;
     m.add_function(wrap_pyfunction!(report, m)?)?;

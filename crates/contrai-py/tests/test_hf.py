@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import ServedRows, tiny_bert, token_task
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
 import contrai
 from contrai.hf import ContraiCallback
@@ -154,16 +154,72 @@ def test_what_to_set_is_said_when_the_trainer_cannot_run_the_recipe(tmp_path, re
         ContraiCallback(bad, run_dir=tmp_path / "r3")
 
 
-def test_whole_heads_and_units_asked_of_the_pytorch_engine_are_recorded_as_substitutes(tmp_path, recipe_file):
+def test_whole_heads_and_units_are_pruned_in_a_bert(tmp_path, recipe_file):
     recipe = recipe_file.read_text().replace("[contract]\n", "[contract]\nprune_heads = true\nprune_units = true\n")
-    recipe_file.write_text(recipe)
-    train(tmp_path, recipe_file)
+    recipe_file.write_text(recipe.replace("init = 0.1, final = 0.2", "init = 0.5, final = 0.5"))
+    trainer, _, _ = train(tmp_path, recipe_file)
     decisions = rows(tmp_path / "run" / "decisions.jsonl")
-    subs = [d for d in decisions if d["kind"] == "engine_substitute"]
-    reasons = [d["reason"] for d in subs]
-    for what, key in (("prune whole attention heads", "contract.prune_heads"),
-                      ("prune whole feed-forward units", "contract.prune_units")):
-        said = [d for d in subs if d["reason"].startswith(what)]
-        assert len(said) == 1, reasons
-        assert said[0]["evidence"] == {"asked": key} and "single-weight magnitude" in said[0]["reason"]
+    said = [d["reason"] for d in decisions if d["kind"] == "engine_substitute" and "prune" in d["reason"]]
+    assert said == ["remove the pruned attention heads from the exported model: transformers 5 prunes no heads "
+                    "(no config.pruned_heads): they stay as zeros"], said
     assert decisions[-1]["kind"] == "holdout"
+    model = trainer.model
+    for layer in model.bert.encoder.layer:
+        # Units: half the expansion's rows (64 → 32 left), with the same columns of the projection.
+        up, down = layer.intermediate.dense.weight, layer.output.dense.weight
+        dead = (up == 0).all(dim=1)
+        assert int(dead.sum()) == 32 and (down[:, dead] == 0).all() and (down[:, ~dead] != 0).any(dim=0).all()
+        # Heads: one of the two (16 rows of query, key and value; its 16 output columns).
+        att = layer.attention
+        gone = [h for h in range(2) if (att.self.query.weight[16 * h:16 * (h + 1)] == 0).all()]
+        assert len(gone) == 1, "one head of two"
+        cut = slice(16 * gone[0], 16 * (gone[0] + 1))
+        for w in (att.self.key.weight, att.self.value.weight):
+            assert (w[cut] == 0).all()
+        assert (att.output.dense.weight[:, cut] == 0).all() and (att.output.dense.weight != 0).sum() == 32 * 16
+    # The exported model has the units cut out, and computes what the trained one does.
+    exported = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "final")
+    assert exported.config.intermediate_size == 32
+    assert exported.bert.encoder.layer[0].output.dense.weight.shape == (32, 32)
+    batch = {k: torch.stack([r[k] for r in token_task(32, 9)]) for k in ("input_ids", "attention_mask")}
+    model.eval(), exported.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(exported(**batch).logits, model(**batch).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_masks_take_structures_whole_only_where_the_names_show_them():
+    from contrai.masks import Masks
+
+    order = {"targets": {"bert.encoder.layer.0.intermediate.dense.weight": {"sparsity": 0.25, "cap": 1.0}},
+             "scope": "module", "heads": 2, "units": True}
+    bert = tiny_bert()
+    m = Masks()
+    assert m.update(bert, order) == {"units"}
+    keep = m.keep["bert.encoder.layer.0.output.dense.weight"]
+    assert keep.shape == (32, 64) and int((~keep).all(dim=0).sum()) == 16, "the projection's columns go too"
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    m = Masks()
+    assert m.update(mlp, {"targets": {"0.weight": {"sparsity": 0.5, "cap": 1.0}}, "scope": "module",
+                          "heads": None, "units": True}) == set()
+    assert float((~m.keep["0.weight"]).float().mean()) == 0.5, "single weights instead"
+
+
+def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_path):
+    from contrai.compact import save_compacted, units_removed
+    from contrai.masks import Masks
+
+    model = tiny_bert().eval()
+    m = Masks()
+    ffn = "bert.encoder.layer.{}.intermediate.dense.weight"
+    m.update(model, {"targets": {ffn.format(0): {"sparsity": 0.5, "cap": 1.0}, ffn.format(1): {"sparsity": 0.25, "cap": 1.0}},
+                     "scope": "module", "heads": None, "units": True})
+    m.apply(model)
+    cut = units_removed(model, m)
+    assert (cut.before, cut.after, cut.left) == (64, 48, 16)
+    save_compacted(model, tmp_path, cut.state, cut.after)
+    small = BertForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert model.config.intermediate_size == 64 and small.config.intermediate_size == 48
+    assert int((small.bert.encoder.layer[0].intermediate.dense.weight == 0).all(dim=1).sum()) == 16
+    batch = {k: torch.stack([r[k] for r in token_task(8, 4)]) for k in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        torch.testing.assert_close(small(**batch).logits, model(**batch).logits, atol=1e-5, rtol=1e-5)

@@ -268,3 +268,20 @@ def test_a_trainer_that_stops_before_the_plan_ends_is_told_what_to_set(tmp_path)
     assert last["kind"] == "engine_substitute" and f"set Trainer(max_steps={planned})" in last["reason"], last
     assert last["evidence"] == {"trainer_step": 32, "lifecycle_step": 52, "max_steps": planned}
     assert not (tmp_path / "run" / "final" / "eval.json").exists()
+
+
+def test_whole_units_asked_of_a_model_without_their_names_are_recorded(tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE.replace("[contract]\n", "[contract]\nprune_units = true\n"))
+    trainer = pl.Trainer(max_steps=110, callbacks=[ContraiCallback(recipe, tmp_path / "run")], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu", num_sanity_val_steps=0)
+    module = Mlp()
+    trainer.fit(module, DataLoader(task(512, 1), batch_size=16), DataLoader(task(128, 2), batch_size=64))
+    decisions = [json.loads(x) for x in (tmp_path / "run" / "decisions.jsonl").read_text().splitlines()]
+    said = [d for d in decisions if d["kind"] == "engine_substitute" and d["reason"].startswith("prune whole")]
+    assert [d["evidence"] for d in said] == [{"asked": "contract.prune_units"}], said
+    assert "single-weight magnitude" in said[0]["reason"]
+    metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in metrics if "sparsity" in r][-1]
+    zeros = float((module.net[0].weight == 0).float().mean())
+    assert zeros > 0 and zeros == pytest.approx(last["sparsity/net.0"], abs=1e-9), (zeros, last)

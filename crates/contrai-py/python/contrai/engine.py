@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from . import _core
 from .checkpoints import Checkpoints, load_weights, put_back
+from .compact import save_compacted, units_removed
 from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
 from .masks import Masks, head_count, matrices
@@ -158,6 +159,8 @@ class Engine:
         self.started = time.time()
         self.final_val = (math.nan, math.nan)
         self.substitutes: list[tuple[str, str]] = []
+        # The structures the masks took whole ("heads", "units").
+        self.whole: set[str] = set()
         self.batches_noted: set[tuple[str, int]] = set()
         # The framework's optimizer steps that did not advance the plan (failed steps, and those
         # rollbacks took back): its step limit must grow by them.
@@ -485,11 +488,10 @@ class Engine:
         return {"RoundTripped": {"identical": same, "model_bytes": size, "optimizer_bytes": opt_bytes}}
 
     def do_Prune(self, order: dict[str, Any]) -> Any:
-        self.structure_unavailable(order)
-        if order["heads"] is not None:
-            order = {**order, "heads": None}
         model = unwrap(self.job.model)
-        self.masks.update(model, order)
+        whole = self.masks.update(model, order)
+        self.whole |= whole
+        self.structure_unavailable(order, {_core.module_of(p) for p in order["targets"]}, whole)
         if self.leader:
             self.checkpoints.keep_originals(model, self.masks)
         self.apply_masks()
@@ -522,35 +524,44 @@ class Engine:
             ids = [str(x) for x in ds.ids]
         return {"SampleLosses": {"losses": losses, "ids": ids}}
 
-    def structure_unavailable(self, asked: dict[str, Any]) -> None:
-        """Whole heads or whole feed-forward units asked of this engine: recorded once each,
+    def structure_unavailable(self, asked: dict[str, Any], modules: set[str], whole: set[str]) -> None:
+        """Whole heads or units asked for ``modules`` that the model's names do not show (heads:
+        the BERT family's; units: BERT's and Llama's feed-forward layers): recorded once each,
         single weights pruned instead."""
+        attention = any(_core.is_attention(m) for m in modules)
         wanted = [
-            ("prune whole attention heads", "attention", "contract.prune_heads", asked.get("heads") is not None),
-            ("prune whole feed-forward units", "feed-forward layers", "contract.prune_units", bool(asked.get("units"))),
+            ("prune whole attention heads", "attention", "contract.prune_heads",
+             asked.get("heads") is not None and attention and "heads" not in whole),
+            ("prune whole feed-forward units", "feed-forward layers", "contract.prune_units",
+             bool(asked.get("units")) and any(not _core.is_attention(m) for m in modules) and "units" not in whole),
         ]
         for what, where, key, on in wanted:
             if on and not any(w.startswith(what) for w, _ in self.substitutes):
-                self.substitute(what, f"the PyTorch engine prunes {where} by single-weight magnitude instead",
-                                {"asked": key})
+                self.substitute(what, f"the PyTorch engine prunes {where} by single-weight magnitude instead "
+                                "(the model's parameter names do not show them)", {"asked": key})
 
     def do_MeasureSensitivity(self, p: dict[str, Any]) -> Any:
-        self.structure_unavailable(p)
         model = unwrap(self.job.model)
         out: dict[str, list[float]] = {}
+        whole: set[str] = set()
         for module in p["modules"]:
-            out[module] = [self.pruned_loss(model, {module: level}, p["heads"]) for level in p["levels"]]
+            out[module] = [self.pruned_loss(model, {module: level}, p, whole) for level in p["levels"]]
+        self.structure_unavailable(p, set(p["modules"]), whole)
         return {"Sensitivity": {"val_loss": out}}
 
     def do_MeasureJoint(self, p: dict[str, Any]) -> Any:
-        self.structure_unavailable(p)
-        return {"JointLoss": {"val_loss": self.pruned_loss(unwrap(self.job.model), p["sparsity"], p["heads"])}}
+        whole: set[str] = set()
+        loss = self.pruned_loss(unwrap(self.job.model), p["sparsity"], p, whole)
+        self.structure_unavailable(p, set(p["sparsity"]), whole)
+        return {"JointLoss": {"val_loss": loss}}
 
-    def pruned_loss(self, model: torch.nn.Module, sparsity: dict[str, float], heads: int | None) -> float:
-        """Validation loss of ``model`` with ``sparsity`` applied by magnitude, the pruned matrices
-        put back after."""
+    def pruned_loss(self, model: torch.nn.Module, sparsity: dict[str, float], asked: dict[str, Any],
+                    whole: set[str]) -> float:
+        """Validation loss of ``model`` with ``sparsity`` applied (whole heads and units where
+        ``asked`` and shown), the pruned matrices put back after; ``whole`` gains the structures
+        pruned whole."""
         m = Masks()
-        m.prune_modules(model, sparsity, heads)
+        whole |= m.prune_modules(model, sparsity, asked.get("heads"), bool(asked.get("units")))
         params = dict(matrices(model))
         with put_back([params[path] for path in m.keep]):
             m.apply(model)
@@ -560,19 +571,40 @@ class Engine:
     # ---- the end ------------------------------------------------------------------------------
 
     def do_Export(self, _: Any) -> Any:
-        """The final weights (masks applied) in ``final/``, evaluated on validation."""
+        """The final weights (masks applied) in ``final/``, evaluated on validation; a Hugging
+        Face model's pruned feed-forward units cut out of its matrices when every layer lost
+        the same number (``compact``), else recorded."""
         model = unwrap(self.job.model)
         self.apply_masks()
         fin = self.run_dir / "final"
         if self.leader:
             fin.mkdir(parents=True, exist_ok=True)
             if hasattr(model, "save_pretrained"):
-                model.save_pretrained(fin)
+                self.save_pretrained(model, fin)
             else:
                 torch.save(model.state_dict(), fin / "model.pt")
         loss, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
         self.final_val = (loss, acc)
         return {"Exported": {"val_loss": loss, "val_accuracy": nan0(acc)}}
+
+    def save_pretrained(self, model: Any, fin: Path) -> None:
+        if "heads" in self.whole:
+            self.substitute("remove the pruned attention heads from the exported model",
+                            "transformers 5 prunes no heads (no config.pruned_heads): they stay as zeros", {})
+        cut = units_removed(model, self.masks)
+        if isinstance(cut, str):
+            model.save_pretrained(fin)
+            if any(self.masks.keep) and cut != "no whole feed-forward unit was pruned":
+                self.substitute("remove the pruned feed-forward units from the exported model", cut, {})
+            return
+        save_compacted(model, fin, cut.state, cut.after)
+        print(f"[contrai] exported {fin}: pruned feed-forward units cut out, intermediate_size {cut.before} -> "
+              f"{cut.after}")
+        if cut.left:
+            self.substitute("remove the pruned feed-forward units from the exported model",
+                            f"{cut.before - cut.after} a layer cut out (the fewest any layer lost); {cut.left} more "
+                            "stay as zeros: a Hugging Face config holds one intermediate_size",
+                            {"intermediate_size": cut.after, "units_left_as_zeros": cut.left})
 
     def do_Distil(self, _: Any) -> Any:
         return {"Declined": {"what": "distil into the recipe's student",

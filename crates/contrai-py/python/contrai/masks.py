@@ -2,6 +2,12 @@
 after every optimizer step, so that pruned weights stay exactly zero (the Burn engine's
 semantics: the same targets give the same masks).
 
+Asked for whole structures, masks take them whole (the Burn engine's rule, in PyTorch's
+``[out, in]`` layout): an attention head of the BERT family — its rows of query, key and value
+with its columns of the output projection — and a feed-forward unit — its row of the expansion
+(BERT's ``intermediate.dense``, Llama's ``up_proj`` with ``gate_proj``) with its column of the
+projection (``output.dense``, ``down_proj``), scored by L2 norm, the weakest first.
+
 Which matrices, how far and when is the conductor's (``contrai_lifecycle::prune``); module names
 come from the same rule (``_core.module_of``).
 """
@@ -41,14 +47,26 @@ class Masks:
     def empty(self) -> bool:
         return not self.keep
 
-    def update(self, model: torch.nn.Module, order: dict[str, Any]) -> None:
+    def update(self, model: torch.nn.Module, order: dict[str, Any]) -> set[str]:
         """Masks every matrix of ``order["targets"]`` (path → ``{"sparsity", "cap"}``) to its
-        module's share, by magnitude within each module or under one global threshold with the
-        modules' caps; pruned weights stay pruned."""
+        module's share: whole heads (``order["heads"]``) and units (``order["units"]``) where
+        asked and the model's names show them, the rest by magnitude within each module or under
+        one global threshold with the modules' caps; pruned weights stay pruned. Returns the
+        structures pruned whole (``"heads"``, ``"units"``)."""
         params = dict(matrices(model))
+        heads = order.get("heads")
+        whole = self.update_groups(params, order["targets"], heads, bool(order.get("units")))
+        grouped = {path for paths in whole.values() for path in paths}
+
+        def single(path: str) -> bool:
+            # Attention goes by whole heads when the model's names show them; otherwise (recorded
+            # by the engine) by single weights.
+            by_heads = bool(whole["heads"]) and _core.is_attention(_core.module_of(path))
+            return path in params and path not in grouped and not by_heads
+
         pools: dict[str, list[str]] = {}
         for path in order["targets"]:
-            if path in params:
+            if single(path):
                 pools.setdefault(_core.module_of(path), []).append(path)
         targets = {m: order["targets"][paths[0]] for m, paths in pools.items()}
         scores = {m: self.scores(params, paths) for m, paths in pools.items()}
@@ -63,13 +81,53 @@ class Masks:
                 s = scores[m][offset:offset + n]
                 offset += n
                 self.keep[path] = ((s >= 0) & (s > thresholds[m])).view(params[path].shape)
+        return {kind for kind, paths in whole.items() if paths}
 
-    def prune_modules(self, model: torch.nn.Module, sparsity: dict[str, float], heads: int | None) -> None:
-        """Masks each module of ``sparsity`` to its share, uncapped (diagnose's copies)."""
-        del heads  # whole-head pruning: see Engine (recorded when asked)
+    def update_groups(self, params: dict[str, torch.Tensor], targets: dict[str, Any], heads: int | None,
+                      units: bool) -> dict[str, set[str]]:
+        """Whole heads and units: in each targeted structure the ``floor(share × groups)`` groups
+        with the smallest L2 norm over all their matrices are masked (groups masked before
+        first). Returns the paths masked this way, by structure."""
+        members: dict[str, list[tuple[str, int]]] = {}
+        for path in params:
+            g = group_of(path, heads is not None, units)
+            if g is not None and g[0] in targets and g[0] in params:
+                members.setdefault(g[0], []).append((path, g[1]))
+        done: dict[str, set[str]] = {"heads": set(), "units": set()}
+        for key, ms in members.items():
+            kind = "heads" if key.endswith(HEAD_KEY) else "units"
+            groups = heads if kind == "heads" else params[key].shape[0]
+            if not groups or any(params[p].shape[axis] % groups for p, axis in ms):
+                continue
+            norm = torch.zeros(groups, dtype=torch.float64)
+            dead = torch.ones(groups, dtype=torch.bool)
+            for path, axis in ms:
+                w = params[path].detach().double().cpu()
+                norm += (w * w).sum(dim=1 - axis).view(groups, -1).sum(1)
+                keep = self.keep.get(path)
+                if keep is None:
+                    dead[:] = False
+                else:
+                    dead &= ~keep.cpu().any(dim=1 - axis).view(groups, -1).any(1)
+            n = max(int(share(targets[key]) * groups + 1e-9), int(dead.sum()))
+            order = sorted(range(groups), key=lambda g: (not bool(dead[g]), float(norm[g]), g))
+            kept = torch.ones(groups, dtype=torch.bool)
+            kept[order[:n]] = False
+            for path, axis in ms:
+                shape = params[path].shape
+                along = kept.repeat_interleave(shape[axis] // groups)
+                flags = along.view(-1, 1) if axis == 0 else along.view(1, -1)
+                self.keep[path] = flags.expand(shape).clone()
+                done[kind].add(path)
+        return done
+
+    def prune_modules(self, model: torch.nn.Module, sparsity: dict[str, float], heads: int | None,
+                      units: bool) -> set[str]:
+        """Masks each module of ``sparsity`` to its share, uncapped (diagnose's measurements);
+        the structures pruned whole."""
         targets = {path: {"sparsity": sparsity[_core.module_of(path)], "cap": 1.0}
                    for path, _ in matrices(model) if _core.module_of(path) in sparsity}
-        self.update(model, {"targets": targets, "scope": "module", "heads": None})
+        return self.update(model, {"targets": targets, "scope": "module", "heads": heads, "units": units})
 
     def scores(self, params: dict[str, torch.Tensor], paths: list[str]) -> torch.Tensor:
         """Magnitudes of a module's entries, masked ones −1 (never revived)."""
@@ -90,8 +148,12 @@ class Masks:
         with torch.no_grad():
             for path, keep in self.keep.items():
                 p = params.get(path)
-                if p is not None:
-                    p.mul_(keep.to(device=p.device, dtype=p.dtype))
+                if p is None:
+                    continue
+                if keep.device != p.device:
+                    # Moved once, not at every optimizer step.
+                    keep = self.keep[path] = keep.to(p.device)
+                p.masked_fill_(~keep, 0)
 
     def by_module(self) -> dict[str, float]:
         """Share of zeros of each masked module."""
@@ -115,6 +177,34 @@ class Masks:
         m = Masks()
         m.keep = torch.load(path, map_location="cpu")
         return m
+
+
+# The path whose target decides a BERT-family attention's heads (the Burn engine keys them alike).
+HEAD_KEY = ".attention.self.query.weight"
+
+
+def group_of(path: str, heads: bool, units: bool) -> tuple[str, int] | None:
+    """The structure ``path``'s entries are pruned with, whole: the path whose target decides it,
+    and the axis its groups lie along (0: rows, PyTorch's output features; 1: columns)."""
+    if not path.endswith(".weight"):
+        return None
+    w = path[: -len(".weight")]
+    if heads:
+        if w.endswith(".attention.output.dense"):
+            return w[: -len(".output.dense")] + HEAD_KEY[len(".attention"):], 1
+        for name in ("query", "key", "value"):
+            if w.endswith(f".attention.self.{name}"):
+                return w[: -len(name) - len(".attention.self.")] + HEAD_KEY, 0
+    if units:
+        if w.endswith(".intermediate.dense") or w.endswith(".mlp.up_proj"):
+            return path, 0
+        if w.endswith(".output.dense") and not w.endswith(".attention.output.dense"):
+            return w[: -len("output.dense")] + "intermediate.dense.weight", 1
+        if w.endswith(".mlp.gate_proj"):
+            return w[: -len("gate_proj")] + "up_proj.weight", 0
+        if w.endswith(".mlp.down_proj"):
+            return w[: -len("down_proj")] + "up_proj.weight", 1
+    return None
 
 
 def share(target: dict[str, float]) -> float:

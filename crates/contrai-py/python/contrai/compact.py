@@ -1,0 +1,82 @@
+"""Pruned feed-forward units removed from an exported Hugging Face model: smaller matrices and a
+config that says so, so the exported model is smaller and faster, not only sparser.
+
+A Hugging Face config holds one ``intermediate_size`` for every layer, so every layer loses as
+many units as the layer that lost the fewest; the rest of the pruned units (and attention heads,
+which transformers 5 no longer prunes) stay as zeros, and the engine records it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .masks import Masks, group_of, matrices
+
+
+def kept_units(model: torch.nn.Module, masks: Masks) -> dict[str, torch.Tensor]:
+    """Each feed-forward layer's kept units (over its expansion's rows), by expansion path; every
+    expansion of the model is listed (one never pruned keeps all)."""
+    out: dict[str, torch.Tensor] = {}
+    for path, p in matrices(model):
+        g = group_of(path, heads=False, units=True)
+        if g is not None and g[0] == path:
+            keep = masks.keep.get(path)
+            out[path] = keep.cpu().any(dim=1) if keep is not None else torch.ones(p.shape[0], dtype=torch.bool)
+    return out
+
+
+@dataclass
+class Cut:
+    """A model's state with pruned units cut out."""
+
+    state: dict[str, torch.Tensor]
+    # intermediate_size before and after
+    before: int
+    after: int
+    # pruned units left as zeros (layers that lost more than the fewest)
+    left: int
+
+
+def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str:
+    """The model's state with the pruned units cut out — the same number from every layer —, or
+    why none can be."""
+    size = getattr(getattr(model, "config", None), "intermediate_size", None)
+    kept = kept_units(model, masks)
+    dead = {path: (~k).nonzero().flatten() for path, k in kept.items()}
+    cut = min((len(d) for d in dead.values()), default=0)
+    if not any(len(d) for d in dead.values()):
+        return "no whole feed-forward unit was pruned"
+    if hasattr(model, "peft_config"):
+        return "a PEFT model exports its adapters; merge them (merge_and_unload) to cut the units"
+    if not isinstance(size, int) or any(k.numel() != size for k in kept.values()):
+        return "the model's config has no intermediate_size matching its feed-forward layers"
+    if cut == 0:
+        return "a feed-forward layer lost no whole unit, and a Hugging Face config holds one intermediate_size"
+    state = model.state_dict()
+    for path, _ in matrices(model):
+        g = group_of(path, heads=False, units=True)
+        if g is None or g[0] not in kept:
+            continue
+        keep = torch.ones(size, dtype=torch.bool)
+        keep[dead[g[0]][:cut]] = False
+        index = keep.nonzero().flatten()
+        state[path] = state[path].index_select(g[1], index.to(state[path].device))
+        bias = path[: -len("weight")] + "bias"
+        if g[1] == 0 and bias in state:
+            state[bias] = state[bias].index_select(0, index.to(state[bias].device))
+    left = sum(len(d) - cut for d in dead.values())
+    return Cut(state, size, size - cut, left)
+
+
+def save_compacted(model: Any, directory: Any, state: dict[str, torch.Tensor], size: int) -> None:
+    """``save_pretrained`` of the cut state with ``intermediate_size`` = ``size`` in its config
+    (the model in memory keeps its own)."""
+    before = model.config.intermediate_size
+    model.config.intermediate_size = size
+    try:
+        model.save_pretrained(directory, state_dict=state)
+    finally:
+        model.config.intermediate_size = before
