@@ -3,9 +3,10 @@ matrix that pruning zeroed comes back from its originals."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from contrai.checkpoints import Checkpoints, load_weights, put_back
+from contrai.checkpoints import Checkpoints, CorruptCheckpoint, load_weights, put_back
 from contrai.masks import Masks
 
 
@@ -83,6 +84,21 @@ def test_old_checkpoints_are_removed_but_the_kept_ones_stay(tmp_path):
     assert ckpts.steps() == [10, 30, 40]
     ckpts.drop_after(10)
     assert ckpts.steps() == [10]
+
+
+def test_a_checkpoint_that_does_not_match_its_sums_is_never_loaded(tmp_path):
+    model = lora_like()
+    ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
+    for step in (10, 20):
+        with torch.no_grad():
+            model.adapter.weight.add_(1.0)
+        ckpts.write(step, model, None, Masks(), {"step": step}, [])
+    f = ckpts.dir(20) / "model.pt"
+    f.write_bytes(f.read_bytes()[:-7])  # a torn write
+    back = ckpts.read("Latest")
+    assert (back.step, back.skipped) == (10, [20])
+    with pytest.raises(CorruptCheckpoint, match="does not match its SHA-256"):
+        ckpts.read({"Step": 20})
 
 
 def test_put_back_restores_values_and_gradients():

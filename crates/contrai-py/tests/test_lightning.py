@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
@@ -203,22 +204,36 @@ class NanOnce(Mlp):
         return loss
 
 
-def test_a_nan_step_rolls_back_and_the_plan_still_finishes(tmp_path):
+def fit_once(tmp_path, module: pl.LightningModule, recipe_text: str = RECIPE, *, holdout: bool = True,
+        train: DataLoader | None = None, **trainer_args) -> tuple[pl.Trainer, Path, list[dict]]:
+    """``module`` fitted under ContraiCallback for up to 110 steps: the Trainer, the recipe file,
+    and the decisions."""
     recipe = tmp_path / "recipe.toml"
-    recipe.write_text(RECIPE)
-    module = NanOnce(at=45)
-    trainer = pl.Trainer(max_steps=110, callbacks=[ContraiCallback(recipe, tmp_path / "run", holdout_dataset=task(64, 3))],
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu",
-                         num_sanity_val_steps=0)
-    trainer.fit(module, DataLoader(ServedRows(task(512, 1)), batch_size=16, shuffle=True),
+    recipe.write_text(recipe_text)
+    cb = ContraiCallback(recipe, tmp_path / "run", holdout_dataset=task(64, 3) if holdout else None)
+    trainer = pl.Trainer(max_steps=110, callbacks=[cb], logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, accelerator="cpu", num_sanity_val_steps=0, **trainer_args)
+    trainer.fit(module, train or DataLoader(task(512, 1), batch_size=16, shuffle=True),
                 DataLoader(task(128, 2), batch_size=64))
     decisions = [json.loads(x) for x in (tmp_path / "run" / "decisions.jsonl").read_text().splitlines()]
+    return trainer, recipe, decisions
+
+
+def lost_to_the_rollback(back: dict, decisions: list[dict]) -> int:
+    """Steps a rollback took back: from the lifecycle's step at the decision to the checkpoint's."""
+    restored = next(d for d in decisions if d["kind"] == "engine_substitute" and "checkpoint_step" in d["evidence"])
+    return back["step"] - restored["evidence"]["checkpoint_step"]
+
+
+def test_a_nan_step_rolls_back_and_the_plan_still_finishes(tmp_path):
+    module = NanOnce(at=45)
+    trainer, recipe, decisions = fit_once(tmp_path, module,
+                                     train=DataLoader(ServedRows(task(512, 1)), batch_size=16, shuffle=True))
     back = next(d for d in decisions if d["kind"] == "rollback_nonfinite")
     assert back["evidence"]["train_loss"] == "NaN"
     assert decisions[-1]["kind"] == "holdout", "the Trainer's step limit grew by the lost steps"
-    restored = next(d for d in decisions if d["kind"] == "engine_substitute" and "checkpoint_step" in d["evidence"])
     # The failed step (the lifecycle's back["step"]) and those back to the checkpoint are lost.
-    lost = back["step"] - restored["evidence"]["checkpoint_step"]
+    lost = lost_to_the_rollback(back, decisions)
     assert lost > 1 and trainer.global_step == planned_steps(RECIPE, str(recipe)) + lost > 110
     assert torch.isfinite(module.net[0].weight).all(), "the NaN weights were replaced by the checkpoint's"
 
@@ -233,7 +248,7 @@ class NanEvalOnce(Mlp):
 
     def forward(self, x):
         out = super().forward(x)
-        trainer = self._trainer  # None in the engine's copies (its round trip)
+        trainer = self._trainer  # None in the engine's copy (its int8 model)
         if not self.training and trainer is not None and trainer.global_step >= self.at and not self.fired:
             self.fired = True
             return out * float("nan")
@@ -241,29 +256,18 @@ class NanEvalOnce(Mlp):
 
 
 def test_a_nan_evaluation_is_recorded_and_rolled_back(tmp_path):
-    recipe = tmp_path / "recipe.toml"
-    recipe.write_text(RECIPE)
-    module = NanEvalOnce(at=45)
-    trainer = pl.Trainer(max_steps=110, callbacks=[ContraiCallback(recipe, tmp_path / "run", holdout_dataset=task(64, 3))],
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu",
-                         num_sanity_val_steps=0)
-    trainer.fit(module, DataLoader(task(512, 1), batch_size=16, shuffle=True), DataLoader(task(128, 2), batch_size=64))
-    decisions = [json.loads(x) for x in (tmp_path / "run" / "decisions.jsonl").read_text().splitlines()]
+    trainer, recipe, decisions = fit_once(tmp_path, NanEvalOnce(at=45))
     back = next(d for d in decisions if d["kind"] == "rollback_nonfinite")
     assert back["evidence"]["val_loss"] == "NaN" and back["reason"].startswith("non-finite validation loss"), back
     assert decisions[-1]["kind"] == "holdout"
-    restored = next(d for d in decisions if d["kind"] == "engine_substitute" and "checkpoint_step" in d["evidence"])
-    lost = back["step"] - restored["evidence"]["checkpoint_step"]
+    lost = lost_to_the_rollback(back, decisions)
     assert lost > 0 and trainer.global_step == planned_steps(RECIPE, str(recipe)) + lost
 
 
 def test_a_trainer_that_stops_before_the_plan_ends_is_told_what_to_set(tmp_path):
-    recipe = tmp_path / "recipe.toml"
-    recipe.write_text(RECIPE)
-    trainer = pl.Trainer(max_steps=110, max_epochs=1, callbacks=[ContraiCallback(recipe, tmp_path / "run")], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu", num_sanity_val_steps=0)
-    trainer.fit(Mlp(), DataLoader(task(512, 1), batch_size=16), DataLoader(task(128, 2), batch_size=64))
-    last = json.loads((tmp_path / "run" / "decisions.jsonl").read_text().splitlines()[-1])
+    _, recipe, decisions = fit_once(tmp_path, Mlp(), holdout=False, train=DataLoader(task(512, 1), batch_size=16),
+                               max_epochs=1)
+    last = decisions[-1]
     planned = planned_steps(RECIPE, str(recipe))
     assert last["kind"] == "engine_substitute" and f"set Trainer(max_steps={planned})" in last["reason"], last
     assert last["evidence"] == {"trainer_step": 32, "lifecycle_step": 52, "max_steps": planned}
@@ -271,13 +275,9 @@ def test_a_trainer_that_stops_before_the_plan_ends_is_told_what_to_set(tmp_path)
 
 
 def test_whole_units_asked_of_a_model_without_their_names_are_recorded(tmp_path):
-    recipe = tmp_path / "recipe.toml"
-    recipe.write_text(RECIPE.replace("[contract]\n", "[contract]\nprune_units = true\n"))
-    trainer = pl.Trainer(max_steps=110, callbacks=[ContraiCallback(recipe, tmp_path / "run")], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu", num_sanity_val_steps=0)
     module = Mlp()
-    trainer.fit(module, DataLoader(task(512, 1), batch_size=16), DataLoader(task(128, 2), batch_size=64))
-    decisions = [json.loads(x) for x in (tmp_path / "run" / "decisions.jsonl").read_text().splitlines()]
+    _, _, decisions = fit_once(tmp_path, module, RECIPE.replace("[contract]\n", "[contract]\nprune_units = true\n"),
+                          holdout=False, train=DataLoader(task(512, 1), batch_size=16))
     said = [d for d in decisions if d["kind"] == "engine_substitute" and d["reason"].startswith("prune whole")]
     assert [d["evidence"] for d in said] == [{"asked": "contract.prune_units"}], said
     assert "single-weight magnitude" in said[0]["reason"]

@@ -8,12 +8,16 @@ framework that loaded it, not at every checkpoint. The one way a frozen paramete
 pruning: before a frozen matrix is first masked, its values are kept once in ``originals/``, and
 a restore rebuilds it as those values under the checkpoint's mask.
 
-Writes go to a temporary directory renamed into place, so a crash never leaves half a checkpoint.
+Writes go to a temporary directory, forced to disk and renamed into place, so a crash never
+leaves half a checkpoint; the record holds each file's SHA-256, and a checkpoint whose files do
+not match is never loaded (a rollback to the latest takes the newest that does).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,6 +42,25 @@ class Checkpoint:
     weights: dict[str, torch.Tensor]
     optimizer: dict[str, Any] | None
     masks: Masks
+    # Newer checkpoints passed over: their files did not match their sums.
+    skipped: list[int]
+
+
+class CorruptCheckpoint(RuntimeError):
+    """A checkpoint's files do not match the sums its record holds."""
+
+
+def sealed(directory: Path, names: list[str]) -> dict[str, str]:
+    """Each file's SHA-256, after forcing it to disk."""
+    sums = {}
+    for name in names:
+        digest = hashlib.sha256()
+        with open(directory / name, "rb") as f:
+            os.fsync(f.fileno())
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        sums[name] = digest.hexdigest()
+    return sums
 
 
 def frozen(model: torch.nn.Module) -> set[str]:
@@ -87,11 +110,14 @@ class Checkpoints:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         torch.save(changing_state(model), tmp / "model.pt")
+        files = ["model.pt", "masks.pt"]
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+            files.append("optimizer.pt")
         masks.save(str(tmp / "masks.pt"))
-        record = {**record, "format": FORMAT, "frozen": sorted(frozen(model))}
+        record = {**record, "format": FORMAT, "frozen": sorted(frozen(model)), "sha256": sealed(tmp, files)}
         (tmp / "state.json").write_text(json.dumps(record))
+        sealed(tmp, ["state.json"])
         dest, old = self.dir(step), self.root / f".tmp-old-step-{step:08d}"
         if dest.exists():
             dest.rename(old)
@@ -103,16 +129,32 @@ class Checkpoints:
                 shutil.rmtree(self.dir(s), ignore_errors=True)
 
     def read(self, to: Any) -> Checkpoint:
-        """Checkpoint ``to`` (``"Latest"`` or ``{"Step": n}``)."""
-        if to == "Latest":
-            steps = self.steps()
-            if not steps:
-                raise RuntimeError(f"{self.root}: no checkpoint to roll back to")
-            step = steps[-1]
-        else:
-            step = to["Step"]
+        """Checkpoint ``to``: ``{"Step": n}``, or ``"Latest"`` — the newest whose files match
+        their sums."""
+        if to != "Latest":
+            return self.read_step(to["Step"], [])
+        skipped: list[int] = []
+        for step in reversed(self.steps()):
+            try:
+                return self.read_step(step, skipped)
+            except CorruptCheckpoint:
+                skipped.append(step)
+        raise RuntimeError(f"{self.root}: no checkpoint to roll back to"
+                           + (f" (steps {skipped} do not match their sums)" if skipped else ""))
+
+    def read_step(self, step: int, skipped: list[int]) -> Checkpoint:
         d = self.dir(step)
-        record = json.loads((d / "state.json").read_text())
+        try:
+            record = json.loads((d / "state.json").read_text())
+        except (OSError, ValueError) as e:
+            raise CorruptCheckpoint(f"{d / 'state.json'}: {e}") from e
+        for name, want in record.get("sha256", {}).items():
+            try:
+                ok = sealed(d, [name])[name] == want
+            except OSError:
+                ok = False
+            if not ok:
+                raise CorruptCheckpoint(f"{d / name} does not match its SHA-256 in state.json")
         weights = torch.load(d / "model.pt", map_location="cpu")
         optimizer = torch.load(d / "optimizer.pt", map_location="cpu") if (d / "optimizer.pt").exists() else None
         masks = Masks.load(str(d / "masks.pt")) if (d / "masks.pt").exists() else Masks()
@@ -120,7 +162,7 @@ class Checkpoints:
             original = torch.load(self.original_file(name), map_location="cpu")
             keep = masks.keep.get(name)
             weights[name] = original if keep is None else original * keep.to(original.dtype)
-        return Checkpoint(step, record, weights, optimizer, masks)
+        return Checkpoint(step, record, weights, optimizer, masks, skipped)
 
     def drop_after(self, step: int) -> None:
         """The checkpoints after ``step`` (a rollback to it made them the past of another run)."""
@@ -149,6 +191,7 @@ class Checkpoints:
         for name, p in todo:
             tmp = self.root / "originals" / f".tmp-{name}"
             torch.save(p.detach().cpu(), tmp)
+            sealed(tmp.parent, [tmp.name])
             tmp.rename(self.original_file(name))
 
 

@@ -385,6 +385,10 @@ class Engine:
         cannot be rewound (recorded)."""
         ckpt = self.from_leader(self.checkpoints.read(p["to"]) if self.leader else None)
         record = ckpt.record
+        if ckpt.skipped:
+            self.substitute("restore the latest checkpoint", f"the checkpoints of steps {ckpt.skipped} do not match "
+                            f"their SHA-256 sums: step {ckpt.step}, the newest that does, restored",
+                            {"checkpoint_step": ckpt.step, "corrupt": ckpt.skipped})
         lost = load_weights(unwrap(self.job.model), ckpt)
         if lost:
             self.substitute("restore the checkpoint's weights", f"{len(lost)} parameters frozen when it was written "
