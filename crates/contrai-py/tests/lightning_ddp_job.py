@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
-import torch
 from conftest import ServedRows
 from test_lightning import Mlp, task
 from torch.utils.data import DataLoader

@@ -75,6 +75,8 @@ def test_every_phase_happens_and_each_decision_is_applied(tmp_path, recipe_file)
               "force_contract", "drop_noisiest", "enter_contract", "enter_refine", "int8", "holdout"]:
         assert k in kinds, f"{k} missing from {kinds}"
     assert kinds[-1] == "holdout"
+    saved = sorted((tmp_path / "out").glob("checkpoint-*"))
+    assert len(saved) == 3, "the Trainer keeps its lifecycle checkpoints 3 at a time when save_total_limit is unset"
     metrics = rows(run / "metrics.jsonl")
     steps = [r for r in metrics if "train_loss" in r]
     # The LR every step ran at is the conductor's: warmup and cosine in main, then contract's
@@ -216,6 +218,11 @@ def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_pat
     m.apply(model)
     cut = units_removed(model, m)
     assert (cut.before, cut.after, cut.left) == (64, 48, 16)
+    # 12 units fewer would leave 52, not a multiple of 16: none are cut.
+    few = Masks()
+    few.update(model, {"targets": {ffn.format(0): {"sparsity": 0.5, "cap": 1.0}, ffn.format(1): {"sparsity": 0.2, "cap": 1.0}},
+                       "scope": "module", "heads": None, "units": True})
+    assert "fewer than 16 whole units" in units_removed(model, few)
     save_compacted(model, tmp_path, cut.state, cut.after)
     small = BertForSequenceClassification.from_pretrained(tmp_path).eval()
     assert model.config.intermediate_size == 64 and small.config.intermediate_size == 48

@@ -2,8 +2,9 @@
 config that says so, so the exported model is smaller and faster, not only sparser.
 
 A Hugging Face config holds one ``intermediate_size`` for every layer, so every layer loses as
-many units as the layer that lost the fewest; the rest of the pruned units (and attention heads,
-which transformers 5 no longer prunes) stay as zeros, and the engine records it.
+many units as the layer that lost the fewest, and the size left is rounded up to a multiple of
+:data:`ALIGN`; the rest of the pruned units (and attention heads, which transformers 5 no longer
+prunes) stay as zeros, and the engine records it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from typing import Any
 import torch
 
 from .masks import Masks, group_of, matrices
+
+# The intermediate size left is a multiple of this: an odd size costs more than the units it
+# saves (MiniLM-L6 on a 2-core AVX2 CPU, batch 32 × 128 tokens: 1,383 units ran at 1.04× the
+# dense 1,536 — 1,384 at 0.93×); 16 floats fill an AVX-512 register.
+ALIGN = 16
 
 
 def kept_units(model: torch.nn.Module, masks: Masks) -> dict[str, torch.Tensor]:
@@ -53,8 +59,10 @@ def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str:
         return "a PEFT model exports its adapters; merge them (merge_and_unload) to cut the units"
     if not isinstance(size, int) or any(k.numel() != size for k in kept.values()):
         return "the model's config has no intermediate_size matching its feed-forward layers"
+    cut = size - min(-(-(size - cut) // ALIGN) * ALIGN, size)
     if cut == 0:
-        return "a feed-forward layer lost no whole unit, and a Hugging Face config holds one intermediate_size"
+        return (f"a feed-forward layer lost fewer than {ALIGN} whole units, and a Hugging Face config holds one "
+                "intermediate_size")
     state = model.state_dict()
     for path, _ in matrices(model):
         g = group_of(path, heads=False, units=True)

@@ -31,8 +31,11 @@ from .compact import save_compacted, units_removed
 from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
 from .masks import Masks, head_count, matrices
+from .model import class_names, cpu_batches, dropout_sites, first_device, set_dropout, state_bytes, unwrap
 
 WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
+# Rollback checkpoints kept besides the best ones (and the Trainer's own, unless it was told).
+KEEP_LAST = 3
 
 
 @dataclass
@@ -136,7 +139,7 @@ class Engine:
     carried out to, to check exactly that."""
 
     def __init__(self, job: Job, run_dir: str | os.PathLike[str], recipe_toml: str, recipe_path: str,
-                 classes: int, keep_last: int = 3, turn_log: str | os.PathLike[str] | None = None) -> None:
+                 classes: int, keep_last: int = KEEP_LAST, turn_log: str | os.PathLike[str] | None = None) -> None:
         self.job = job
         self.run_dir = Path(run_dir)
         self.recipe_toml = recipe_toml
@@ -669,23 +672,6 @@ def resume_masks(record: dict[str, Any]) -> Masks:
     return Masks.load(path) if path and os.path.exists(path) else Masks()
 
 
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The model inside a DDP or compile wrapper."""
-    while hasattr(model, "module") and isinstance(getattr(model, "module"), torch.nn.Module):
-        model = model.module
-    return getattr(model, "_orig_mod", model)
-
-
-def first_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def class_names(model: torch.nn.Module, classes: int) -> list[str]:
-    """The class names the model's config gives (``id2label``), else their indices."""
-    labels = getattr(getattr(model, "config", None), "id2label", None) or {}
-    return [str(labels.get(i, i)) for i in range(classes)]
-
-
 def words_json(value: Any) -> str:
     """JSON with each non-finite float as the word Contrai's rows read back (``"NaN"``,
     ``"Infinity"``, ``"-Infinity"``): JSON has no such numbers, and a diverged loss must be kept."""
@@ -705,65 +691,6 @@ def words_json(value: Any) -> str:
 def nan0(x: float) -> float:
     """A NaN where the format wants a number: 0 (an accuracy that was not measurable)."""
     return 0.0 if x is None or not math.isfinite(x) else x
-
-
-def state_bytes(model: torch.nn.Module) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    torch.save(model.state_dict(), buf)
-    return buf.getvalue()
-
-
-def cpu_batches(batches: Iterable[Any] | None) -> Iterable[Any] | None:
-    """Batches moved to the CPU (the int8 model runs there)."""
-    if batches is None:
-        return None
-
-    def move(b: Any) -> Any:
-        if isinstance(b, torch.Tensor):
-            return b.cpu()
-        if isinstance(b, dict):
-            return {k: move(v) for k, v in b.items()}
-        if isinstance(b, (list, tuple)):
-            return type(b)(move(v) for v in b)
-        return b
-
-    return (move(b) for b in batches)
-
-
-_DROPOUT_ATTRS = ("dropout_prob", "attention_dropout", "attn_dropout", "dropout_p")
-_CONFIG_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob", "attention_dropout",
-                   "hidden_dropout", "dropout", "classifier_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop")
-
-
-def dropout_sites(model: torch.nn.Module) -> Iterator[tuple[str, float]]:
-    """Every dropout probability the model reads: ``nn.Dropout`` modules (``name.p``), float
-    attributes attention reads at forward time (``name.dropout_prob`` ...), and the config's."""
-    for name, m in model.named_modules():
-        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
-            yield f"{name}.p", float(m.p)
-        for a in _DROPOUT_ATTRS:
-            v = m.__dict__.get(a)
-            if isinstance(v, float):
-                yield f"{name}.{a}", v
-    cfg = getattr(model, "config", None)
-    for a in _CONFIG_DROPOUT:
-        v = getattr(cfg, a, None) if cfg is not None else None
-        if isinstance(v, float):
-            yield f"config.{a}", v
-
-
-def set_dropout(model: torch.nn.Module, values: dict[str, float]) -> None:
-    """Sets the dropout probabilities :func:`dropout_sites` named."""
-    modules = dict(model.named_modules())
-    cfg = getattr(model, "config", None)
-    for site, v in values.items():
-        owner, attr = site.rsplit(".", 1)
-        if owner == "config" and cfg is not None:
-            setattr(cfg, attr, v)
-        elif owner in modules or owner == "":
-            setattr(modules[owner], attr, v)
 
 
 Hook = Callable[[], None]

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
 
-from .engine import Engine, Job, Outputs, per_sample, planned_steps, refuse_sharded_pruning
+from .engine import KEEP_LAST, Engine, Job, Outputs, per_sample, planned_steps, refuse_sharded_pruning
 
 
 class _Rows:
@@ -171,9 +171,19 @@ class ContraiCallback(TrainerCallback):
         self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, classes, turn_log=self.turn_log)
         self._wrap(trainer)
         self._hold_lr(lr_scheduler)
+        self._limit_saves(args)
         resume = self._resume_record(args, state)
         self.engine.start(resume)
         return self._after(control)
+
+    def _limit_saves(self, args: Any) -> None:
+        """The Trainer saves at the lifecycle's checkpoints (``resume_from_checkpoint`` needs
+        them); without ``save_total_limit`` it would keep every one — a full model and optimizer
+        each. It keeps as many as the lifecycle does (said on the log)."""
+        if args.save_total_limit is None and args.should_save:
+            args.save_total_limit = KEEP_LAST
+            print(f"[contrai] TrainingArguments.save_total_limit was unset: the Trainer's checkpoints the lifecycle "
+                  f"asks for are kept {KEEP_LAST} at a time (set save_total_limit to keep more)")
 
     def _wrap(self, trainer: Trainer) -> None:
         """Captures each step's loss (summed over its micro-batches) and pre-clip gradient norm."""
