@@ -24,6 +24,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trai
 
 import contrai
 from contrai.hf import ContraiCallback
+from minilm import load  # this folder's MiniLM bench: the split's rows, tokenized
 
 RECIPE = """
 [run]
@@ -53,15 +54,6 @@ enabled = false
 """
 
 
-def rows(split: Path, manifest: dict, name: str, tok, seq: int, limit: int) -> list[dict]:
-    part = next(p for p in manifest["partitions"] if p["name"] == name)
-    data = [json.loads(x) for x in (split / part["file"]).read_text().split("\n") if x.strip()][:limit]
-    enc = tok([r["text"] for r in data], truncation=True, max_length=seq, padding="max_length", return_tensors="pt")
-    labels = [1 if r["label"] == "spam" else 0 for r in data]
-    return [{"input_ids": enc["input_ids"][i], "attention_mask": enc["attention_mask"][i],
-             "labels": torch.tensor(labels[i])} for i in range(len(data))]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, type=Path)
@@ -73,9 +65,9 @@ def main() -> None:
     split = args.out / "split"
     manifest = contrai.split(args.data, split)
     tok = AutoTokenizer.from_pretrained(args.model)
-    train = rows(split, manifest, "train", tok, args.seq, 2000)
-    val = rows(split, manifest, "val", tok, args.seq, 256)
-    hold = rows(split, manifest, "holdout", tok, args.seq, 256)
+    train = load(split, manifest, "train", tok, args.seq)[:2000]
+    val = load(split, manifest, "val", tok, args.seq)[:256]
+    hold = load(split, manifest, "holdout", tok, args.seq)[:256]
     torch.manual_seed(0)
     base = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
     model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],

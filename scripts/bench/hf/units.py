@@ -26,6 +26,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trai
 
 import contrai
 from contrai.hf import ContraiCallback
+from minilm import load  # this folder's MiniLM bench: the split's rows, tokenized
 
 RECIPE = """
 [run]
@@ -50,15 +51,6 @@ quantize = "none"
 [refine.distill]
 enabled = false
 """
-
-
-def rows(split: Path, manifest: dict, name: str, tok, seq: int) -> list[dict]:
-    part = next(p for p in manifest["partitions"] if p["name"] == name)
-    data = [json.loads(x) for x in (split / part["file"]).read_text().split("\n") if x.strip()]
-    enc = tok([r["text"] for r in data], truncation=True, max_length=seq, padding="max_length", return_tensors="pt")
-    return [{"input_ids": enc["input_ids"][i], "attention_mask": enc["attention_mask"][i],
-             "token_type_ids": enc["token_type_ids"][i], "labels": torch.tensor(int(r["label"] == "spam"))}
-            for i, r in enumerate(data)]
 
 
 def batch_of(data: list[dict], n: int) -> dict[str, torch.Tensor]:
@@ -115,13 +107,13 @@ def main() -> None:
     split = args.out / "split"
     manifest = contrai.split(args.data, split)
     tok = AutoTokenizer.from_pretrained(args.model)
-    train, val, hold = (rows(split, manifest, n, tok, args.seq) for n in ("train", "val", "holdout"))
+    train, val, hold = (load(split, manifest, n, tok, args.seq) for n in ("train", "val", "holdout"))
     run, dense_dir = args.out / "run", args.out / "zeros"
     if not args.measure_only:
         train_under_contrai(args, train, val, hold, run, dense_dir)
     model = AutoModelForSequenceClassification.from_pretrained(dense_dir).eval()
     cut = AutoModelForSequenceClassification.from_pretrained(run / "final").eval()
-    long = rows(split, manifest, "holdout", tok, args.latency_seq)
+    long = load(split, manifest, "holdout", tok, args.latency_seq)
     with torch.no_grad():
         diff = max(float((cut(**batch_of(long[i:], 32)).logits - model(**batch_of(long[i:], 32)).logits).abs().max())
                    for i in range(0, 96, 32))
