@@ -111,3 +111,23 @@ def test_put_back_restores_values_and_gradients():
             w.zero_()
         w.grad = None
     assert torch.equal(w, value) and torch.equal(w.grad, grad)
+
+
+def test_the_int8_models_cpu_copy_never_copies_a_tensor_where_it_lives(monkeypatch):
+    from contrai.model import cpu_copy
+
+    model = lora_like()
+    x = torch.randn(4, 64)
+    expected = model(x)
+
+    def refuse(*_):
+        raise AssertionError("a tensor deep-copied where it lives")
+
+    monkeypatch.setattr(torch.Tensor, "__deepcopy__", refuse)
+    monkeypatch.setattr(torch.nn.Parameter, "__deepcopy__", refuse)
+    copy_ = cpu_copy(model)
+    monkeypatch.undo()
+    assert torch.equal(copy_(x), expected)
+    with torch.no_grad():
+        copy_.adapter.weight.zero_()
+    assert model.adapter.weight.abs().sum() > 0, "the copy holds its own tensors"

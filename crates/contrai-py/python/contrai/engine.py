@@ -11,7 +11,6 @@ the optimizer, the data and the model's outputs on a batch.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -31,7 +30,7 @@ from .compact import save_compacted, units_removed
 from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
 from .masks import Masks, head_count, matrices
-from .model import class_names, cpu_batches, dropout_sites, first_device, set_dropout, state_bytes, unwrap
+from .model import class_names, cpu_batches, cpu_copy, dropout_sites, first_device, set_dropout, state_bytes, unwrap
 
 WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
 # Rollback checkpoints kept besides the best ones (and the Trainer's own, unless it was told).
@@ -621,7 +620,7 @@ class Engine:
         """Int8 dynamic quantization of the linear layers (PyTorch's ``quantize_dynamic``, one
         scale a weight matrix), evaluated on validation."""
         model = unwrap(self.job.model)
-        dense = copy.deepcopy(model).cpu().eval()
+        dense = cpu_copy(model).eval()
         self.int8 = torch.ao.quantization.quantize_dynamic(dense, {torch.nn.Linear}, dtype=torch.qint8)
         _, acc, _ = self.evaluation(self.int8, cpu_batches(self.job.eval_batches()))
         size = lambda m: len(state_bytes(m))  # noqa: E731

@@ -4,6 +4,7 @@ probability it reads, and batches moved to the CPU (for the int8 model)."""
 
 from __future__ import annotations
 
+import copy
 import io
 from typing import Any, Iterable, Iterator
 
@@ -26,6 +27,18 @@ def class_names(model: torch.nn.Module, classes: int) -> list[str]:
     """The class names the model's config gives (``id2label``), else their indices."""
     labels = getattr(getattr(model, "config", None), "id2label", None) or {}
     return [str(labels.get(i, i)) for i in range(classes)]
+
+
+def cpu_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of the model on the CPU, made without a second copy on its accelerator (which
+    ``copy.deepcopy(model).cpu()`` makes first): each parameter and buffer is copied straight to
+    the CPU, and deepcopy is told to use those."""
+    memo: dict[int, Any] = {}
+    for p in model.parameters():
+        memo[id(p)] = torch.nn.Parameter(p.detach().to("cpu", copy=True), requires_grad=False)
+    for b in model.buffers():
+        memo[id(b)] = b.detach().to("cpu", copy=True)
+    return copy.deepcopy(model, memo)
 
 
 def state_bytes(model: torch.nn.Module) -> bytes:
