@@ -50,28 +50,25 @@ class CorruptCheckpoint(RuntimeError):
     """A checkpoint's files do not match the sums its record holds."""
 
 
+def sha256(path: Path, sync: bool = False) -> str:
+    """The file's SHA-256; with ``sync``, after forcing it to disk (a write, not a read)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        if sync:
+            os.fsync(f.fileno())
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def sealed(directory: Path, names: list[str]) -> dict[str, str]:
     """Each file's SHA-256, after forcing it to disk."""
-    sums = {}
-    for name in names:
-        digest = hashlib.sha256()
-        with open(directory / name, "rb") as f:
-            os.fsync(f.fileno())
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        sums[name] = digest.hexdigest()
-    return sums
+    return {name: sha256(directory / name, sync=True) for name in names}
 
 
 def frozen(model: torch.nn.Module) -> set[str]:
     """Names of the parameters training does not change (``requires_grad`` off)."""
     return {n for n, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
-
-
-def changing_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The model's state without its frozen parameters."""
-    skip = frozen(model)
-    return {k: v for k, v in model.state_dict().items() if k not in skip}
 
 
 @contextmanager
@@ -109,13 +106,14 @@ class Checkpoints:
         tmp = self.root / f".tmp-step-{step:08d}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        torch.save(changing_state(model), tmp / "model.pt")
+        skip = frozen(model)
+        torch.save({k: v for k, v in model.state_dict().items() if k not in skip}, tmp / "model.pt")
         files = ["model.pt", "masks.pt"]
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
             files.append("optimizer.pt")
         masks.save(str(tmp / "masks.pt"))
-        record = {**record, "format": FORMAT, "frozen": sorted(frozen(model)), "sha256": sealed(tmp, files)}
+        record = {**record, "format": FORMAT, "frozen": sorted(skip), "sha256": sealed(tmp, files)}
         (tmp / "state.json").write_text(json.dumps(record))
         sealed(tmp, ["state.json"])
         dest, old = self.dir(step), self.root / f".tmp-old-step-{step:08d}"
@@ -150,7 +148,7 @@ class Checkpoints:
             raise CorruptCheckpoint(f"{d / 'state.json'}: {e}") from e
         for name, want in record.get("sha256", {}).items():
             try:
-                ok = sealed(d, [name])[name] == want
+                ok = sha256(d / name) == want
             except OSError:
                 ok = False
             if not ok:

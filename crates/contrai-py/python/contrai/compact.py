@@ -46,35 +46,38 @@ class Cut:
     left: int
 
 
-def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str:
+def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str | None:
     """The model's state with the pruned units cut out — the same number from every layer —, or
-    why none can be."""
+    why none can be, or None when no unit was pruned whole."""
     size = getattr(getattr(model, "config", None), "intermediate_size", None)
     kept = kept_units(model, masks)
     dead = {path: (~k).nonzero().flatten() for path, k in kept.items()}
-    cut = min((len(d) for d in dead.values()), default=0)
     if not any(len(d) for d in dead.values()):
-        return "no whole feed-forward unit was pruned"
+        return None
     if hasattr(model, "peft_config"):
         return "a PEFT model exports its adapters; merge them (merge_and_unload) to cut the units"
     if not isinstance(size, int) or any(k.numel() != size for k in kept.values()):
         return "the model's config has no intermediate_size matching its feed-forward layers"
-    cut = size - min(-(-(size - cut) // ALIGN) * ALIGN, size)
+    fewest = min(len(d) for d in dead.values())
+    cut = size - min(-(-(size - fewest) // ALIGN) * ALIGN, size)
     if cut == 0:
         return (f"a feed-forward layer lost fewer than {ALIGN} whole units, and a Hugging Face config holds one "
                 "intermediate_size")
+    # Each layer keeps every unit but the first `cut` of its pruned ones.
+    index = {}
+    for key, d in dead.items():
+        keep = torch.ones(size, dtype=torch.bool)
+        keep[d[:cut]] = False
+        index[key] = keep.nonzero().flatten()
     state = model.state_dict()
     for path, _ in matrices(model):
         g = group_of(path, heads=False, units=True)
-        if g is None or g[0] not in kept:
+        if g is None or g[0] not in index:
             continue
-        keep = torch.ones(size, dtype=torch.bool)
-        keep[dead[g[0]][:cut]] = False
-        index = keep.nonzero().flatten()
-        state[path] = state[path].index_select(g[1], index.to(state[path].device))
+        state[path] = state[path].index_select(g[1], index[g[0]].to(state[path].device))
         bias = path[: -len("weight")] + "bias"
         if g[1] == 0 and bias in state:
-            state[bias] = state[bias].index_select(0, index.to(state[bias].device))
+            state[bias] = state[bias].index_select(0, index[g[0]].to(state[bias].device))
     left = sum(len(d) - cut for d in dead.values())
     return Cut(state, size, size - cut, left)
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from . import _core
 from .checkpoints import Checkpoints, load_weights, put_back
-from .compact import save_compacted, units_removed
+from .compact import Cut, save_compacted, units_removed
 from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
 from .masks import Masks, head_count, matrices
@@ -578,8 +578,8 @@ class Engine:
 
     def do_Export(self, _: Any) -> Any:
         """The final weights (masks applied) in ``final/``, evaluated on validation; a Hugging
-        Face model's pruned feed-forward units cut out of its matrices when every layer lost
-        the same number (``compact``), else recorded."""
+        Face model's pruned feed-forward units cut out of its matrices as far as one
+        ``intermediate_size`` allows (``compact``), what stays recorded."""
         model = unwrap(self.job.model)
         self.apply_masks()
         fin = self.run_dir / "final"
@@ -598,9 +598,9 @@ class Engine:
             self.substitute("remove the pruned attention heads from the exported model",
                             "transformers 5 prunes no heads (no config.pruned_heads): they stay as zeros", {})
         cut = units_removed(model, self.masks)
-        if isinstance(cut, str):
+        if not isinstance(cut, Cut):
             model.save_pretrained(fin)
-            if any(self.masks.keep) and cut != "no whole feed-forward unit was pruned":
+            if cut is not None:
                 self.substitute("remove the pruned feed-forward units from the exported model", cut, {})
             return
         save_compacted(model, fin, cut.state, cut.after)
