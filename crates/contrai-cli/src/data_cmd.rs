@@ -181,7 +181,7 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
             };
             let outcome = split(input.source()?, &out, &cfg, &Bars::default())?;
             for f in &outcome.leftovers {
-                eprintln!("{}", contrai_data::lock::removed_note(f));
+                eprintln!("{}", contrai_base::lock::removed_note(f));
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&outcome.manifest)?);
@@ -201,7 +201,7 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
             let set = demo::generate(DemoConfig { base, seed });
             let mut bytes = set.lines.join("\n").into_bytes();
             bytes.push(b'\n');
-            contrai_data::write::write_atomic(&out, &bytes)?;
+            contrai_base::write_atomic(&out, &bytes)?;
             eprintln!("wrote {} rows to {}", set.lines.len(), out.display());
             Ok(ExitCode::SUCCESS)
         }

@@ -61,7 +61,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<ExitCode> {
     let source = Source::file(&args.file, args.format)?.headerless(&args.columns)?;
     let summary = match &args.out {
         Some(path) => {
-            let file = contrai_data::write::AtomicFile::create(path)?;
+            let file = contrai_base::AtomicFile::create(path)?;
             let mut w = std::io::BufWriter::new(file.handle()?);
             let summary = predictor.predict(&source, &mut w, &Bars::default())?;
             w.into_inner().map_err(|e| e.into_error())?;

@@ -28,7 +28,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             PathBuf::from("report.html")
         }
     });
-    contrai_data::write::write_atomic(&out, html.as_bytes())?;
+    contrai_base::write_atomic(&out, html.as_bytes())?;
     eprintln!("wrote {} ({} KB)", out.display(), html.len() / 1024);
     Ok(ExitCode::SUCCESS)
 }

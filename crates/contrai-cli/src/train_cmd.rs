@@ -134,7 +134,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let report = run.report();
-    contrai_data::write::write_atomic(&report, contrai_report::render(&run_dir, None)?.as_bytes())?;
+    contrai_base::write_atomic(&report, contrai_report::render(&run_dir, None)?.as_bytes())?;
     println!("report: {}", report.display());
     Ok(ExitCode::SUCCESS)
 }

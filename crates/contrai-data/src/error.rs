@@ -5,6 +5,9 @@ use std::path::PathBuf;
 /// Everything that can go wrong while reading, auditing or splitting a dataset.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
+    /// A file-system primitive failed (an atomic write, the directory lock).
+    #[error(transparent)]
+    Fs(#[from] contrai_base::FsError),
     /// The operating system refused a read or write.
     #[error("{}: {source}", path.display())]
     Io {
@@ -73,17 +76,6 @@ pub enum DataError {
         path: PathBuf,
         /// What was wrong.
         message: String,
-    },
-    /// Another process holds the directory's lock.
-    #[error(
-        "{}: in use by {holder}; wait for it to finish, or stop it (Ctrl-C, or `kill` with its pid: a training run writes a checkpoint first)",
-        dir.display()
-    )]
-    Busy {
-        /// The locked directory.
-        dir: PathBuf,
-        /// Who holds it: the process id, its command line and since when, as far as known.
-        holder: String,
     },
     /// The post-write guard found samples shared across partitions.
     #[error(

@@ -6,7 +6,6 @@ pub mod cluster;
 pub mod demo;
 pub mod error;
 pub mod index;
-pub mod lock;
 pub mod minhash;
 pub mod numeric;
 pub mod progress;
@@ -16,8 +15,8 @@ pub mod text;
 pub mod write;
 
 pub use audit::{Audit, AuditConfig};
+pub use contrai_base::{DirLock, lock};
 pub use error::{DataError, Result};
 pub use index::{Content, IndexConfig};
-pub use lock::DirLock;
 pub use progress::{Progress, Silent};
 pub use read::{FieldSpec, Format, Source};

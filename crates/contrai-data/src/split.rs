@@ -20,53 +20,7 @@ pub const PARTITIONS: [&str; 3] = ["train", "val", "holdout"];
 /// Version of the manifest's layout.
 pub const MANIFEST_VERSION: u32 = 1;
 
-/// What to do with a cluster whose members disagree on the label.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumString,
-    strum::VariantNames,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum OnConflict {
-    /// Drop the whole cluster.
-    Drop,
-    /// Keep the members with the majority label; drop the cluster on a tie.
-    Majority,
-    /// Keep every member.
-    Keep,
-}
-
-/// Which duplicates to drop from the output (clusters always stay in one partition).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumString,
-    strum::VariantNames,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum Dedup {
-    /// Keep one sample of each identical normalised text.
-    Exact,
-    /// Keep one sample of each near-duplicate cluster.
-    Near,
-    /// Keep every sample.
-    None,
-}
+pub use contrai_base::choice::{Dedup, OnConflict};
 
 /// How to split.
 #[derive(Debug, Clone)]

@@ -1,4 +1,4 @@
-//! Output that appears only when complete: atomic files, and row writers for each format.
+//! Row writers for each format, into files that appear only when complete ([`AtomicFile`]).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -7,112 +7,11 @@ use std::sync::Arc;
 
 use arrow_array::{RecordBatch, UInt32Array};
 use parquet::arrow::ArrowWriter;
-use tempfile::NamedTempFile;
 
 use crate::error::{DataError, Result};
 use crate::read::{Format, Raw, Source, delimiter, header_of, schema_of};
 
-/// The temporary name's start and end: `.contrai-XXXXXX.tmp`.
-const TMP_PREFIX: &str = ".contrai-";
-const TMP_SUFFIX: &str = ".tmp";
-
-/// A file written under a temporary name beside its destination, renamed into place on commit.
-///
-/// Dropped without commit (error, Ctrl-C unwinding), the temporary file is removed and the
-/// destination keeps whatever it held before.
-#[derive(Debug)]
-pub struct AtomicFile {
-    tmp: NamedTempFile,
-    dest: PathBuf,
-}
-
-impl AtomicFile {
-    /// Starts a file that will become `dest`.
-    pub fn create(dest: impl Into<PathBuf>) -> Result<AtomicFile> {
-        let dest = dest.into();
-        let dir = dest
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| DataError::io(dir, e))?;
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(TMP_PREFIX).suffix(TMP_SUFFIX);
-        // Like any other file: 0666 less the umask (tempfile's default is private, 0600).
-        #[cfg(unix)]
-        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-        let tmp = builder.tempfile_in(dir).map_err(|e| DataError::io(dir, e))?;
-        Ok(AtomicFile { tmp, dest })
-    }
-
-    /// The temporary file's current path (readable before commit).
-    pub fn temp_path(&self) -> &Path {
-        self.tmp.path()
-    }
-
-    /// The final path.
-    pub fn dest(&self) -> &Path {
-        &self.dest
-    }
-
-    /// A second handle on the temporary file, for writers that own their file.
-    pub fn handle(&self) -> Result<File> {
-        self.tmp
-            .as_file()
-            .try_clone()
-            .map_err(|e| DataError::io(&self.dest, e))
-    }
-
-    /// Flushes to disk and renames into place.
-    pub fn commit(self) -> Result<()> {
-        let dest = self.dest;
-        self.tmp
-            .as_file()
-            .sync_all()
-            .map_err(|e| DataError::io(&dest, e))?;
-        self.tmp
-            .persist(&dest)
-            .map_err(|e| DataError::io(&dest, e.error))?;
-        if let Some(dir) = dest.parent().filter(|p| !p.as_os_str().is_empty())
-            && let Ok(d) = File::open(dir)
-        {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    }
-}
-
-/// Removes the temporary files of [`AtomicFile`]s that were never committed (a writer killed
-/// mid-write) in `dir` and its subdirectories down to `depth` levels; nothing else is touched.
-/// Call it only while holding the directory's [`crate::DirLock`]: a live writer's file looks the
-/// same. Returns the files removed.
-pub fn remove_leftovers(dir: &Path, depth: usize) -> Result<Vec<PathBuf>> {
-    let mut removed = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(removed);
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Ok(kind) = entry.file_type() else { continue };
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if kind.is_file() && name.starts_with(TMP_PREFIX) && name.ends_with(TMP_SUFFIX) {
-            std::fs::remove_file(&path).map_err(|e| DataError::io(&path, e))?;
-            removed.push(path);
-        } else if kind.is_dir() && depth > 0 {
-            removed.extend(remove_leftovers(&path, depth - 1)?);
-        }
-    }
-    removed.sort();
-    Ok(removed)
-}
-
-/// Writes `bytes` to `dest` atomically.
-pub fn write_atomic(dest: impl Into<PathBuf>, bytes: &[u8]) -> Result<()> {
-    let mut f = AtomicFile::create(dest)?;
-    let dest = f.dest.clone();
-    f.tmp.write_all(bytes).map_err(|e| DataError::io(&dest, e))?;
-    f.commit()
-}
+pub use contrai_base::atomic::{AtomicFile, remove_leftovers, write_atomic};
 
 /// Writes rows back in their source's format.
 pub enum RowWriter {
@@ -252,52 +151,5 @@ fn format_error(path: &Path, e: impl std::fmt::Display) -> DataError {
     DataError::Format {
         path: path.to_path_buf(),
         message: e.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[cfg(unix)]
-    #[test]
-    fn atomic_files_get_the_same_mode_as_any_other_file() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let plain = dir.path().join("plain.txt");
-        std::fs::write(&plain, b"x").unwrap();
-        let atomic = dir.path().join("recipe.toml");
-        write_atomic(&atomic, b"x").unwrap();
-        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode(&atomic), mode(&plain), "the umask decides, as for any file");
-    }
-
-    #[test]
-    fn leftovers_are_only_our_own_temporaries() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::create_dir_all(d.join("data/deep/deeper")).unwrap();
-        let ours = [d.join(".contrai-a1B2c3.tmp"), d.join("data/.contrai-x.tmp")];
-        let theirs = [
-            d.join("notes.tmp"),
-            d.join(".other-x.tmp"),
-            d.join(".contrai-x.tmp.bak"),
-            d.join("train.jsonl"),
-            d.join("data/deep/deeper/.contrai-too-deep.tmp"),
-        ];
-        for p in ours.iter().chain(&theirs) {
-            std::fs::write(p, b"x").unwrap();
-        }
-        // A directory named like a temporary file is not one.
-        std::fs::create_dir(d.join(".contrai-dir.tmp")).unwrap();
-        let removed = remove_leftovers(d, 1).unwrap();
-        assert_eq!(removed, {
-            let mut v = ours.to_vec();
-            v.sort();
-            v
-        });
-        assert!(ours.iter().all(|p| !p.exists()));
-        assert!(theirs.iter().all(|p| p.exists()));
-        assert!(d.join(".contrai-dir.tmp").is_dir());
     }
 }

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use strum::VariantNames;
 
-pub use contrai_data::split::{Dedup, OnConflict};
+pub use contrai_base::{Dedup, OnConflict};
 
 /// A lifecycle phase. The order of the variants is the only order phases run in.
 #[derive(

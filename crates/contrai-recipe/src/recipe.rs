@@ -1,6 +1,6 @@
 //! The recipe: every setting of a run, with defaults, validated before any work.
 
-use contrai_data::Format;
+use contrai_base::Format;
 use serde::{Deserialize, Serialize};
 
 use crate::choice::{Dedup, ModelKind, OnConflict, Phase, PruneSchedule, PruneScope, Quantize};

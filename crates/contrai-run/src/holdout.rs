@@ -13,7 +13,7 @@ pub fn reads(path: &Path) -> usize {
 /// Records one more read (before it happens) and returns the count including it.
 pub fn record_read(path: &Path) -> Result<usize> {
     let n = reads(path) + 1;
-    contrai_data::write::write_atomic(path, n.to_string().as_bytes())?;
+    contrai_base::write_atomic(path, n.to_string().as_bytes())?;
     Ok(n)
 }
 

@@ -71,7 +71,7 @@ pub enum RunError {
     },
     /// An atomic write failed.
     #[error(transparent)]
-    Write(#[from] contrai_data::DataError),
+    Write(#[from] contrai_base::FsError),
 }
 
 impl RunError {
@@ -247,7 +247,7 @@ pub fn write_json<T: serde::Serialize>(path: &Path, v: &T) -> Result<()> {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    contrai_data::write::write_atomic(path, &bytes)?;
+    contrai_base::write_atomic(path, &bytes)?;
     Ok(())
 }
 

@@ -117,7 +117,7 @@ impl Encoder {
             Encoder::Pretrained { tokenizer } => {
                 let file = tokenizer.path();
                 let bytes = std::fs::read(file).map_err(|e| TrainError::io(file, e))?;
-                Ok(contrai_data::write::write_atomic(path, &bytes)?)
+                Ok(contrai_base::write_atomic(path, &bytes)?)
             }
             Encoder::Features { scaler, .. } => scaler.save(path),
         }

@@ -93,10 +93,10 @@ pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<Com
     // One writer per run: not while it trains, not two at once (a missing run is `open`'s error).
     let lock = run
         .is_dir()
-        .then(|| contrai_data::DirLock::acquire(run))
+        .then(|| contrai_base::DirLock::acquire(run))
         .transpose()?;
     for f in lock.iter().flat_map(|l| l.removed()) {
-        log.warn(&contrai_data::lock::removed_note(f));
+        log.warn(&contrai_base::lock::removed_note(f));
     }
     let src = open(run, opts.step, log)?;
     let mlp = matches!(src.model, Classifier::Mlp(_));
@@ -219,7 +219,7 @@ impl<'a> Shelf<'a> {
         let q = quantize_int8(model.clone(), block);
         let rec = record_bytes(&q)?;
         let file = format!("{name}.bpk").replace('+', "-");
-        contrai_data::write::write_atomic(self.out.join(&file), &rec)?;
+        contrai_base::write_atomic(self.out.join(&file), &rec)?;
         self.add(name, &file, q, rec.len() as u64, scheme_text(block));
         Ok(())
     }

@@ -217,11 +217,11 @@ fn copy_split(from: &Path, to: &Path) -> Result<()> {
                 ),
             });
         }
-        contrai_data::write::write_atomic(to.join(&p.file), &bytes)?;
+        contrai_base::write_atomic(to.join(&p.file), &bytes)?;
     }
     let m = from.join("manifest.json");
     let bytes = std::fs::read(&m).map_err(|e| TrainError::io(&m, e))?;
-    contrai_data::write::write_atomic(to.join("manifest.json"), &bytes)?;
+    contrai_base::write_atomic(to.join("manifest.json"), &bytes)?;
     Ok(())
 }
 

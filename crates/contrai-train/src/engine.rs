@@ -32,9 +32,9 @@ use crate::step::{clip_grads, grad_norm, optimizer, step_grads};
 /// Runs (or resumes) the recipe's lifecycle in `opts.run_dir`.
 pub fn train(opts: &Options, data_progress: &dyn Progress, log: &dyn Log) -> Result<Outcome> {
     let run = RunDir::new(&opts.run_dir);
-    let lock = contrai_data::DirLock::acquire(run.path())?;
+    let lock = contrai_base::DirLock::acquire(run.path())?;
     for f in lock.removed() {
-        log.warn(&contrai_data::lock::removed_note(f));
+        log.warn(&contrai_base::lock::removed_note(f));
     }
     if opts.resume && run.is_finished() {
         return Engine::already_finished(opts, &run, log);

@@ -8,6 +8,9 @@ pub enum TrainError {
     /// The data stage failed (reading, auditing or splitting).
     #[error(transparent)]
     Data(#[from] contrai_data::DataError),
+    /// An atomic write or the run directory's lock failed.
+    #[error(transparent)]
+    Fs(#[from] contrai_base::FsError),
     /// A file of the run could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {

@@ -110,7 +110,7 @@ pub fn save_safetensors(model: &Classifier, path: &Path) -> Result<()> {
     let mut store = SafetensorsStore::from_bytes(None).skip_enum_variants(true);
     model.save_into(&mut store).map_err(|e| record_err(path, e))?;
     let bytes = store.get_bytes().map_err(|e| record_err(path, e))?;
-    contrai_data::write::write_atomic(path, &bytes)?;
+    contrai_base::write_atomic(path, &bytes)?;
     Ok(())
 }
 

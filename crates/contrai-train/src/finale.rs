@@ -81,7 +81,7 @@ impl Engine<'_> {
             lines.extend(serde_json::to_vec(r).map_err(|e| record_err(&fin, e))?);
             lines.push(b'\n');
         }
-        contrai_data::write::write_atomic(fin.join(contrai_run::FINAL_STUDENT_METRICS), &lines)?;
+        contrai_base::write_atomic(fin.join(contrai_run::FINAL_STUDENT_METRICS), &lines)?;
         save_safetensors(&fitted.model, &fin.join(FINAL_STUDENT))?;
         let (best_step, val_loss, val_accuracy) = fitted.best;
         let obs = Observation::Distilled {
@@ -163,7 +163,7 @@ impl Engine<'_> {
             };
             let block = Some(self.recipe.refine.quantize_block).filter(|b| *b > 0);
             let (file, note) = if v.kept {
-                contrai_data::write::write_atomic(fin.join(FINAL_INT8), bytes)?;
+                contrai_base::write_atomic(fin.join(FINAL_INT8), bytes)?;
                 (Some(format!("final/{FINAL_INT8}")), scheme_text(block))
             } else {
                 let limit = self.recipe.refine.max_drop;

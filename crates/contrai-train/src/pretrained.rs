@@ -88,7 +88,7 @@ pub fn export_hf(spec: &ModelSpec, model: &BertClassifier, labels: &[String], ou
     };
     std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
     for (name, bytes) in contrai_bert::export::export(model, &config, labels, &dir.dir)? {
-        contrai_data::write::write_atomic(out.join(name), &bytes)?;
+        contrai_base::write_atomic(out.join(name), &bytes)?;
     }
     Ok(())
 }

@@ -61,7 +61,7 @@ impl Setup {
         // A resumed run reuses everything its first session wrote; a fresh one rewrites it all.
         let reuse = opts.resume && run.recipe().is_file();
         if !reuse {
-            contrai_data::write::write_atomic(run.recipe(), recipe.to_toml().as_bytes())?;
+            contrai_base::write_atomic(run.recipe(), recipe.to_toml().as_bytes())?;
         }
         let mut prepared = data::prepare(&recipe, run.path(), data_progress, reuse)?;
         if let Some(w) = prepared.manifest.heavy_drop().filter(|_| !reuse) {

@@ -6,78 +6,25 @@ mod jsonl;
 mod parquet;
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 
 use crate::error::{DataError, Result};
 
-/// The formats Contrai reads, as the user names them.
-pub const FORMATS: &str = "jsonl, csv, tsv or parquet";
+pub use contrai_base::choice::{FORMATS, Format};
 
-/// A dataset's on-disk format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    /// One JSON object a line.
-    Jsonl,
-    /// Comma-separated values (RFC 4180: double quotes around fields that need them).
-    Csv,
-    /// Tab-separated values (IANA: no quoting; a field holds no tab and no line break).
-    Tsv,
-    /// Apache Parquet.
-    Parquet,
-}
-
-impl Format {
-    /// Tells the format from a path's extension.
-    pub fn detect(path: &Path) -> Result<Format> {
-        let ext = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        match ext.as_str() {
-            "jsonl" | "ndjson" | "json" => Ok(Format::Jsonl),
-            "csv" => Ok(Format::Csv),
-            "tsv" | "tab" => Ok(Format::Tsv),
-            "parquet" | "pq" => Ok(Format::Parquet),
-            _ => Err(DataError::UnknownFormat {
-                path: path.to_path_buf(),
-                ext,
-            }),
-        }
-    }
-
-    /// The extension written for this format.
-    pub fn extension(self) -> &'static str {
-        match self {
-            Format::Jsonl => "jsonl",
-            Format::Csv => "csv",
-            Format::Tsv => "tsv",
-            Format::Parquet => "parquet",
-        }
-    }
-
-    /// Whether rows are delimited text (CSV or TSV), the formats that may lack a header row.
-    pub fn is_delimited(self) -> bool {
-        matches!(self, Format::Csv | Format::Tsv)
-    }
-}
-
-impl FromStr for Format {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "jsonl" | "ndjson" => Ok(Format::Jsonl),
-            "csv" => Ok(Format::Csv),
-            "tsv" => Ok(Format::Tsv),
-            "parquet" => Ok(Format::Parquet),
-            other => Err(format!("unknown format `{other}`: expected {FORMATS}")),
-        }
-    }
+/// Tells a file's format from its extension.
+pub fn detect(path: &Path) -> Result<Format> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    Format::from_extension(&ext).ok_or_else(|| DataError::UnknownFormat {
+        path: path.to_path_buf(),
+        ext,
+    })
 }
 
 /// Which fields hold each sample's text, label and id.
@@ -209,7 +156,7 @@ impl Source {
         let path = path.into();
         let format = match format {
             Some(f) => f,
-            None => Format::detect(&path)?,
+            None => detect(&path)?,
         };
         Ok(Source::File {
             path,

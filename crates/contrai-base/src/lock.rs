@@ -7,8 +7,8 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::error::{DataError, Result};
-use crate::write::remove_leftovers;
+use crate::atomic::remove_leftovers;
+use crate::error::{FsError, Result};
 
 /// The lock file inside a locked directory.
 pub const LOCK_FILE: &str = ".contrai.lock";
@@ -52,7 +52,7 @@ impl DirLock {
     /// Locks `dir` (created if missing) for this process, or says which process holds it; then
     /// removes the temporary files an interrupted writer left there.
     pub fn acquire(dir: &Path) -> Result<DirLock> {
-        std::fs::create_dir_all(dir).map_err(|e| DataError::io(dir, e))?;
+        std::fs::create_dir_all(dir).map_err(|e| FsError::io(dir, e))?;
         let path = dir.join(LOCK_FILE);
         let mut file = loop {
             let mut file = OpenOptions::new()
@@ -61,16 +61,16 @@ impl DirLock {
                 .create(true)
                 .truncate(false)
                 .open(&path)
-                .map_err(|e| DataError::io(&path, e))?;
+                .map_err(|e| FsError::io(&path, e))?;
             match file.try_lock() {
                 Ok(()) => {}
                 Err(TryLockError::WouldBlock) => {
-                    return Err(DataError::Busy {
+                    return Err(FsError::Busy {
                         dir: dir.to_path_buf(),
                         holder: Holder::read(&mut file).describe(),
                     });
                 }
-                Err(TryLockError::Error(e)) => return Err(DataError::io(&path, e)),
+                Err(TryLockError::Error(e)) => return Err(FsError::io(&path, e)),
             }
             // The holder before us unlinks the file as it lets go: a lock on a file no longer
             // at `path` guards nothing, so open the new one.
@@ -78,9 +78,7 @@ impl DirLock {
                 break file;
             }
         };
-        Holder::me()
-            .write(&mut file)
-            .map_err(|e| DataError::io(&path, e))?;
+        Holder::me().write(&mut file).map_err(|e| FsError::io(&path, e))?;
         let removed = remove_leftovers(dir, LEFTOVER_DEPTH)?;
         Ok(DirLock { file, path, removed })
     }

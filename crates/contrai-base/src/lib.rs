@@ -1,0 +1,14 @@
+//! The bottom of Contrai's crates: the typed choices several layers name (a data file's
+//! [`Format`], the split's [`Dedup`] and [`OnConflict`] policies) and the file-system primitives
+//! every writer uses (atomic files, the one-writer directory lock). No Arrow, no tensors: the
+//! recipe, the run format and the conductor build on it without the data stage.
+
+pub mod atomic;
+pub mod choice;
+pub mod error;
+pub mod lock;
+
+pub use atomic::{AtomicFile, remove_leftovers, write_atomic};
+pub use choice::{Dedup, FORMATS, Format, OnConflict};
+pub use error::{FsError, Result};
+pub use lock::DirLock;
