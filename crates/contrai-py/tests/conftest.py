@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import random
+from importlib.metadata import requires
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 from contrai import DroppableDataset
+
+if TYPE_CHECKING:
+    from transformers import BertForSequenceClassification
 
 
 def token_task(n: int, seed: int, noise: float = 0.03) -> list[dict[str, torch.Tensor]]:
@@ -39,7 +46,7 @@ class ServedRows(DroppableDataset):
         return super().__getitem__(i)
 
 
-def tiny_bert():
+def tiny_bert() -> BertForSequenceClassification:
     """A 2-layer BERT classifier with random weights (no download)."""
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -80,3 +87,12 @@ def recipe_file(tmp_path: Path) -> Path:
     p = tmp_path / "recipe.toml"
     p.write_text(HF_RECIPE)
     return p
+
+
+def declared(extra: str, package: str) -> SpecifierSet:
+    """The versions of ``package`` the installed contrai-ml declares for its ``extra``."""
+    for line in requires("contrai-ml") or []:
+        req = Requirement(line)
+        if req.name == package and req.marker is not None and req.marker.evaluate({"extra": extra}):
+            return req.specifier
+    raise AssertionError(f"contrai-ml declares no {package} for [{extra}]")

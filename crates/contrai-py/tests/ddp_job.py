@@ -15,7 +15,7 @@ from contrai.hf import ContraiCallback
 out = Path(sys.argv[1])
 recipe = out / "recipe.toml"  # written by the test before the ranks start
 args = TrainingArguments(output_dir=str(out / "trainer"), per_device_train_batch_size=8, per_device_eval_batch_size=32,
-                         max_steps=80, report_to=[], save_strategy="no", eval_strategy="no", use_cpu=True,
+                         max_steps=80, report_to=[], save_strategy="no", use_cpu=True,
                          ddp_backend="gloo", seed=0, disable_tqdm=True)
 options = sys.argv[2:]
 run_dir = out / "node1" if "node-local" in options and args.process_index == 1 else out / "run"
@@ -32,9 +32,9 @@ if nan_at is not None:
         return output
 
     model.register_forward_hook(poison)
-cb = ContraiCallback(recipe, run_dir=run_dir, holdout_dataset=token_task(60, 3), turn_log=out / "turns")
 trainer = Trainer(model=model, args=args, train_dataset=DroppableDataset(token_task(400, 1)),
-                  eval_dataset=token_task(100, 2), callbacks=[cb])
+                  eval_dataset=token_task(100, 2))
+ContraiCallback(recipe, run_dir=run_dir, holdout_dataset=token_task(60, 3), turn_log=out / "turns").attach(trainer)
 trainer.train()
 digest = hashlib.sha256()
 for _, p in sorted(trainer.model.state_dict().items()):

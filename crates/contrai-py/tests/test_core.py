@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +91,16 @@ def test_a_headerless_tsv_is_split_with_the_columns_given(tmp_path):
     assert train[0] == "label\ttext" and '"hello"' in train[1]
     with pytest.raises(ValueError, match="named twice"):
         contrai.split(data, tmp_path / "other", columns=["text", "text"])
+
+
+def test_the_engine_refuses_a_request_or_an_action_it_does_not_know(tmp_path: Path) -> None:
+    from contrai.engine import Engine, Job
+
+    engine = Engine(Job(), tmp_path / "run", contrai.default_recipe(), "r.toml", classes=2)
+    with pytest.raises(RuntimeError, match=r"asked for 'Spam', which the PyTorch engine does not carry out \(it knows "
+                                           r"CheckPipeline, Distil, Evaluate, Export, Fail, Finish, .*Train\)"):
+        engine.run({"actions": [], "request": {"Spam": {}}})
+    with pytest.raises(RuntimeError, match=r"the action 'Eggs', .*\(it knows Checkpoint, DropSamples, Record, "):
+        engine.run({"actions": [{"Eggs": 1}], "request": "RoundTrip"})
+    engine.run({"actions": [{"SetPhase": {"phase": "contract"}}], "request": {"Fail": {"Diverged": "test"}}})
+    assert (engine.phase, engine.failed) == ("contract", "Diverged: test"), "each table's entry carries it out"

@@ -6,13 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 import torch
-from conftest import ServedRows, tiny_bert, token_task
+from conftest import ServedRows, declared, tiny_bert, token_task
+from packaging.specifiers import SpecifierSet
 from transformers import BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
 import contrai
+from contrai._compat import UntestedVersion
+from contrai._compat import hf as compat
 from contrai.hf import ContraiCallback
 
 
@@ -42,14 +46,15 @@ def train(tmp_path: Path, recipe: Path, *, max_steps: int = 80, stop_at: int | N
     data = ServedRows(token_task(400, 1))
     args = TrainingArguments(output_dir=str(tmp_path / out), per_device_train_batch_size=16,
                              per_device_eval_batch_size=32, max_steps=max_steps, learning_rate=1e-3,
-                             logging_steps=5, report_to=[], save_strategy="no", eval_strategy="no",
+                             logging_steps=5, report_to=[], save_strategy="no",
                              use_cpu=True, seed=0, disable_tqdm=True)
     probe = Probe(validate_steps=20)
-    callbacks = [probe, ContraiCallback(recipe, run_dir=tmp_path / run, holdout_dataset=token_task(60, 3))]
+    callbacks: list[TrainerCallback] = [probe]
     if stop_at is not None:
         callbacks.append(StopAt(stop_at))
     t = Trainer(model=tiny_bert(), args=args, train_dataset=data, eval_dataset=token_task(100, 2),
                 callbacks=callbacks)
+    ContraiCallback(recipe, run_dir=tmp_path / run, holdout_dataset=token_task(60, 3)).attach(t)
     t.train(resume_from_checkpoint=resume)
     return t, probe, data
 
@@ -66,8 +71,9 @@ class StopAt(TrainerCallback):
         return control
 
 
-def test_every_phase_happens_and_each_decision_is_applied(tmp_path, recipe_file):
+def test_every_phase_happens_and_each_decision_is_applied(tmp_path, recipe_file, recwarn):
     trainer, probe, data = train(tmp_path, recipe_file)
+    assert not [w for w in recwarn if "was not attached" in str(w.message)], "attach gave the callback its Trainer"
     run = tmp_path / "run"
     decisions = rows(run / "decisions.jsonl")
     kinds = [d["kind"] for d in decisions]
@@ -83,6 +89,11 @@ def test_every_phase_happens_and_each_decision_is_applied(tmp_path, recipe_file)
     # linear anneal from main's last LR with no warmup.
     for r in steps:
         assert probe.lr[r["step"]] == pytest.approx(r["lr"], rel=1e-9, abs=1e-15), r
+    # The gradient norm the conductor saw at each step is the one the Trainer logged (before clipping).
+    logged = [(e["step"], e["grad_norm"]) for e in trainer.state.log_history if "grad_norm" in e]
+    assert len(logged) >= 10
+    for step, norm in logged:
+        assert steps[step - 1]["grad_norm"] == pytest.approx(norm, rel=1e-4), (step, norm)
     contract = [r["lr"] for r in steps if r["phase"] == "contract"]
     last_main = [r["lr"] for r in steps if r["phase"] == "main"][-1]
     assert contract[0] == pytest.approx(last_main) and all(b < a for a, b in zip(contract, contract[1:]))
@@ -132,28 +143,66 @@ def test_a_job_stopped_mid_contraction_resumes_with_the_same_decisions(tmp_path,
 
 def test_what_to_set_is_said_when_the_trainer_cannot_run_the_recipe(tmp_path, recipe_file):
     args = TrainingArguments(output_dir=str(tmp_path / "o"), max_steps=10, report_to=[], use_cpu=True)
-    cb = ContraiCallback(recipe_file, run_dir=tmp_path / "r")
-    t = Trainer(model=tiny_bert(), args=args, train_dataset=token_task(50, 1), callbacks=[cb])
+    t = Trainer(model=tiny_bert(), args=args, train_dataset=token_task(50, 1))
+    ContraiCallback(recipe_file, run_dir=tmp_path / "r").attach(t)
     with pytest.raises(ValueError, match="needs an evaluation set"):
         t.train()
-    cb = ContraiCallback(recipe_file, run_dir=tmp_path / "r2")
-    t = Trainer(model=tiny_bert(), args=args, train_dataset=token_task(50, 1), eval_dataset=token_task(20, 2),
-                callbacks=[cb])
+    t = Trainer(model=tiny_bert(), args=args, train_dataset=token_task(50, 1), eval_dataset=token_task(20, 2))
+    ContraiCallback(recipe_file, run_dir=tmp_path / "r2").attach(t)
     with pytest.raises(ValueError, match=r"max_steps=80"):
         t.train()
     # FSDP and ZeRO-3 need accelerators; the check reads what Accelerate sets for them.
     cb = ContraiCallback(recipe_file, run_dir=tmp_path / "r4")
     zero3 = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=3)))
     for sharded in (SimpleNamespace(is_fsdp_enabled=True), SimpleNamespace(accelerator=zero3)):
-        cb.trainer = SimpleNamespace(eval_dataset=token_task(20, 2), **vars(sharded))  # type: ignore[assignment]
+        fake = cast(Trainer, SimpleNamespace(eval_dataset=token_task(20, 2), **vars(sharded)))
         with pytest.raises(ValueError, match=r"pruning needs whole parameters: FSDP or DeepSpeed ZeRO-3 shards"):
-            cb._check(args, SimpleNamespace(max_steps=80))
-    cb.trainer = SimpleNamespace(eval_dataset=token_task(20, 2), is_fsdp_enabled=False)  # type: ignore[assignment]
-    cb._check(args, SimpleNamespace(max_steps=80))
+            cb._check(fake, 80)
+    cb._check(cast(Trainer, SimpleNamespace(eval_dataset=token_task(20, 2), is_fsdp_enabled=False)), 80)
     bad = tmp_path / "bad.toml"
     bad.write_text("[contract]\nprune_scpe = 'global'\n")
     with pytest.raises(ValueError, match=r"bad.toml:2: .*did you mean `prune_scope`"):
         ContraiCallback(bad, run_dir=tmp_path / "r3")
+
+
+def small_trainer(tmp_path: Path, callbacks: list[TrainerCallback] | None = None) -> Trainer:
+    """A Trainer of the tiny BERT that cannot run the recipe (too few steps): it fails in
+    ``on_train_begin``, once the callback has its Trainer."""
+    args = TrainingArguments(output_dir=str(tmp_path / "o"), max_steps=10, report_to=[], use_cpu=True)
+    return Trainer(model=tiny_bert(), args=args, train_dataset=token_task(50, 1), eval_dataset=token_task(20, 2),
+                   callbacks=callbacks)
+
+
+def test_attach_binds_the_trainer_and_registers_the_callback_once(tmp_path: Path, recipe_file: Path) -> None:
+    cb = ContraiCallback(recipe_file, run_dir=tmp_path / "r")
+    t = small_trainer(tmp_path)
+    assert cb.attach(t) is cb and cb.trainer is t
+    assert cb.attach(t) is cb
+    assert [c for c in t.callback_handler.callbacks if c is cb] == [cb], "added once, attached twice"
+    passed = ContraiCallback(recipe_file, run_dir=tmp_path / "r2")
+    t2 = small_trainer(tmp_path, callbacks=[passed])
+    passed.attach(t2)
+    assert [c for c in t2.callback_handler.callbacks if c is passed] == [passed], "passed in callbacks=, not added again"
+    with pytest.raises(ValueError, match="attached to another Trainer"):
+        cb.attach(t2)
+
+
+def test_a_callback_never_attached_finds_its_trainer_with_a_warning(tmp_path: Path, recipe_file: Path) -> None:
+    cb = ContraiCallback(recipe_file, run_dir=tmp_path / "r")
+    t = small_trainer(tmp_path, callbacks=[cb])
+    with pytest.warns(FutureWarning, match=r"not attached: call ContraiCallback\(...\).attach\(trainer\)"):
+        with pytest.raises(ValueError, match=r"max_steps=80"):
+            t.train()
+    assert cb.trainer is t
+
+
+def test_the_tested_transformers_range_is_the_declared_one_and_checked(tmp_path: Path, recipe_file: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    assert declared("hf", "transformers") == SpecifierSet(",".join(compat.TESTED))
+    assert compat.check(), "the installed transformers is in the tested range"
+    monkeypatch.setattr(compat, "TESTED", (">=999",))
+    with pytest.warns(UntestedVersion, match=r"tested with transformers>=999, and transformers \S+ is installed"):
+        ContraiCallback(recipe_file, run_dir=tmp_path / "r").attach(small_trainer(tmp_path))
 
 
 def test_whole_heads_and_units_are_pruned_in_a_bert(tmp_path, recipe_file):

@@ -8,9 +8,12 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 import torch
-from conftest import ServedRows
+from conftest import ServedRows, declared
+from packaging.specifiers import SpecifierSet
 from torch.utils.data import DataLoader
 
+from contrai._compat import UntestedVersion
+from contrai._compat import lightning as compat
 from contrai.engine import planned_steps
 from contrai.lightning import ContraiCallback
 
@@ -146,7 +149,9 @@ def test_a_lightning_job_stopped_mid_contraction_resumes_with_the_same_decisions
     # Contraction starts at optimizer step 80; stop at 88, resume from Lightning's checkpoint of 85.
     fit(tmp_path, recipe, "resumed", stop_at=88)
     ckpt = tmp_path / "ckpt-resumed" / "step=85.ckpt"
-    assert "contrai" in torch.load(ckpt, weights_only=False), "the conductor's state rides in the checkpoint"
+    saved = torch.load(ckpt, weights_only=False)["callbacks"][ContraiCallback(recipe, tmp_path / "x").state_key]
+    assert set(saved) == {"record", "masks"}, "the callback's state_dict rides in Lightning's checkpoint"
+    assert saved["record"]["step"] == 85 + 20 and saved["record"]["conductor"]["phase"] == "contract"
     resumed, seen = fit(tmp_path, recipe, "resumed", ckpt=str(ckpt))
 
     def read(run: str, name: str) -> list[dict]:
@@ -244,12 +249,15 @@ class NanEvalOnce(Mlp):
 
     def __init__(self, at: int) -> None:
         super().__init__()
-        self.at, self.fired = at, False
+        self.at, self.fired, self.trained_to = at, False, 0
+
+    def training_step(self, batch, i):
+        self.trained_to = self.trainer.global_step
+        return super().training_step(batch, i)
 
     def forward(self, x):
         out = super().forward(x)
-        trainer = self._trainer  # None in the engine's copy (its int8 model)
-        if not self.training and trainer is not None and trainer.global_step >= self.at and not self.fired:
+        if not self.training and self.trained_to >= self.at and not self.fired:
             self.fired = True
             return out * float("nan")
         return out
@@ -285,3 +293,28 @@ def test_whole_units_asked_of_a_model_without_their_names_are_recorded(tmp_path)
     last = [r for r in metrics if "sparsity" in r][-1]
     zeros = float((module.net[0].weight == 0).float().mean())
     assert zeros > 0 and zeros == pytest.approx(last["sparsity/net.0"], abs=1e-9), (zeros, last)
+
+
+def test_an_optimizer_step_over_accumulated_batches_is_one_step_of_the_plan(tmp_path: Path) -> None:
+    trainer, recipe, decisions = fit_once(tmp_path, Mlp(), accumulate_grad_batches=2)
+    assert decisions[-1]["kind"] == "holdout"
+    metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    stepped = [r for r in metrics if "train_loss" in r]
+    planned = planned_steps(RECIPE, str(recipe))
+    assert trainer.global_step == len(stepped) == planned, "one Stepped an optimizer step, not a batch"
+    assert stepped[0]["batch_size"] == 32, "16 a batch, 2 batches a step"
+
+
+def test_the_tested_lightning_range_is_the_declared_one_and_checked(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    assert declared("lightning", "lightning") == SpecifierSet(",".join(compat.TESTED))
+    assert compat.check(), "the installed lightning is in the tested range"
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE)
+    monkeypatch.setattr(compat, "TESTED", ("<1",))
+    cb = ContraiCallback(recipe, tmp_path / "run")
+    with pytest.warns(UntestedVersion, match=r"tested with lightning<1, and lightning \S+ is installed"):
+        with pytest.raises(ValueError, match="needs validation data"):
+            cb.on_train_start(SimpleNamespace(val_dataloaders=None), Mlp())  # type: ignore[arg-type]

@@ -68,9 +68,10 @@ def test_a_lora_causal_lm_trains_through_the_lifecycle(tmp_path):
     recipe.write_text(RECIPE)
     args = TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8,
                              per_device_eval_batch_size=16, max_steps=60, report_to=[], save_strategy="no",
-                             eval_strategy="no", use_cpu=True, seed=0, disable_tqdm=True)
-    cb = ContraiCallback(recipe, run_dir=tmp_path / "run", classes=cfg.vocab_size)
-    Trainer(model=model, args=args, train_dataset=train, eval_dataset=val, callbacks=[cb]).train()
+                             use_cpu=True, seed=0, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val)
+    ContraiCallback(recipe, run_dir=tmp_path / "run", classes=cfg.vocab_size).attach(trainer)
+    trainer.train()
     run = tmp_path / "run"
     kinds = [json.loads(x)["kind"] for x in (run / "decisions.jsonl").read_text().splitlines()]
     assert "enter_contract" in kinds and kinds[-1] == "holdout", kinds

@@ -89,6 +89,20 @@ class Job:
         return t.tolist()
 
 
+class OriginalRows(torch.utils.data.Dataset[Any]):
+    """The train dataset as it was given, whatever was dropped: per-sample losses are measured on
+    every row (a :class:`DroppableDataset` serves a dropped row as another)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.dataset.original(i) if isinstance(self.dataset, DroppableDataset) else self.dataset[i]
+
+
 def distributed(world: int) -> bool:
     """Whether this process is one of several ranks of a ``torch.distributed`` job."""
     return world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -135,7 +149,12 @@ class Engine:
     Under ``torch.distributed`` rank 0 alone consults the conductor and writes the run directory;
     each turn is broadcast to every rank before any acts, so all apply the same actions at the
     same step. ``turn_log``: a file (suffixed ``.rank<N>``) each rank appends every turn it
-    carried out to, to check exactly that."""
+    carried out to, to check exactly that.
+
+    Three tables name what the engine does with a turn: ``actions`` (an action's name to the
+    method carrying it out), ``requests`` (a request's name to the method answering it with the
+    observation it asks for) and ``ends`` (``Train``, ``Finish`` and ``Fail``, which end a run of
+    turns). A name in none of them is an error naming the ones known."""
 
     def __init__(self, job: Job, run_dir: str | os.PathLike[str], recipe_toml: str, recipe_path: str,
                  classes: int, keep_last: int = KEEP_LAST, turn_log: str | os.PathLike[str] | None = None) -> None:
@@ -168,6 +187,40 @@ class Engine:
         # rollbacks took back): its step limit must grow by them.
         self.lost_steps = 0
         self.turn_log = None if turn_log is None else open(f"{os.fspath(turn_log)}.rank{job.rank}", "a")
+        # The record of the latest checkpoint (the framework saves its own beside it).
+        self.last_record: dict[str, Any] | None = None
+        self.int8: torch.nn.Module | None = None
+        self.holdout_eval: tuple[float, float, int] = (math.nan, math.nan, 0)
+        # What each action the conductor orders does; what answers each request with the
+        # observation it asks for; what each request that ends a run of turns does.
+        self.actions: dict[str, Callable[[Any], None]] = {
+            "Record": self.record,
+            "Replan": self.replan,
+            "SetPhase": self.set_phase,
+            "SetBatch": self.set_batch,
+            "ScaleDropout": self.scale_dropout,
+            "DropSamples": self.drop_samples,
+            "Checkpoint": self.checkpoint,
+        }
+        self.requests: dict[str, Callable[[Any], dict[str, Any]]] = {
+            "CheckPipeline": self.check_pipeline,
+            "RoundTrip": self.round_trip,
+            "Evaluate": self.evaluate,
+            "Prune": self.prune,
+            "MeasureSensitivity": self.measure_sensitivity,
+            "MeasureJoint": self.measure_joint,
+            "MeasureSampleLosses": self.measure_sample_losses,
+            "Restore": self.restore,
+            "Export": self.export,
+            "Distil": self.distil,
+            "Quantize": self.quantize,
+            "ReadHoldout": self.read_holdout,
+        }
+        self.ends: dict[str, Callable[[Any], None]] = {
+            "Train": self.train,
+            "Finish": self.finish,
+            "Fail": self.fail,
+        }
 
     # ---- the run ------------------------------------------------------------------------------
 
@@ -201,7 +254,16 @@ class Engine:
             self.samples = resume["samples"]
             self.lost_steps = resume.get("lost_steps", 0)
             self.masks = resume_masks(resume)
-        self.run(self.conductor.begin() if self.leader else None)
+        self.run(self.next_turn())
+
+    def next_turn(self, observation: Any = None) -> dict[str, Any] | None:
+        """Rank 0's next turn from the conductor (the first without ``observation``); ``None`` on
+        the other ranks, which get rank 0's (``share``)."""
+        if not self.leader:
+            return None
+        if self.conductor is None:
+            raise RuntimeError("the engine has no conductor: start() opens it")
+        return self.conductor.begin() if observation is None else self.conductor.observe(observation)
 
     def run(self, turn: dict[str, Any] | None) -> None:
         """Carries out turns until the conductor asks for a training step, the end, or a stop.
@@ -211,19 +273,30 @@ class Engine:
             for action in turn["actions"]:
                 self.carry_out(action)
             name, payload = kind(turn["request"])
-            if name == "Train":
-                self.plan = payload
-                self.set_lr(payload["lr"])
+            end = self.ends.get(name)
+            if end is not None:
+                end(payload)
                 return
-            if name == "Finish":
-                self.finish(payload)
-                return
-            if name == "Fail":
-                ((why, reason),) = payload.items()
-                self.failed = f"{why}: {reason}"
-                return
-            observation = getattr(self, "do_" + name)(payload)
-            turn = self.conductor.observe(observation) if self.leader else None
+            turn = self.next_turn(self.answer(name, payload))
+
+    def answer(self, name: str, payload: Any) -> dict[str, Any]:
+        """The observation a request asks for, from its entry in ``requests``."""
+        handler = self.requests.get(name)
+        if handler is None:
+            raise RuntimeError(f"the conductor asked for {name!r}, which the PyTorch engine does not carry out "
+                               f"(it knows {', '.join(sorted([*self.requests, *self.ends]))}): the "
+                               "package's Python and its Rust core come from different versions")
+        return handler(payload)
+
+    def train(self, plan: dict[str, Any]) -> None:
+        """The framework's next optimizer step runs the plan (its step, phase and LR)."""
+        self.plan = plan
+        self.set_lr(plan["lr"])
+
+    def fail(self, payload: dict[str, str]) -> None:
+        """The conductor stopped the run: the framework adapter raises with the reason."""
+        ((why, reason),) = payload.items()
+        self.failed = f"{why}: {reason}"
 
     def share(self, turn: dict[str, Any] | None) -> dict[str, Any]:
         """The turn rank 0 got, on every rank (identity on one process)."""
@@ -231,7 +304,7 @@ class Engine:
         if self.turn_log is not None:
             self.turn_log.write(json.dumps(turn) + "\n")
             self.turn_log.flush()
-        return turn  # type: ignore[return-value]
+        return turn
 
     def from_leader(self, obj: Any) -> Any:
         """``obj`` as rank 0 has it, on every rank (identity on one process)."""
@@ -260,7 +333,7 @@ class Engine:
                              "batch_size": self.batch, "wall_s": round(time.time() - self.started, 2)})
         self.plan = None
         obs = {"Stepped": {"loss": loss, "grad_norm": grad_norm, "lr": plan["lr"]}}
-        self.run(self.conductor.observe(obs) if self.leader else None)
+        self.run(self.next_turn(obs))
 
     def stopped_early(self, framework_step: int, planned: int, setting: str) -> None:
         """The framework's training ended before the conductor finished: recorded, with the step
@@ -281,29 +354,29 @@ class Engine:
     # ---- actions ------------------------------------------------------------------------------
 
     def carry_out(self, action: Any) -> None:
+        """An action of a turn, by its entry in ``actions``."""
         name, p = kind(action)
-        if name == "Record":
-            self.record(p)
-        elif name == "Replan":
-            if self.leader:
-                self.writer.write("plan", json.dumps(p))
-        elif name == "SetPhase":
-            self.phase = p["phase"]
-        elif name == "SetBatch":
-            self.set_batch(p)
-        elif name == "ScaleDropout":
-            self.scale_dropout(p)
-        elif name == "DropSamples":
-            self.drop_samples(p["rows"])
-        elif name == "Checkpoint":
-            self.checkpoint(p["state"], p["keep"])
-        else:
-            raise RuntimeError(f"unknown action {name}")
+        handler = self.actions.get(name)
+        if handler is None:
+            raise RuntimeError(f"the conductor ordered the action {name!r}, which the PyTorch engine does not carry "
+                               f"out (it knows {', '.join(sorted(self.actions))}): the package's Python and its "
+                               "Rust core come from different versions")
+        handler(p)
 
     def record(self, decision: dict[str, Any]) -> None:
+        """A decision into ``decisions.jsonl`` (rank 0), and on the log."""
         if self.leader:
             self.writer.decide(json.dumps(decision))
             print(f"[contrai] [{decision['phase']} step {decision['step']}] {decision['kind']}: {decision['reason']}")
+
+    def replan(self, plan: dict[str, Any]) -> None:
+        """``plan.json`` as the conductor now plans the run (rank 0)."""
+        if self.leader:
+            self.writer.write("plan", json.dumps(plan))
+
+    def set_phase(self, p: dict[str, Any]) -> None:
+        """The phase the next turns belong to."""
+        self.phase = p["phase"]
 
     def substitute(self, what: str, instead: str, evidence: dict[str, Any]) -> None:
         """Records what the engine did instead of a decision it could not carry out as asked."""
@@ -312,6 +385,7 @@ class Engine:
                      "reason": f"{what}: {instead}", "evidence": evidence})
 
     def metric(self, row: dict[str, Any]) -> None:
+        """A row into ``metrics.jsonl`` (rank 0)."""
         if self.leader:
             self.writer.metric(words_json(row))
 
@@ -353,7 +427,10 @@ class Engine:
         self.dropout_scale = scale
         set_dropout(self.job.model, {k: v * scale for k, v in self.base_dropout.items()})
 
-    def drop_samples(self, rows: list[int]) -> None:
+    def drop_samples(self, p: dict[str, Any]) -> None:
+        """The rows the conductor names out of training (a :class:`DroppableDataset` serves them no
+        more); another dataset keeps them, recorded."""
+        rows: list[int] = p["rows"]
         ds = self.job.train_dataset()
         if isinstance(ds, DroppableDataset):
             ds.drop(rows)
@@ -372,15 +449,15 @@ class Engine:
         return {"format": 1, "step": self.step, "samples": self.samples, "metrics_len": lens[0],
                 "decisions_len": lens[1], "lost_steps": self.lost_steps, "conductor": conductor_state}
 
-    def checkpoint(self, state: dict[str, Any], keep: list[int]) -> None:
-        """What training changed, the masks and the record (rank 0; the weights are the same on
-        every rank)."""
-        self.last_record = self.record_of(state)
+    def checkpoint(self, p: dict[str, Any]) -> None:
+        """What training changed, the masks and the record with the conductor's ``state`` (rank 0;
+        the weights are the same on every rank); the best checkpoints (``keep``) are never removed."""
+        self.last_record = self.record_of(p["state"])
         if self.leader:
             self.checkpoints.write(self.step, unwrap(self.job.model), self.job.optimizer, self.masks,
-                                   self.last_record, keep)
+                                   self.last_record, p["keep"])
 
-    def do_Restore(self, p: dict[str, Any]) -> Any:
+    def restore(self, p: dict[str, Any]) -> dict[str, Any]:
         """Loads a checkpoint's weights, optimizer and masks; with ``Everything`` also its
         counters, and ``metrics.jsonl`` is cut back to it. Rank 0 reads it and sends it to every
         rank (the others may not see its disk). The data order runs on: a running data loader
@@ -436,22 +513,24 @@ class Engine:
                 counted += out.counted
         model.train(was)
         if sharded:
-            total, n, correct, counted = self.job.all_reduce([total, n, correct, counted])
+            sums = self.job.all_reduce([total, n, correct, counted])
+            total, n, correct, counted = sums[0], int(sums[1]), int(sums[2]), int(sums[3])
         if n == 0:
             return math.nan, math.nan, 0
         return total / n, (correct / counted if counted else math.nan), int(n)
 
-    def do_Evaluate(self, p: dict[str, Any]) -> Any:
+    def evaluate(self, p: dict[str, Any]) -> dict[str, Any]:
+        """Validation loss and accuracy of the model now (a metrics row when ``record`` names a phase)."""
         loss, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
         if p["record"] is not None:
             self.metric({"step": self.step, "phase": p["record"], "val_loss": loss, "val_accuracy": nan0(acc)})
         return {"Evaluated": {"val_loss": loss, "val_accuracy": nan0(acc)}}
 
-    def do_CheckPipeline(self, p: dict[str, Any]) -> Any:
+    def check_pipeline(self, p: dict[str, Any]) -> dict[str, Any]:
         """Validate's check: the fresh model overfits one batch (dropout off); its trainable
         weights are put back after (in place: a large model has no room for a copy)."""
         model = unwrap(self.job.model)
-        trainable = [w for w in model.parameters() if w.requires_grad]
+        trainable: list[torch.Tensor] = [w for w in model.parameters() if w.requires_grad]
         batch = self.job.train_batch()
         losses = []
         was = model.training
@@ -471,7 +550,7 @@ class Engine:
         val, _, _ = self.evaluation(self.job.model, self.job.eval_batches())
         return {"PipelineChecked": {"first_loss": losses[0], "last_loss": losses[-1], "val_loss": val}}
 
-    def do_RoundTrip(self, _: Any) -> Any:
+    def round_trip(self, _: Any) -> dict[str, Any]:
         """A checkpoint of the fresh model written and read back into it by the checkpoints' own
         code; its outputs before and after must be identical."""
         model = unwrap(self.job.model)
@@ -493,7 +572,9 @@ class Engine:
         shutil.rmtree(root, ignore_errors=True)
         return {"RoundTripped": {"identical": same, "model_bytes": size, "optimizer_bytes": opt_bytes}}
 
-    def do_Prune(self, order: dict[str, Any]) -> Any:
+    def prune(self, order: dict[str, Any]) -> dict[str, Any]:
+        """The masks grown to the order's sparsity (whole heads and units where asked and shown) and
+        applied; the sparsity of each module."""
         model = unwrap(self.job.model)
         whole = self.masks.update(model, order)
         self.whole |= whole
@@ -514,7 +595,7 @@ class Engine:
         self.metric(row)
         return by_module
 
-    def do_MeasureSampleLosses(self, _: Any) -> Any:
+    def measure_sample_losses(self, _: Any) -> dict[str, Any]:
         """The loss of every training sample under the current model (eval mode), in row order."""
         model = self.job.model
         was = model.training
@@ -546,7 +627,8 @@ class Engine:
                 self.substitute(what, f"the PyTorch engine prunes {where} by single-weight magnitude instead "
                                 "(the model's parameter names do not show them)", {"asked": key})
 
-    def do_MeasureSensitivity(self, p: dict[str, Any]) -> Any:
+    def measure_sensitivity(self, p: dict[str, Any]) -> dict[str, Any]:
+        """Validation loss with each module pruned alone at each level (diagnose's scan)."""
         model = unwrap(self.job.model)
         out: dict[str, list[float]] = {}
         whole: set[str] = set()
@@ -555,7 +637,8 @@ class Engine:
         self.structure_unavailable(p, set(p["modules"]), whole)
         return {"Sensitivity": {"val_loss": out}}
 
-    def do_MeasureJoint(self, p: dict[str, Any]) -> Any:
+    def measure_joint(self, p: dict[str, Any]) -> dict[str, Any]:
+        """Validation loss with every module pruned at once to the proposed sparsity."""
         whole: set[str] = set()
         loss = self.pruned_loss(unwrap(self.job.model), p["sparsity"], p, whole)
         self.structure_unavailable(p, set(p["sparsity"]), whole)
@@ -576,7 +659,7 @@ class Engine:
 
     # ---- the end ------------------------------------------------------------------------------
 
-    def do_Export(self, _: Any) -> Any:
+    def export(self, _: Any) -> dict[str, Any]:
         """The final weights (masks applied) in ``final/``, evaluated on validation; a Hugging
         Face model's pruned feed-forward units cut out of its matrices as far as one
         ``intermediate_size`` allows (``compact``), what stays recorded."""
@@ -612,29 +695,30 @@ class Engine:
                             "stay as zeros: a Hugging Face config holds one intermediate_size",
                             {"intermediate_size": cut.after, "units_left_as_zeros": cut.left})
 
-    def do_Distil(self, _: Any) -> Any:
+    def distil(self, _: Any) -> dict[str, Any]:
+        """Declined: the PyTorch engine does not distil; the fine-tuned model is the final one."""
         return {"Declined": {"what": "distil into the recipe's student",
                              "instead": "the PyTorch engine does not distil yet; the fine-tuned model is the final one"}}
 
-    def do_Quantize(self, p: dict[str, Any]) -> Any:
+    def quantize(self, p: dict[str, Any]) -> dict[str, Any]:
         """Int8 dynamic quantization of the linear layers (PyTorch's ``quantize_dynamic``, one
         scale a weight matrix), evaluated on validation."""
         model = unwrap(self.job.model)
         dense = cpu_copy(model).eval()
-        self.int8 = torch.ao.quantization.quantize_dynamic(dense, {torch.nn.Linear}, dtype=torch.qint8)
-        _, acc, _ = self.evaluation(self.int8, cpu_batches(self.job.eval_batches()))
-        size = lambda m: len(state_bytes(m))  # noqa: E731
+        int8 = self.int8 = torch.ao.quantization.quantize_dynamic(dense, {torch.nn.Linear}, dtype=torch.qint8)
+        _, acc, _ = self.evaluation(int8, cpu_batches(self.job.eval_batches()))
         block = "" if p["block"] is None else " (per-block scales asked; PyTorch's dynamic int8 has one a matrix)"
-        return {"Quantized": {"val_accuracy": nan0(acc), "bytes": size(self.int8), "dense_bytes": size(dense),
+        return {"Quantized": {"val_accuracy": nan0(acc), "bytes": len(state_bytes(int8)),
+                              "dense_bytes": len(state_bytes(dense)),
                               "scheme": "torch dynamic int8 (qint8, one scale a matrix)" + block,
                               "file": "final/model-int8.pt"}}
 
-    def do_ReadHoldout(self, p: dict[str, Any]) -> Any:
+    def read_holdout(self, p: dict[str, Any]) -> dict[str, Any]:
         """The holdout, read once: the final model and the int8 model evaluated on it."""
         batches = self.job.holdout_batches()
         loss, acc, n = self.evaluation(self.job.model, batches, sharded=False)
         int8_acc = None
-        if p["int8"] is not None and getattr(self, "int8", None) is not None:
+        if p["int8"] is not None and self.int8 is not None:
             _, a, _ = self.evaluation(self.int8, cpu_batches(self.job.holdout_batches()), sharded=False)
             int8_acc = nan0(a)
             if p["int8"]["kept"] and self.leader:
@@ -651,7 +735,7 @@ class Engine:
         if not self.leader:
             return
         self.writer.sync()
-        loss, acc, n = getattr(self, "holdout_eval", (math.nan, math.nan, 0))
+        loss, acc, n = self.holdout_eval
         ev = {"step": summary["step"], "classes": class_names(unwrap(self.job.model), self.classes),
               "holdout_samples": n, "holdout_loss": loss, "holdout_accuracy": nan0(acc),
               "val_loss": self.final_val[0], "val_accuracy": nan0(self.final_val[1]),

@@ -1,47 +1,72 @@
-"""Contrai's lifecycle inside a Hugging Face ``Trainer``: one callback.
+"""Contrai's lifecycle inside a Hugging Face ``Trainer``: one callback, attached to its Trainer.
 
->>> trainer = Trainer(model=model, args=args, train_dataset=DroppableDataset(train),
-...                   eval_dataset=val, callbacks=[ContraiCallback("recipe.toml", run_dir="runs/x")])
+>>> trainer = Trainer(model=model, args=args, train_dataset=DroppableDataset(train), eval_dataset=val)
+>>> ContraiCallback("recipe.toml", run_dir="runs/x").attach(trainer)
+>>> trainer.train()
+
+``attach`` hands the callback its Trainer and registers it there (a callback already passed in
+``Trainer(callbacks=[...])`` is not added twice). A callback never attached still finds the
+Trainer that calls it, with a ``FutureWarning``: that way goes in a later release.
 
 The recipe governs the run: its phases, its LR schedule (the Trainer's scheduler is overridden
 step by step), its evaluation and checkpoint cadence. Every step's loss and gradient norm and
 every evaluation go to the conductor; its decisions are carried out in the running job, and the
 run directory is written as the job goes (``contrai doctor`` / ``contrai report`` read it).
+
+======================================  ==========================================  ==============================================
+Trainer event                           sent to the conductor                       what the engine does
+======================================  ==========================================  ==============================================
+``attach(trainer)``                     —                                           binds the Trainer, registers the callback,
+                                                                                    warns when transformers is outside ``TESTED``
+``on_train_begin``                      the run's facts (samples, classes, weight   refuses what the recipe cannot run with (no
+                                        names, heads) to a fresh conductor, or the  eval set, too few ``max_steps``, pruning under
+                                        state in ``checkpoint-N/contrai.json`` on   FSDP / ZeRO-3); taps loss and gradient norm;
+                                        resume; then the answer to each request     holds the scheduler to the conductor's LR;
+                                        until it asks to train: ``PipelineChecked`` carries out the turns (validate's one-batch
+                                        (validate), ``RoundTripped``, ...           check, the checkpoint round trip, ...); sets
+                                                                                    the first step's LR
+each micro-batch's ``training_step``    —                                           adds its loss to the step's
+gradient clipping                       —                                           keeps the norm before clipping
+``on_step_end``                         ``Stepped`` (loss, mean over ranks; pre-    applies the masks; writes the step's metrics
+                                        clip grad norm; LR); then the answer to     row; carries out the turn's actions (record,
+                                        each request of the turns that follow:      replan, phase, batch, dropout, drop samples,
+                                        ``Evaluated``, ``Pruned``, ``Sensitivity``, checkpoint) and requests (evaluate, prune,
+                                        ``JointLoss``, ``SampleLosses``,            measure, restore, export, quantize, read the
+                                        ``Restored``, ``Exported``, ``Declined``    holdout, write ``eval.json``); sets the next
+                                        (distil), ``Quantized``, ``HoldoutRead``    step's LR; asks the Trainer to save at a
+                                                                                    lifecycle checkpoint and to stop at the end;
+                                                                                    raises ``max_steps`` by the steps lost
+``on_save``                             —                                           ``contrai.json`` and ``contrai-masks.pt`` in the
+                                                                                    Trainer's ``checkpoint-N`` (for its resume)
+``on_train_end``                        —                                           if the lifecycle did not finish: records an
+                                                                                    ``engine_substitute`` naming the ``max_steps``
+                                                                                    to set
+======================================  ==========================================  ==============================================
+
+Everything this module needs of the Trainer beyond its public API is in ``contrai._compat.hf``.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 from torch.utils.data import DataLoader
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from .engine import KEEP_LAST, Engine, Job, Outputs, per_sample, planned_steps, refuse_sharded_pruning
-
-
-class _Rows:
-    """The train dataset as it was given, whatever was dropped (per-sample losses see all)."""
-
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, i: int) -> Any:
-        original = getattr(self.dataset, "original", None)
-        return original(i) if original else self.dataset[i]
+from ._compat import hf as compat
+from .engine import KEEP_LAST, Engine, Job, OriginalRows, Outputs, per_sample, planned_steps, refuse_sharded_pruning
 
 
 class HfJob(Job):
     """A running ``Trainer`` as the engine sees it."""
 
-    def __init__(self, trainer: Trainer, train_dataloader: DataLoader, holdout: Any) -> None:
+    def __init__(self, trainer: Trainer, train_dataloader: DataLoader[Any], holdout: Any) -> None:
         self.trainer = trainer
         self.loader = train_dataloader
         self.holdout = holdout
@@ -53,7 +78,10 @@ class HfJob(Job):
 
     @property
     def model(self) -> torch.nn.Module:  # type: ignore[override]
-        return self.trainer.model
+        model = self.trainer.model
+        if model is None:
+            raise RuntimeError("the Trainer has no model")
+        return model
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:  # type: ignore[override]
@@ -70,13 +98,15 @@ class HfJob(Job):
     def eval_batches(self) -> Any:
         return self.trainer.get_eval_dataloader()
 
-    def train_rows(self) -> Iterator[tuple[list[int], Any]]:
-        ds = _Rows(self.loader.dataset)
+    def in_order(self, dataset: Any) -> DataLoader[Any]:
+        """``dataset`` in row order, in evaluation batches collated as training's are."""
         bs = self.trainer.args.per_device_eval_batch_size
-        loader = DataLoader(ds, batch_size=bs, shuffle=False, collate_fn=self.loader.collate_fn)
+        return DataLoader(dataset, batch_size=bs, shuffle=False, collate_fn=self.loader.collate_fn)
+
+    def train_rows(self) -> Iterator[tuple[list[int], Any]]:
         start = 0
-        for b in loader:
-            b = self.trainer._prepare_inputs(b)
+        for b in self.in_order(OriginalRows(self.loader.dataset)):
+            b = compat.prepare_inputs(self.trainer, b)
             n = len(b["labels"])
             yield list(range(start, start + n)), b
             start += n
@@ -84,32 +114,38 @@ class HfJob(Job):
     def holdout_batches(self) -> Any:
         if self.holdout is None:
             return None
-        bs = self.trainer.args.per_device_eval_batch_size
-        loader = DataLoader(self.holdout, batch_size=bs, shuffle=False, collate_fn=self.loader.collate_fn)
-        return (self.trainer._prepare_inputs(b) for b in loader)
+        return (compat.prepare_inputs(self.trainer, b) for b in self.in_order(self.holdout))
 
     def train_dataset(self) -> Any:
         return self.loader.dataset
 
 
-def _zero3(trainer: Trainer) -> bool:
-    """Whether DeepSpeed shards the parameters (ZeRO stage 3)."""
-    plugin = getattr(getattr(trainer, "accelerator", None), "state", None)
-    ds = getattr(plugin, "deepspeed_plugin", None)
-    return ds is not None and getattr(ds, "zero_stage", 0) == 3
+@dataclass
+class _Step:
+    """What the Trainer showed of the optimizer step under way: its loss summed over its
+    micro-batches, and its gradient norm before clipping."""
 
+    loss: float = 0.0
+    seen: bool = False
+    grad_norm: float | None = None
 
-def _find_trainer() -> Trainer | None:
-    """The ``Trainer`` being constructed (``on_init_end`` is called from its ``__init__``)."""
-    for frame in inspect.stack()[1:12]:
-        obj = frame.frame.f_locals.get("self")
-        if isinstance(obj, Trainer):
-            return obj
-    return None
+    def add_loss(self, loss: torch.Tensor) -> None:
+        self.loss += float(loss)
+        self.seen = True
+
+    def set_grad_norm(self, norm: float | None) -> None:
+        self.grad_norm = norm
+
+    def take(self) -> tuple[float | None, float | None]:
+        """The step's loss (``None`` when no micro-batch ran) and gradient norm; cleared for the next."""
+        out = (self.loss if self.seen else None, self.grad_norm)
+        self.loss, self.seen, self.grad_norm = 0.0, False, None
+        return out
 
 
 class ContraiCallback(TrainerCallback):
-    """Runs Contrai's lifecycle in a Hugging Face ``Trainer``.
+    """Runs Contrai's lifecycle in a Hugging Face ``Trainer``: build it, then :meth:`attach` it to
+    the Trainer (``ContraiCallback("recipe.toml", run_dir="runs/x").attach(trainer)``).
 
     Args:
         recipe: the recipe file (TOML; ``contrai recipe init`` writes the default). Its phases,
@@ -136,47 +172,64 @@ class ContraiCallback(TrainerCallback):
         self.planned = 0  # optimizer steps the recipe plans (set when training starts)
         self.trainer: Trainer | None = None
         self.engine: Engine | None = None
-        self._loss = 0.0
-        self._loss_seen = False
-        self._grad_norm: float | None = None
+        self._step = _Step()
 
     # ---- setting up ---------------------------------------------------------------------------
 
-    def on_init_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        self.trainer = _find_trainer()
+    def attach(self, trainer: Trainer) -> ContraiCallback:
+        """Binds the callback to ``trainer`` and registers it among its callbacks (once, whether or
+        not it was passed in ``callbacks=``); returns the callback."""
+        if self.trainer is not None and self.trainer is not trainer:
+            raise ValueError("ContraiCallback is attached to another Trainer already: one callback runs one job")
+        compat.check()
+        self.trainer = trainer
+        compat.register(trainer, self)
+        return self
 
-    def _check(self, args: Any, state: Any) -> None:
-        t = self.trainer
-        if t is None:
-            raise RuntimeError("ContraiCallback: pass it in Trainer(callbacks=[...]) so that it sees the Trainer")
-        if t.eval_dataset is None:
+    def _bound_trainer(self) -> Trainer:
+        """The attached Trainer; else the one calling this callback, found the deprecated way."""
+        if self.trainer is not None:
+            return self.trainer
+        warnings.warn("ContraiCallback was not attached: call ContraiCallback(...).attach(trainer) after building "
+                      "the Trainer (finding the Trainer from the call stack goes in a later release)",
+                      FutureWarning, stacklevel=2)
+        trainer = compat.find_trainer_on_stack()
+        if trainer is None:
+            raise RuntimeError("ContraiCallback has no Trainer: call ContraiCallback(...).attach(trainer)")
+        self.attach(trainer)
+        return trainer
+
+    def _check(self, trainer: Trainer, max_steps: int) -> None:
+        """What the Trainer must give the recipe, each refusal saying what to set."""
+        if trainer.eval_dataset is None:
             raise ValueError("ContraiCallback needs an evaluation set: pass eval_dataset= to the Trainer "
                              "(the conductor evaluates at the recipe's cadence, run.eval_every)")
-        if getattr(t, "is_fsdp_enabled", False) or _zero3(t):
+        if compat.shards_parameters(trainer):
             refuse_sharded_pruning(self.recipe_toml, self.recipe_path, "FSDP or DeepSpeed ZeRO-3")
         total = self.planned = planned_steps(self.recipe_toml, self.recipe_path)
-        if state.max_steps < total:
+        if max_steps < total:
             raise ValueError(
                 f"the recipe plans {total} optimizer steps (main, contract and refine) but the Trainer stops at "
-                f"{state.max_steps}: set TrainingArguments(max_steps={total}) — the lifecycle stops the "
+                f"{max_steps}: set TrainingArguments(max_steps={total}) — the lifecycle stops the "
                 "Trainer itself when it ends")
 
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
-                       train_dataloader: Any = None, lr_scheduler: Any = None, **kw: Any) -> Any:
-        self._check(args, state)
-        trainer = self.trainer
-        classes = self.classes or getattr(getattr(model, "config", None), "num_labels", 2)
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       model: Any = None, train_dataloader: Any = None, lr_scheduler: Any = None,
+                       **kw: Any) -> TrainerControl:
+        trainer = self._bound_trainer()
+        self._check(trainer, state.max_steps)
+        classes = self.classes or int(getattr(getattr(model, "config", None), "num_labels", 2))
         job = HfJob(trainer, train_dataloader, self.holdout)
         self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, classes, turn_log=self.turn_log)
-        self._wrap(trainer)
-        self._hold_lr(lr_scheduler)
+        self._step = _Step()  # a fresh one: taps of an earlier train() keep feeding the old
+        compat.tap_loss(trainer, self._step.add_loss)
+        compat.tap_grad_norm(trainer, self._step.set_grad_norm)
+        compat.hold_lr(lr_scheduler, self._lr)
         self._limit_saves(args)
-        resume = self._resume_record(args, state)
-        self.engine.start(resume)
+        self.engine.start(self._resume_record(args, state))
         return self._after(control)
 
-    def _limit_saves(self, args: Any) -> None:
+    def _limit_saves(self, args: TrainingArguments) -> None:
         """The Trainer saves at the lifecycle's checkpoints (``resume_from_checkpoint`` needs
         them); without ``save_total_limit`` it would keep every one — a full model and optimizer
         each. It keeps as many as the lifecycle does (said on the log)."""
@@ -185,97 +238,71 @@ class ContraiCallback(TrainerCallback):
             print(f"[contrai] TrainingArguments.save_total_limit was unset: the Trainer's checkpoints the lifecycle "
                   f"asks for are kept {KEEP_LAST} at a time (set save_total_limit to keep more)")
 
-    def _wrap(self, trainer: Trainer) -> None:
-        """Captures each step's loss (summed over its micro-batches) and pre-clip gradient norm."""
-        step = trainer.training_step
-        cb = self
-
-        def training_step(*a: Any, **k: Any) -> torch.Tensor:
-            loss = step(*a, **k)
-            cb._loss += float(loss)
-            cb._loss_seen = True
-            return loss
-
-        trainer.training_step = training_step  # type: ignore[method-assign]
-        clip = getattr(trainer, "_clip_grad_norm", None)
-        if clip is not None:
-            def clip_grad_norm(*a: Any, **k: Any) -> Any:
-                norm = clip(*a, **k)
-                cb._grad_norm = float(norm) if norm is not None else None
-                return norm
-
-            trainer._clip_grad_norm = clip_grad_norm  # type: ignore[method-assign]
-
-    def _hold_lr(self, scheduler: Any) -> None:
-        """The scheduler keeps the LR the conductor set (its own schedule is the recipe's)."""
-        if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
-            cb = self
-            scheduler.lr_lambdas = [
-                (lambda _step, base=base: cb._lr() / base if base else 1.0) for base in scheduler.base_lrs
-            ]
-
     def _lr(self) -> float:
+        """The LR the optimizer holds (the conductor's, set before each step)."""
         opt = self.trainer.optimizer if self.trainer is not None else None
-        return opt.param_groups[0]["lr"] if opt is not None else 0.0
+        return float(opt.param_groups[0]["lr"]) if opt is not None else 0.0
 
-    def _resume_record(self, args: Any, state: Any) -> dict[str, Any] | None:
+    def _resume_record(self, args: TrainingArguments, state: TrainerState) -> dict[str, Any] | None:
+        """The lifecycle's record in the checkpoint the Trainer resumed from (``None`` at step 0)."""
         if state.global_step == 0:
             return None
-        ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        ckpt = compat.checkpoint_dir(args, state.global_step)
         path = ckpt / "contrai.json"
         if not path.exists():
             raise ValueError(f"{ckpt} holds no contrai.json: it was not written under ContraiCallback, so the "
                              "lifecycle cannot resume from it")
-        record = json.loads(path.read_text())
+        record: dict[str, Any] = json.loads(path.read_text())
         record["masks_file"] = str(ckpt / "contrai-masks.pt")
         return record
 
     # ---- every step ---------------------------------------------------------------------------
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
-        loss = self._loss if self._loss_seen else None
-        loss = self.engine.job.all_reduce([loss])[0] / self.engine.job.world if loss is not None else None
-        norm = self._grad_norm
-        self._loss, self._loss_seen, self._grad_norm = 0.0, False, None
-        self.engine.stepped(loss, norm)
-        self._extend(state, control)
+    def _running(self) -> Engine:
+        """The engine of the run under way."""
+        if self.engine is None:
+            raise RuntimeError("ContraiCallback: the Trainer stepped before on_train_begin")
+        return self.engine
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kw: Any) -> TrainerControl:
+        e = self._running()
+        loss, norm = self._step.take()
+        if loss is not None:
+            loss = e.job.all_reduce([loss])[0] / e.job.world
+        e.stepped(loss, norm)
+        if e.finished is None:
+            # Steps that failed or rollbacks took back: the plan still fits (its epochs allowing:
+            # else on_train_end says what to set).
+            compat.extend_max_steps(state, control, self.planned + e.lost_steps)
         return self._after(control)
 
-    def _extend(self, state: Any, control: Any) -> None:
-        """The Trainer's step limit grown by the steps that failed or rollbacks took back, so that
-        the plan still fits (its epochs allowing: else ``on_train_end`` says what to set)."""
-        need = self.planned + self.engine.lost_steps
-        if self.engine.finished is None and state.max_steps < need:
-            if control.should_training_stop and state.global_step >= state.max_steps:
-                control.should_training_stop = False  # set by the Trainer for the old limit
-            state.max_steps = need
-
-    def _after(self, control: Any) -> Any:
+    def _after(self, control: TrainerControl) -> TrainerControl:
         """Carries the engine's state to the Trainer: stop, save, the next step's LR."""
-        e = self.engine
+        e = self._running()
         if e.failed is not None:
             raise RuntimeError(f"contrai: the run stopped: {e.failed}")
-        if getattr(e, "last_record", None) is not None and e.last_record.get("step") == e.step:
+        if e.last_record is not None and e.last_record.get("step") == e.step:
             control.should_save = True
         if e.finished is not None:
             control.should_training_stop = True
-        sched = self.trainer.lr_scheduler if self.trainer is not None else None
-        if sched is not None and e.plan is not None:
-            sched._last_lr = [e.plan["lr"]] * len(sched.optimizer.param_groups)
+        if self.trainer is not None and e.plan is not None:
+            compat.show_lr(self.trainer.lr_scheduler, e.plan["lr"])
         return control
 
-    def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
         """The lifecycle's record beside the Trainer's checkpoint (``resume_from_checkpoint``)."""
         e = self.engine
-        record = getattr(e, "last_record", None)
-        if record is None or e.job.rank != 0:
+        record = e.last_record if e is not None else None
+        if e is None or record is None or e.job.rank != 0:
             return
-        ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        ckpt = compat.checkpoint_dir(args, state.global_step)
         if ckpt.is_dir():
             e.masks.save(str(ckpt / "contrai-masks.pt"))
             (ckpt / "contrai.json").write_text(json.dumps(record))
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kw: Any) -> None:
         if self.engine is not None:
             self.engine.stopped_early(state.global_step, self.planned, "TrainingArguments(max_steps={})")
 

@@ -12,10 +12,43 @@ the run directory; every rank applies the same actions at the same step.
 FSDP, model-parallel and DeepSpeed ZeRO-3 strategies shard parameters: a recipe that prunes is
 refused there.
 
-Resume: the conductor's state and the pruning masks ride in Lightning's checkpoints, so
-``trainer.fit(..., ckpt_path=...)`` continues the lifecycle where it stopped. The losses after a
-mid-epoch resume match the uninterrupted job's only when the data loader is resumable (Lightning's
-own rule: a loader with ``state_dict``/``load_state_dict``, or an end-of-epoch checkpoint).
+Resume: the callback's :meth:`~ContraiCallback.state_dict` (the conductor's state, the counters,
+the pruning masks) is saved in Lightning's checkpoints, so ``trainer.fit(..., ckpt_path=...)``
+continues the lifecycle where it stopped. The losses after a mid-epoch resume match the
+uninterrupted job's only when the data loader is resumable (Lightning's own rule: a loader with
+``state_dict``/``load_state_dict``, or an end-of-epoch checkpoint).
+
+==================================  ==========================================  ==============================================
+Lightning event                     sent to the conductor                       what the engine does
+==================================  ==========================================  ==============================================
+``load_state_dict`` (``fit`` with   —                                           keeps the checkpoint's record and masks for
+``ckpt_path=``)                                                                 ``on_train_start``
+``on_train_start``                  the run's facts (samples, classes, weight   warns when lightning is outside ``TESTED``;
+                                    names, heads) to a fresh conductor, or the  refuses what the recipe cannot run with (no
+                                    checkpoint's state on resume; then the      validation data, too few ``max_steps``, pruning
+                                    answer to each request until it asks to     under a sharding strategy); carries out the
+                                    train: ``PipelineChecked`` (validate),      turns (validate's one-batch check, the
+                                    ``RoundTripped``, ...                       checkpoint round trip, ...)
+``on_before_optimizer_step``        —                                           sets the conductor's LR in every parameter
+                                                                                group; keeps the gradient norm before clipping;
+                                                                                marks the batch as ending an optimizer step
+``on_train_batch_end`` (a batch     ``Stepped`` (the batch's loss, pre-clip     applies the masks; writes the step's metrics
+that ended an optimizer step)       grad norm, LR); then the answer to each     row; carries out the turn's actions (record,
+                                    request of the turns that follow:           replan, phase, batch, dropout, drop samples,
+                                    ``Evaluated``, ``Pruned``, ``Sensitivity``, checkpoint) and requests (evaluate, prune,
+                                    ``JointLoss``, ``SampleLosses``,            measure, restore, export, quantize, read the
+                                    ``Restored``, ``Exported``, ``Declined``    holdout, write ``eval.json``); raises the
+                                    (distil), ``Quantized``, ``HoldoutRead``    fit loop's ``max_steps`` by the steps lost;
+                                                                                ``trainer.should_stop`` at the end
+``state_dict`` (Lightning saves a   —                                           the record (counters, journal lengths, the
+checkpoint)                                                                     conductor's state) and the masks
+``on_train_end``                    —                                           if the lifecycle did not finish: records an
+                                                                                ``engine_substitute`` naming the ``max_steps``
+                                                                                to set
+==================================  ==========================================  ==============================================
+
+Everything this module needs of the Trainer beyond its public API is in
+``contrai._compat.lightning``.
 """
 
 from __future__ import annotations
@@ -28,7 +61,8 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
-from .engine import Engine, Job, Outputs, per_sample, planned_steps, refuse_sharded_pruning
+from ._compat import lightning as compat
+from .engine import Engine, Job, OriginalRows, Outputs, per_sample, planned_steps, refuse_sharded_pruning
 
 Forward = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
@@ -54,13 +88,6 @@ def _to(batch: Any, device: torch.device) -> Any:
     return batch
 
 
-def _shards_parameters(strategy: Any) -> bool:
-    """Whether the strategy splits parameters across ranks (FSDP, model parallel, ZeRO-3)."""
-    from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
-
-    return isinstance(strategy, (FSDPStrategy, ModelParallelStrategy)) or bool(getattr(strategy, "zero_stage_3", False))
-
-
 class LightningJob(Job):
     """A running Lightning ``Trainer`` as the engine sees it."""
 
@@ -71,8 +98,7 @@ class LightningJob(Job):
         self.holdout = holdout
         self.rank = trainer.global_rank
         self.world = trainer.world_size
-        loader = trainer.train_dataloader
-        self.per_device_batch = getattr(loader, "batch_size", None) or 0
+        self.per_device_batch = getattr(self.loader(), "batch_size", None) or 0
         self.effective_batch = self.per_device_batch * self.world * trainer.accumulate_grad_batches
 
     @property
@@ -88,8 +114,20 @@ class LightningJob(Job):
         logits, labels = self.forward(model, _to(batch, self.module.device))
         return per_sample(logits, labels)
 
+    def loader(self) -> DataLoader[Any]:
+        """The Trainer's train data loader."""
+        loader: DataLoader[Any] | None = self.trainer.train_dataloader
+        if loader is None:
+            raise RuntimeError("the Lightning Trainer has no train data loader")
+        return loader
+
+    def in_order(self, dataset: Any) -> DataLoader[Any]:
+        """``dataset`` in row order, in batches of twice the training batch, collated as training's are."""
+        return DataLoader(dataset, batch_size=max(self.per_device_batch, 1) * 2, shuffle=False,
+                          collate_fn=self.loader().collate_fn)
+
     def train_batch(self) -> Any:
-        return next(iter(self.trainer.train_dataloader))
+        return next(iter(self.loader()))
 
     def eval_batches(self) -> Any:
         loaders = self.trainer.val_dataloaders
@@ -98,14 +136,8 @@ class LightningJob(Job):
         return loaders
 
     def train_rows(self) -> Iterator[tuple[list[int], Any]]:
-        loader = self.trainer.train_dataloader
-        ds = loader.dataset
-        original = getattr(ds, "original", None)
-        rows = [original(i) if original else ds[i] for i in range(len(ds))]
-        plain = DataLoader(rows, batch_size=max(self.per_device_batch, 1) * 2, shuffle=False,
-                           collate_fn=loader.collate_fn)
         start = 0
-        for b in plain:
+        for b in self.in_order(OriginalRows(self.loader().dataset)):
             n = len(b["labels"]) if isinstance(b, dict) else len(b[1])
             yield list(range(start, start + n)), b
             start += n
@@ -113,16 +145,16 @@ class LightningJob(Job):
     def holdout_batches(self) -> Any:
         if self.holdout is None:
             return None
-        loader = self.trainer.train_dataloader
-        return DataLoader(self.holdout, batch_size=max(self.per_device_batch, 1) * 2, shuffle=False,
-                          collate_fn=loader.collate_fn)
+        return self.in_order(self.holdout)
 
     def train_dataset(self) -> Any:
-        return self.trainer.train_dataloader.dataset
+        return self.loader().dataset
 
 
 class ContraiCallback(pl.Callback):
-    """Runs Contrai's lifecycle in a Lightning ``Trainer``.
+    """Runs Contrai's lifecycle in a Lightning ``Trainer`` (pass it in ``callbacks=``: Lightning
+    hands every hook its Trainer). Its state rides in Lightning's checkpoints through
+    :meth:`state_dict` and :meth:`load_state_dict`.
 
     Args:
         recipe: the recipe file (TOML).
@@ -152,8 +184,10 @@ class ContraiCallback(pl.Callback):
         self.engine: Engine | None = None
         self._resume: dict[str, Any] | None = None
         self._grad_norm: float | None = None
+        self._optimizer_stepped = False
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        compat.check()
         self._check(trainer)
         job = LightningJob(trainer, pl_module, self.forward, self.holdout)
         self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, self.classes,
@@ -166,37 +200,48 @@ class ContraiCallback(pl.Callback):
         if not trainer.val_dataloaders:
             raise ValueError("ContraiCallback needs validation data: pass val_dataloaders= to fit() "
                              "(the conductor evaluates at the recipe's cadence, run.eval_every)")
-        if _shards_parameters(trainer.strategy):
+        if compat.shards_parameters(trainer.strategy):
             refuse_sharded_pruning(self.recipe_toml, self.recipe_path, type(trainer.strategy).__name__)
         total = self.planned = planned_steps(self.recipe_toml, self.recipe_path)
         if trainer.max_steps != -1 and trainer.max_steps < total:
             raise ValueError(f"the recipe plans {total} optimizer steps but the Trainer stops at "
                              f"{trainer.max_steps}: set Trainer(max_steps={total}) — the lifecycle stops it itself")
 
-    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        """The conductor's LR for this step (after any scheduler), and the pre-clip gradient norm."""
-        e = self.engine
-        if e is not None and e.plan is not None:
+    def _running(self) -> Engine:
+        """The engine of the run under way."""
+        if self.engine is None:
+            raise RuntimeError("ContraiCallback: the Trainer stepped before on_train_start")
+        return self.engine
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                                 optimizer: torch.optim.Optimizer) -> None:
+        """The conductor's LR for this step (after any scheduler), and the pre-clip gradient norm;
+        the batch under way ends an optimizer step (not one that only accumulates)."""
+        e = self._running()
+        if e.plan is not None:
             for g in optimizer.param_groups:
                 g["lr"] = e.plan["lr"]
         norms = [p.grad.detach().norm() for p in pl_module.parameters() if p.grad is not None]
         self._grad_norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else None
+        self._optimizer_stepped = True
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
-        if trainer.fit_loop.epoch_loop._should_accumulate():
+        """An optimizer step ended with this batch: the conductor is told, its turns carried out."""
+        if not self._optimizer_stepped:
             return
+        self._optimizer_stepped = False
+        e = self._running()
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else None
-        self.engine.stepped(value, self._grad_norm)
-        need = self.planned + self.engine.lost_steps
-        if trainer.max_steps != -1 and trainer.max_steps < need:
-            # Steps that failed or rollbacks took back: the plan still fits.
-            trainer.fit_loop.epoch_loop.max_steps = need
+        e.stepped(value, self._grad_norm)
+        # Steps that failed or rollbacks took back: the plan still fits.
+        compat.extend_max_steps(trainer, self.planned + e.lost_steps)
         self._after(trainer)
 
     def _after(self, trainer: pl.Trainer) -> None:
-        e = self.engine
+        """Carries the engine's state to the Trainer: a failure raised, the end a stop."""
+        e = self._running()
         if e.failed is not None:
             raise RuntimeError(f"contrai: the run stopped: {e.failed}")
         if e.finished is not None:
@@ -206,18 +251,20 @@ class ContraiCallback(pl.Callback):
         if self.engine is not None:
             self.engine.stopped_early(trainer.global_step, self.planned, "Trainer(max_steps={})")
 
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def state_dict(self) -> dict[str, Any]:
+        """What Lightning's checkpoint keeps of the lifecycle: the engine's record (counters, journal
+        lengths, the conductor's state, which is the checkpoint's: Lightning saves between steps)
+        and the pruning masks. Empty before training starts and on ranks other than 0 (Lightning
+        writes rank 0's)."""
         e = self.engine
         if e is None or e.conductor is None:
-            return
-        # The conductor is between steps here: its state now is the checkpoint's.
-        checkpoint["contrai"] = {"record": e.record_of(e.conductor.state()), "masks": e.masks.keep}
+            return {}
+        return {"record": e.record_of(e.conductor.state()), "masks": dict(e.masks.keep)}
 
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
-        saved = checkpoint.get("contrai")
-        if saved is not None:
-            self._resume = dict(saved["record"])
-            self._resume["masks_keep"] = saved["masks"]
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """The lifecycle's state from the checkpoint Lightning resumes from (``fit(ckpt_path=)``):
+        the conductor, the counters and the masks continue from it when training starts."""
+        self._resume = {**state_dict["record"], "masks_keep": state_dict["masks"]} if state_dict else None
 
 
 __all__ = ["ContraiCallback", "default_forward"]
