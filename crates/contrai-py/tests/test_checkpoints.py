@@ -131,3 +131,32 @@ def test_the_int8_models_cpu_copy_never_copies_a_tensor_where_it_lives(monkeypat
     with torch.no_grad():
         copy_.adapter.weight.zero_()
     assert model.adapter.weight.abs().sum() > 0, "the copy holds its own tensors"
+
+
+def test_the_envelope_is_the_run_formats_and_old_format_2_checkpoints_still_read(tmp_path):
+    import hashlib
+    import json
+    import subprocess
+
+    model = lora_like()
+    ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
+    ckpts.write(5, model, None, Masks(), {"step": 5}, [])
+    d = ckpts.dir(5)
+    # One envelope for both engines: SHA256SUMS over every file, sha256sum's own format.
+    listed = {line.split("  ")[1] for line in (d / "SHA256SUMS").read_text().splitlines()}
+    assert listed == {"model.pt", "masks.pt", "state.json"}
+    assert subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=d).returncode == 0
+    assert json.loads((d / "state.json").read_text())["format"] == 3
+
+    # A checkpoint of the format before it: its sums inside state.json, no SHA256SUMS.
+    old = ckpts.dir(3)
+    old.mkdir()
+    torch.save({k: v for k, v in model.state_dict().items() if k.startswith("adapter")}, old / "model.pt")
+    Masks().save(str(old / "masks.pt"))
+    sums = {n: hashlib.sha256((old / n).read_bytes()).hexdigest() for n in ("model.pt", "masks.pt")}
+    (old / "state.json").write_text(json.dumps({"step": 3, "format": 2, "frozen": ["base.weight", "base.bias"],
+                                                "sha256": sums}))
+    assert ckpts.read({"Step": 3}).record["format"] == 2
+    (old / "model.pt").write_bytes(b"torn")
+    with pytest.raises(CorruptCheckpoint, match="does not match its SHA-256"):
+        ckpts.read({"Step": 3})

@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+pub mod checkpoint;
 pub mod decision;
 pub mod eval;
 pub mod format;

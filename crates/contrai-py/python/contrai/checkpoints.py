@@ -8,17 +8,18 @@ framework that loaded it, not at every checkpoint. The one way a frozen paramete
 pruning: before a frozen matrix is first masked, its values are kept once in ``originals/``, and
 a restore rebuilds it as those values under the checkpoint's mask.
 
-Writes go to a temporary directory, forced to disk and renamed into place, so a crash never
-leaves half a checkpoint; the record holds each file's SHA-256, and a checkpoint whose files do
-not match is never loaded (a rollback to the latest takes the newest that does).
+The envelope is the run format's (``contrai_run::checkpoint`` through ``_core.Checkpoints``, the
+one the Burn engine writes): files go to a temporary directory, each forced to disk, are sealed by
+a ``SHA256SUMS`` and renamed into place, so a crash never leaves half a checkpoint; a checkpoint
+whose files do not match is never loaded (a rollback to the latest takes the newest that does).
+This module writes only the PyTorch engine's own files into it. Format 2 checkpoints (sums inside
+``state.json``) still read.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,11 @@ from typing import Any, Iterator
 
 import torch
 
+from . import _core
+from ._core import CorruptCheckpoint
 from .masks import Masks, matrices
 
-FORMAT = 2
+FORMAT = 3
 
 
 @dataclass
@@ -46,24 +49,10 @@ class Checkpoint:
     skipped: list[int]
 
 
-class CorruptCheckpoint(RuntimeError):
-    """A checkpoint's files do not match the sums its record holds."""
-
-
-def sha256(path: Path, sync: bool = False) -> str:
-    """The file's SHA-256; with ``sync``, after forcing it to disk (a write, not a read)."""
-    digest = hashlib.sha256()
+def synced(path: Path) -> None:
+    """Forces a file to disk (before it is renamed into place)."""
     with open(path, "rb") as f:
-        if sync:
-            os.fsync(f.fileno())
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sealed(directory: Path, names: list[str]) -> dict[str, str]:
-    """Each file's SHA-256, after forcing it to disk."""
-    return {name: sha256(directory / name, sync=True) for name in names}
+        os.fsync(f.fileno())
 
 
 def frozen(model: torch.nn.Module) -> set[str]:
@@ -91,68 +80,46 @@ class Checkpoints:
     def __init__(self, root: Path, keep_last: int) -> None:
         self.root = root
         self.keep_last = keep_last
+        self.envelope = _core.Checkpoints(str(root))
 
     def dir(self, step: int) -> Path:
-        return self.root / f"step-{step:08d}"
+        return Path(self.envelope.dir(step))
 
     def steps(self) -> list[int]:
-        return sorted(int(d.name[5:]) for d in self.root.glob("step-*"))
+        return self.envelope.steps()
 
     def write(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, masks: Masks,
               record: dict[str, Any], keep: list[int]) -> None:
-        """Checkpoint ``step``, written aside and renamed into place; the oldest beyond
-        ``keep_last`` removed, except the steps in ``keep`` (the best ones)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".tmp-step-{step:08d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        """Checkpoint ``step`` in the run's envelope; the oldest beyond ``keep_last`` removed,
+        except the steps in ``keep`` (the best ones)."""
+        pending = self.envelope.begin(step)
+        tmp = Path(pending.path())
         skip = frozen(model)
         torch.save({k: v for k, v in model.state_dict().items() if k not in skip}, tmp / "model.pt")
-        files = ["model.pt", "masks.pt"]
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-            files.append("optimizer.pt")
         masks.save(str(tmp / "masks.pt"))
-        record = {**record, "format": FORMAT, "frozen": sorted(skip), "sha256": sealed(tmp, files)}
-        (tmp / "state.json").write_text(json.dumps(record))
-        sealed(tmp, ["state.json"])
-        dest, old = self.dir(step), self.root / f".tmp-old-step-{step:08d}"
-        if dest.exists():
-            dest.rename(old)
-        tmp.rename(dest)
-        shutil.rmtree(old, ignore_errors=True)
-        steps = self.steps()
-        for s in steps[: max(0, len(steps) - self.keep_last)]:
-            if s not in keep:
-                shutil.rmtree(self.dir(s), ignore_errors=True)
+        pending.add("state.json", json.dumps({**record, "format": FORMAT, "frozen": sorted(skip)}).encode())
+        pending.commit()
+        self.envelope.keep_last(self.keep_last, keep)
 
     def read(self, to: Any) -> Checkpoint:
         """Checkpoint ``to``: ``{"Step": n}``, or ``"Latest"`` — the newest whose files match
         their sums."""
         if to != "Latest":
-            return self.read_step(to["Step"], [])
-        skipped: list[int] = []
-        for step in reversed(self.steps()):
-            try:
-                return self.read_step(step, skipped)
-            except CorruptCheckpoint:
-                skipped.append(step)
-        raise RuntimeError(f"{self.root}: no checkpoint to roll back to"
-                           + (f" (steps {skipped} do not match their sums)" if skipped else ""))
+            return self.load(to["Step"], self.envelope.verify(to["Step"]), [])
+        found, skipped = self.envelope.latest()
+        if found is None:
+            raise RuntimeError(f"{self.root}: no checkpoint to roll back to"
+                               + (f" (steps {skipped} do not match their sums)" if skipped else ""))
+        step, state = found
+        return self.load(step, state, skipped)
 
-    def read_step(self, step: int, skipped: list[int]) -> Checkpoint:
+    def load(self, step: int, state: str, skipped: list[int]) -> Checkpoint:
+        """A verified checkpoint's files, on the CPU; frozen pruned matrices rebuilt from their
+        originals under its masks."""
         d = self.dir(step)
-        try:
-            record = json.loads((d / "state.json").read_text())
-        except (OSError, ValueError) as e:
-            raise CorruptCheckpoint(f"{d / 'state.json'}: {e}") from e
-        for name, want in record.get("sha256", {}).items():
-            try:
-                ok = sha256(d / name) == want
-            except OSError:
-                ok = False
-            if not ok:
-                raise CorruptCheckpoint(f"{d / name} does not match its SHA-256 in state.json")
+        record = json.loads(state)
         weights = torch.load(d / "model.pt", map_location="cpu")
         optimizer = torch.load(d / "optimizer.pt", map_location="cpu") if (d / "optimizer.pt").exists() else None
         masks = Masks.load(str(d / "masks.pt")) if (d / "masks.pt").exists() else Masks()
@@ -164,9 +131,7 @@ class Checkpoints:
 
     def drop_after(self, step: int) -> None:
         """The checkpoints after ``step`` (a rollback to it made them the past of another run)."""
-        for s in self.steps():
-            if s > step:
-                shutil.rmtree(self.dir(s), ignore_errors=True)
+        self.envelope.discard_after(step)
 
     # ---- frozen matrices that pruning changes ---------------------------------------------------
 
@@ -189,7 +154,7 @@ class Checkpoints:
         for name, p in todo:
             tmp = self.root / "originals" / f".tmp-{name}"
             torch.save(p.detach().cpu(), tmp)
-            sealed(tmp.parent, [tmp.name])
+            synced(tmp)
             tmp.rename(self.original_file(name))
 
 
