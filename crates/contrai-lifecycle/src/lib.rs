@@ -31,6 +31,7 @@ pub mod plan;
 pub mod protocol;
 pub mod prune;
 pub mod rollback;
+pub mod select;
 pub mod sensitivity;
 pub mod state;
 pub mod transitions;

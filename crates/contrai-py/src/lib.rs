@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use contrai_lifecycle::{Observation, RunInfo};
+use contrai_lifecycle::{Observation, RunInfo, Target};
 use contrai_recipe::Recipe;
 use contrai_run::checkpoint::{self, Kind, Pending, Sealed};
 use contrai_run::{Decision, JsonLines, MetricsRow, RunDir, RunFormat};
@@ -473,6 +473,57 @@ impl PendingCheckpoint {
     }
 }
 
+/// Keep masks of magnitude pruning, by the rule both engines share
+/// (`contrai_lifecycle::select`): `pools` holds each module's scores (little-endian f32 bytes,
+/// masked entries −1) with its target's sparsity and cap; `scope` is `module` or `global`.
+/// Returns one byte an entry (1: kept) a module.
+#[pyfunction]
+fn magnitude_masks<'py>(
+    py: Python<'py>,
+    pools: Vec<(Vec<u8>, f64, f64)>,
+    scope: &str,
+) -> PyResult<Vec<Bound<'py, pyo3::types::PyBytes>>> {
+    let scope: contrai_recipe::PruneScope = scope
+        .parse()
+        .map_err(|_| PyValueError::new_err(format!("scope `{scope}`: expected module or global")))?;
+    let scores: Vec<Vec<f32>> = pools
+        .iter()
+        .map(|(b, ..)| {
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+        .collect();
+    let targets = pools.iter().map(|&(_, sparsity, cap)| Target { sparsity, cap });
+    let scored: Vec<(&[f32], Target)> = scores.iter().map(Vec::as_slice).zip(targets).collect();
+    Ok(contrai_lifecycle::select::magnitude_masks(&scored, scope)
+        .into_iter()
+        .map(|keep| {
+            let bytes: Vec<u8> = keep.into_iter().map(u8::from).collect();
+            pyo3::types::PyBytes::new(py, &bytes)
+        })
+        .collect())
+}
+
+/// Which groups of one structure (heads, units) pruning takes whole, by the rule both engines
+/// share: each group's L2 norm and whether it is dead already in, one flag a group (true:
+/// pruned) out.
+#[pyfunction]
+fn weakest_groups(norm: Vec<f64>, dead: Vec<bool>, sparsity: f64, cap: f64) -> PyResult<Vec<bool>> {
+    if norm.len() != dead.len() {
+        return Err(PyValueError::new_err(format!(
+            "{} norms and {} dead flags",
+            norm.len(),
+            dead.len()
+        )));
+    }
+    Ok(contrai_lifecycle::select::weakest_groups(
+        &norm,
+        &dead,
+        Target { sparsity, cap },
+    ))
+}
+
 /// The module.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -487,6 +538,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recipe_json, m)?)?;
     m.add_function(wrap_pyfunction!(module_of, m)?)?;
     m.add_function(wrap_pyfunction!(is_attention, m)?)?;
+    m.add_function(wrap_pyfunction!(magnitude_masks, m)?)?;
+    m.add_function(wrap_pyfunction!(weakest_groups, m)?)?;
     m.add_function(wrap_pyfunction!(default_recipe, m)?)?;
     m.add_function(wrap_pyfunction!(doctor, m)?)?;
     m.add_function(wrap_pyfunction!(report, m)?)?;

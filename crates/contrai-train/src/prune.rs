@@ -10,6 +10,7 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use contrai_lifecycle::Target;
 use contrai_lifecycle::prune::{is_attention, module_of};
+use contrai_lifecycle::select;
 use contrai_recipe::PruneScope;
 
 mod whole;
@@ -224,28 +225,6 @@ struct Pool<'a> {
     target: Target,
 }
 
-impl Pool<'_> {
-    fn len(&self) -> usize {
-        self.scores.len()
-    }
-
-    /// Entries to prune for a share (never fewer than are masked already).
-    fn count(&self, share: f64) -> usize {
-        let masked = self.scores.iter().filter(|s| **s < 0.0).count();
-        (((self.len() as f64) * share).floor() as usize).max(masked)
-    }
-}
-
-/// The `k`-th smallest score (the threshold at or below which entries are pruned).
-fn kth(scores: impl Iterator<Item = f32>, k: usize) -> f32 {
-    let mut s: Vec<f32> = scores.collect();
-    let k = k.min(s.len());
-    if k == 0 {
-        return f32::NEG_INFINITY;
-    }
-    *s.select_nth_unstable_by(k - 1, f32::total_cmp).1
-}
-
 /// Updates `masks` so that the modules `target` selects (by their weight matrices' paths; `None`:
 /// not pruned; a module's first matrix decides) lose their smallest-magnitude weights, per module
 /// or globally. Masked entries stay masked. Returns each updated module's sparsity.
@@ -274,59 +253,17 @@ pub fn update_masks<M: Module>(
             }),
         }
     }
-    let thresholds = match scope {
-        PruneScope::Module => pools
-            .iter()
-            .map(|p| kth(p.scores.iter().copied(), p.count(p.target.share())))
-            .collect(),
-        PruneScope::Global => global_thresholds(&pools),
-    };
+    let scored: Vec<(&[f32], Target)> = pools.iter().map(|p| (&p.scores[..], p.target)).collect();
     let mut out = Vec::new();
-    for (pool, threshold) in pools.iter().zip(thresholds) {
+    for (pool, keep) in pools.iter().zip(select::magnitude_masks(&scored, scope)) {
         let mut offset = 0;
         for (path, _, v) in &pool.members {
-            let next: Vec<bool> = pool.scores[offset..offset + v.len()]
-                .iter()
-                .map(|s| *s >= 0.0 && *s > threshold)
-                .collect();
+            masks.set(path, &keep[offset..offset + v.len()]);
             offset += v.len();
-            masks.set(path, &next);
         }
         out.push((pool.module.clone(), masks.sparsity(&pool.module).unwrap_or(0.0)));
     }
     out
-}
-
-/// Water-filling: one threshold over the free modules removes the total the targets ask for; a
-/// module it would push past its cap is held at the cap, and the rest is shared again.
-fn global_thresholds(pools: &[Pool]) -> Vec<f32> {
-    let total: usize = pools.iter().map(|p| p.count(p.target.share())).sum();
-    let mut held: Vec<Option<usize>> = vec![None; pools.len()];
-    loop {
-        let fixed: usize = held.iter().flatten().sum();
-        let free: Vec<usize> = (0..pools.len()).filter(|&i| held[i].is_none()).collect();
-        let k = total.saturating_sub(fixed);
-        let t = kth(free.iter().flat_map(|&i| pools[i].scores.iter().copied()), k);
-        let over: Vec<usize> = free
-            .iter()
-            .copied()
-            .filter(|&i| {
-                let p = &pools[i];
-                p.scores.iter().filter(|s| **s <= t).count() > p.count(p.target.cap.min(1.0))
-            })
-            .collect();
-        if over.is_empty() {
-            return (0..pools.len())
-                .map(|i| match held[i] {
-                    Some(c) => kth(pools[i].scores.iter().copied(), c),
-                    None => t,
-                })
-                .collect();
-        }
-        for i in over {
-            held[i] = Some(pools[i].count(pools[i].target.cap.min(1.0)));
-        }
-    }
 }
 
 /// Fresh masks from one [`update_all`] per module (`PruneScope::Module`): the tests of whole-group
@@ -477,5 +414,143 @@ mod scope_tests {
         let mut per = Masks::default();
         update_masks(&model, &mut per, &target, PruneScope::Module);
         assert_eq!(per.sparsity("blocks.1.ffn"), Some(0.5));
+    }
+}
+
+/// The Burn engine's masks on fixed weights and targets, written for the PyTorch engine's test
+/// (`crates/contrai-py/tests/test_masks.py`), which must reach the same masks bit for bit from the
+/// same file: both engines select through `contrai_lifecycle::select`, and this pair of tests
+/// checks everything around it (scores, layouts, grouping by names, pools) agrees.
+#[cfg(test)]
+mod engines_agree {
+    use super::*;
+    use burn::tensor::Device;
+    use serde_json::{Value, json};
+
+    const FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../contrai-py/tests/data/masks.json");
+
+    /// Sets every encoder matrix to exact, distinct-ish values (multiples of 1/2048, so sums of
+    /// squares are exact in any order).
+    struct Fixed {
+        path: Path,
+        m: usize,
+    }
+
+    impl ModuleMapper for Fixed {
+        fn enter_module(&mut self, name: &str, container: &str) {
+            self.path.enter(name, container);
+        }
+        fn exit_module(&mut self, _: &str, container: &str) {
+            self.path.exit(container);
+        }
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            if D != 2 || !self.path.0.join(".").contains(".encoder.") {
+                return param;
+            }
+            self.m += 1;
+            let m = self.m;
+            param.map(|w| {
+                let n: usize = w.dims().iter().product();
+                let v: Vec<f32> = (0..n)
+                    .map(|i| {
+                        let k = ((i * 7919 + m * 104_729) % 2003 + 1) as f32 / 2048.0;
+                        if (i * 31 + m).is_multiple_of(3) { -k } else { k }
+                    })
+                    .collect();
+                Tensor::<1>::from_floats(v.as_slice(), &w.device()).reshape(w.dims())
+            })
+        }
+    }
+
+    /// A case: its name, scope, whole structures, and a target per matrix path.
+    type Case = (&'static str, PruneScope, Structure, fn(&str) -> Target);
+
+    /// The cases the engines are compared on.
+    fn cases() -> Vec<Case> {
+        fn module(p: &str) -> Target {
+            match is_attention(&module_of(p)) {
+                true => Target {
+                    sparsity: 0.5,
+                    cap: 0.2,
+                },
+                false => Target::uncapped(0.3),
+            }
+        }
+        fn global(p: &str) -> Target {
+            let cap = match module_of(p) {
+                m if is_attention(&m) => 0.2,
+                m if m == "bert.encoder.layer.1.intermediate" => 0.3,
+                _ => 1.0,
+            };
+            Target { sparsity: 0.4, cap }
+        }
+        fn whole(p: &str) -> Target {
+            let m = module_of(p);
+            let s = if is_attention(&m) {
+                0.5
+            } else if m.ends_with("intermediate") {
+                0.25
+            } else {
+                0.3
+            };
+            Target::uncapped(s)
+        }
+        vec![
+            ("module", PruneScope::Module, Structure::default(), module),
+            ("global", PruneScope::Global, Structure::default(), global),
+            (
+                "heads_and_units",
+                PruneScope::Module,
+                Structure::new(Some(4), true),
+                whole,
+            ),
+        ]
+    }
+
+    fn bits(keep: &[bool]) -> String {
+        keep.iter().map(|k| if *k { '1' } else { '0' }).collect()
+    }
+
+    #[test]
+    fn the_burn_engines_masks_are_the_fixture_the_pytorch_engine_is_held_to() {
+        let model = crate::pretrained::fixture(&Device::flex()).map(&mut Fixed {
+            path: Path::default(),
+            m: 0,
+        });
+        let encoder = weights(&model, &|p| p.contains(".encoder."));
+        let shapes: BTreeMap<&str, [usize; 2]> = encoder.iter().map(|(p, s, _)| (p.as_str(), *s)).collect();
+        let mut out = json!({
+            "about": "written by contrai-train's prune::engines_agree (CONTRAI_BLESS=1); Burn layout [in, out], Burn names",
+            "weights": encoder.iter().map(|(p, s, v)| (p.clone(), json!({"shape": s, "values": v}))).collect::<serde_json::Map<_, _>>(),
+            "cases": [],
+        });
+        for (name, scope, structure, target) in cases() {
+            let targets: BTreeMap<&str, Target> = shapes.keys().map(|p| (*p, target(p))).collect();
+            let mut masks = Masks::default();
+            update_all(&model, &mut masks, &|p| targets.get(p).copied(), scope, structure);
+            let keep: serde_json::Map<String, Value> = shapes
+                .iter()
+                .map(|(p, [r, c])| (p.to_string(), json!(bits(&masks.keep_flags(p, r * c)))))
+                .collect();
+            assert!(masks.overall() > 0.1, "{name}: something is pruned");
+            out["cases"].as_array_mut().unwrap().push(json!({
+                "name": name,
+                "scope": scope,
+                "heads": structure.heads,
+                "units": structure.units,
+                "targets": targets,
+                "keep": keep,
+            }));
+        }
+        let text = serde_json::to_string(&out).unwrap() + "\n";
+        if std::env::var_os("CONTRAI_BLESS").is_some() {
+            std::fs::create_dir_all(std::path::Path::new(FILE).parent().unwrap()).unwrap();
+            std::fs::write(FILE, &text).unwrap();
+        }
+        let have = std::fs::read_to_string(FILE).unwrap_or_default();
+        assert!(
+            have == text,
+            "{FILE} is not what the Burn engine computes now: if the change is meant, rewrite it with CONTRAI_BLESS=1 and run the Python test"
+        );
     }
 }

@@ -1,6 +1,9 @@
 """Pruning masks on a PyTorch model, set to the conductor's targets by weight magnitude and applied
-after every optimizer step, so that pruned weights stay exactly zero (the Burn engine's
-semantics: the same targets give the same masks).
+after every optimizer step, so that pruned weights stay exactly zero. Which entries and groups go
+is decided in Rust by the rule the Burn engine calls too (``contrai_lifecycle::select`` through
+``_core.magnitude_masks`` and ``_core.weakest_groups``): the same scores and targets give the same
+masks, bit for bit (``tests/test_masks.py`` holds this engine to the Burn engine's masks). This
+module does the tensor work: scores, norms, layouts and names.
 
 Asked for whole structures, masks take them whole (the Burn engine's rule, in PyTorch's
 ``[out, in]`` layout): an attention head of the BERT family — its rows of query, key and value
@@ -68,19 +71,17 @@ class Masks:
         for path in order["targets"]:
             if single(path):
                 pools.setdefault(_core.module_of(path), []).append(path)
-        targets = {m: order["targets"][paths[0]] for m, paths in pools.items()}
-        scores = {m: self.scores(params, paths) for m, paths in pools.items()}
-        if order["scope"] == "global":
-            thresholds = global_thresholds(scores, targets)
-        else:
-            thresholds = {m: kth(s, count(s, share(targets[m]))) for m, s in scores.items()}
-        for m, paths in pools.items():
+        modules = list(pools)
+        scores = [self.scores(params, pools[m]) for m in modules]
+        asked = [(s.numpy().astype("<f4").tobytes(), *target_of(order["targets"][pools[m][0]]))
+                 for m, s in zip(modules, scores)]
+        for m, keep in zip(modules, _core.magnitude_masks(asked, order["scope"])):
+            flags = torch.frombuffer(bytearray(keep), dtype=torch.bool)
             offset = 0
-            for path in paths:
+            for path in pools[m]:
                 n = params[path].numel()
-                s = scores[m][offset:offset + n]
+                self.keep[path] = flags[offset:offset + n].view(params[path].shape).clone()
                 offset += n
-                self.keep[path] = ((s >= 0) & (s > thresholds[m])).view(params[path].shape)
         return {kind for kind, paths in whole.items() if paths}
 
     def update_groups(self, params: dict[str, torch.Tensor], targets: dict[str, Any], heads: int | None,
@@ -109,10 +110,8 @@ class Masks:
                     dead[:] = False
                 else:
                     dead &= ~keep.cpu().any(dim=1 - axis).view(groups, -1).any(1)
-            n = max(int(share(targets[key]) * groups + 1e-9), int(dead.sum()))
-            order = sorted(range(groups), key=lambda g: (not bool(dead[g]), float(norm[g]), g))
-            kept = torch.ones(groups, dtype=torch.bool)
-            kept[order[:n]] = False
+            pruned = _core.weakest_groups(norm.tolist(), dead.tolist(), *target_of(targets[key]))
+            kept = ~torch.tensor(pruned, dtype=torch.bool)
             for path, axis in ms:
                 shape = params[path].shape
                 along = kept.repeat_interleave(shape[axis] // groups)
@@ -207,39 +206,6 @@ def group_of(path: str, heads: bool, units: bool) -> tuple[str, int] | None:
     return None
 
 
-def share(target: dict[str, float]) -> float:
-    """The share a target prunes: its sparsity within its cap."""
-    return min(max(min(target["sparsity"], target["cap"]), 0.0), 1.0)
-
-
-def count(scores: torch.Tensor, s: float) -> int:
-    """Entries to prune for share ``s`` (never fewer than are masked already)."""
-    masked = int((scores < 0).sum())
-    return max(int(scores.numel() * s), masked)
-
-
-def kth(scores: torch.Tensor, k: int) -> float:
-    """The ``k``-th smallest score (−inf for k = 0)."""
-    k = min(k, scores.numel())
-    if k == 0:
-        return float("-inf")
-    return float(torch.kthvalue(scores, k).values)
-
-
-def global_thresholds(scores: dict[str, torch.Tensor], targets: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Water-filling: one threshold over the free modules removes the total the targets ask for;
-    a module it would push past its cap is held at the cap, and the rest is shared again."""
-    total = sum(count(scores[m], share(targets[m])) for m in scores)
-    held: dict[str, int] = {}
-    while True:
-        free = [m for m in scores if m not in held]
-        k = max(total - sum(held.values()), 0)
-        t = kth(torch.cat([scores[m] for m in free]), k) if free else float("-inf")
-        over = [m for m in free
-                if int((scores[m] <= t).sum()) > count(scores[m], min(targets[m]["cap"], 1.0))]
-        if not over:
-            out = {m: t for m in free}
-            out.update({m: kth(scores[m], c) for m, c in held.items()})
-            return out
-        for m in over:
-            held[m] = count(scores[m], min(targets[m]["cap"], 1.0))
+def target_of(target: dict[str, float]) -> tuple[float, float]:
+    """A target's sparsity and cap, as the selection rule takes them."""
+    return float(target["sparsity"]), float(target["cap"])

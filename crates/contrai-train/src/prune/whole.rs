@@ -151,19 +151,7 @@ pub(super) fn update_group_masks<M: Module>(
                 dead[g] &= !keep[i];
             }
         }
-        let n = ((t.share() * groups as f64) + 1e-9).floor() as usize;
-        let mut order: Vec<usize> = (0..groups).collect();
-        order.sort_by(|&a, &b| {
-            dead[b]
-                .cmp(&dead[a])
-                .then(norm[a].total_cmp(&norm[b]))
-                .then(a.cmp(&b))
-        });
-        let n = n.max(dead.iter().filter(|x| **x).count());
-        let mut pruned = vec![false; groups];
-        for &g in &order[..n.min(groups)] {
-            pruned[g] = true;
-        }
+        let pruned = contrai_lifecycle::select::weakest_groups(&norm, &dead, t);
         for &(rows, (path, [_, cols], v)) in &members {
             let keep: Vec<bool> = (0..v.len()).map(|i| !pruned[group_of(rows, i, *cols)]).collect();
             masks.set(path, &keep);
