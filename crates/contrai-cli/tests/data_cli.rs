@@ -1,34 +1,20 @@
 //! `contrai data` end to end: exit codes, human and JSON output, files written, errors.
 
-use std::process::{Command, Output};
+mod util;
 
-fn contrai(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_contrai"))
-        .args(args)
-        .output()
-        .expect("runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use util::{TempDir, contrai, read_json, read_to_string};
 
 #[test]
 fn audit_of_the_demo_leads_with_a_verdict_and_exits_1() {
-    let out = contrai(&["data", "audit", "--demo"]);
-    assert_eq!(out.status.code(), Some(1));
-    let s = text(&out.stdout);
-    assert!(s.starts_with("needs attention"), "{s}");
-    assert!(
-        s.contains("exact-duplicate groups") && s.contains("label conflicts"),
-        "{s}"
-    );
+    let out = contrai(["data", "audit", "--demo"]).output();
+    out.assert_code(1)
+        .assert_stdout_contains(&["exact-duplicate groups", "label conflicts"]);
+    assert!(out.stdout.starts_with("needs attention"), "{out}");
 }
 
 #[test]
 fn audit_json_lists_every_cluster() {
-    let out = contrai(&["data", "audit", "--demo", "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let v = contrai(["data", "audit", "--demo", "--json"]).output().json();
     let clusters = v["clusters"].as_array().unwrap();
     assert_eq!(clusters.len() as u64, v["duplicate_clusters"].as_u64().unwrap());
     assert!(clusters.len() > 10 && clusters[0]["ids"].as_array().unwrap().len() >= 2);
@@ -37,76 +23,71 @@ fn audit_json_lists_every_cluster() {
 
 #[test]
 fn split_of_the_demo_writes_partitions_and_a_manifest() {
-    let dir = tempfile::tempdir().unwrap();
-    let out_dir = dir.path().join("split");
-    let out = contrai(&[
-        "data",
-        "split",
-        "--demo",
-        "--out",
-        out_dir.to_str().unwrap(),
-        "--seed",
-        "3",
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let s = text(&out.stdout);
-    assert!(
-        s.contains("guard: 0 shared texts, 0 cross-partition near-duplicate pairs: no leak"),
-        "{s}"
-    );
+    let dir = TempDir::new();
+    let out_dir = dir.join("split");
+    let out = contrai(["data", "split", "--demo", "--out"])
+        .arg(&out_dir)
+        .args(["--seed", "3"])
+        .output();
+    out.assert_success()
+        .assert_stdout_contains(&["guard: 0 shared texts, 0 cross-partition near-duplicate pairs: no leak"]);
     for f in ["train.jsonl", "val.jsonl", "holdout.jsonl", "manifest.json"] {
         assert!(out_dir.join(f).is_file(), "{f}");
     }
-    let m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out_dir.join("manifest.json")).unwrap()).unwrap();
+    let m = read_json(out_dir.join("manifest.json"));
     assert_eq!(m["params"]["seed"], 3);
     assert_eq!(m["guard"]["passed"], true);
 }
 
 #[test]
 fn demo_file_round_trips_through_audit() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("demo.jsonl");
-    let out = contrai(&["data", "demo", "--out", f.to_str().unwrap(), "--base", "300"]);
-    assert!(out.status.success());
-    let out = contrai(&["data", "audit", f.to_str().unwrap(), "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dir = TempDir::new();
+    let f = dir.join("demo.jsonl");
+    contrai(["data", "demo", "--out"])
+        .arg(&f)
+        .args(["--base", "300"])
+        .output()
+        .assert_success();
+    let v = contrai(["data", "audit"]).arg(&f).arg("--json").output().json();
     assert!(v["rows"].as_u64().unwrap() > 300);
 }
 
 #[test]
 fn bad_input_exits_2_with_file_and_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("bad.jsonl");
-    std::fs::write(&f, "{\"text\": \"fine words\"}\n{\"text\": oops}\n").unwrap();
-    let out = contrai(&["data", "audit", f.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = text(&out.stderr);
-    assert!(err.contains("bad.jsonl:2: invalid JSON"), "{err}");
-    let out = contrai(&["data", "audit", f.to_str().unwrap(), "--skip-bad"]);
-    assert!(text(&out.stdout).contains("1 malformed rows were skipped"));
-    let out = contrai(&["data", "audit", dir.path().to_str().unwrap(), "--format", "jsonl"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("is a directory"));
-    let out = contrai(&["data", "split", "--demo", "--out", "x", "--ratios", "0.5,0.5"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("expected three ratios"));
+    let dir = TempDir::new();
+    let f = dir.write("bad.jsonl", "{\"text\": \"fine words\"}\n{\"text\": oops}\n");
+    contrai(["data", "audit"])
+        .arg(&f)
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["bad.jsonl:2: invalid JSON"]);
+    contrai(["data", "audit"])
+        .arg(&f)
+        .arg("--skip-bad")
+        .output()
+        .assert_stdout_contains(&["1 malformed rows were skipped"]);
+    contrai(["data", "audit"])
+        .arg(dir.path())
+        .args(["--format", "jsonl"])
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["is a directory"]);
+    contrai(["data", "split", "--demo", "--out", "x", "--ratios", "0.5,0.5"])
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["expected three ratios"]);
 }
 
 #[test]
 fn help_teaches_with_examples() {
-    let out = contrai(&["data", "split", "--help"]);
-    let s = text(&out.stdout);
-    assert!(
-        s.contains("Example: contrai data split") && s.contains("--on-conflict"),
-        "{s}"
-    );
+    contrai(["data", "split", "--help"])
+        .output()
+        .assert_stdout_contains(&["Example: contrai data split", "--on-conflict"]);
 }
 
 #[test]
 fn split_reads_a_headerless_tsv_with_columns_and_clears_leftovers() {
-    let dir = tempfile::tempdir().unwrap();
-    let corpus = dir.path().join("SMSSpamCollection");
+    let dir = TempDir::new();
     let rows: String = (0..60)
         .map(|i| {
             let label = if i % 4 == 0 { "spam" } else { "ham" };
@@ -117,43 +98,30 @@ fn split_reads_a_headerless_tsv_with_columns_and_clears_leftovers() {
             )
         })
         .collect();
-    std::fs::write(&corpus, rows).unwrap();
-    let corpus = corpus.to_str().unwrap();
-    let out = dir.path().join("d");
-    std::fs::create_dir(&out).unwrap();
+    let corpus = dir.write("SMSSpamCollection", rows);
+    let out = dir.mkdir("d");
     // What a split killed mid-write left, and a file of the user's.
-    std::fs::write(out.join(".contrai-AbC123.tmp"), b"partial").unwrap();
-    std::fs::write(out.join("notes.txt"), b"mine").unwrap();
+    dir.write("d/.contrai-AbC123.tmp", b"partial");
+    dir.write("d/notes.txt", b"mine");
 
-    let no_format = contrai(&["data", "split", corpus, "--out", out.to_str().unwrap()]);
-    assert_eq!(no_format.status.code(), Some(2));
-    let err = text(&no_format.stderr);
-    assert!(
-        err.contains("without an extension") && err.contains("jsonl, csv, tsv or parquet"),
-        "{err}"
-    );
+    contrai(["data", "split"])
+        .arg(&corpus)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["without an extension", "jsonl, csv, tsv or parquet"]);
 
-    let ok = contrai(&[
-        "data",
-        "split",
-        corpus,
-        "--format",
-        "tsv",
-        "--columns",
-        "label,text",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let err = text(&ok.stderr);
-    assert!(ok.status.success(), "{err}");
-    assert!(
-        err.contains("removed") && err.contains(".contrai-AbC123.tmp"),
-        "{err}"
-    );
+    contrai(["data", "split"])
+        .arg(&corpus)
+        .args(["--format", "tsv", "--columns", "label,text", "--out"])
+        .arg(&out)
+        .output()
+        .assert_success()
+        .assert_stderr_contains(&["removed", ".contrai-AbC123.tmp"]);
     assert!(!out.join(".contrai-AbC123.tmp").exists());
     assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"mine");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let manifest = read_json(out.join("manifest.json"));
     let total: u64 = manifest["partitions"]
         .as_array()
         .unwrap()
@@ -162,7 +130,7 @@ fn split_reads_a_headerless_tsv_with_columns_and_clears_leftovers() {
         .sum();
     assert_eq!(total, 60, "the first line is a row");
     assert_eq!(manifest["format"], "tsv");
-    let train = std::fs::read_to_string(out.join("train.tsv")).unwrap();
+    let train = read_to_string(out.join("train.tsv"));
     assert!(
         train.starts_with("label\ttext\n") && train.contains("\"quoted\""),
         "{train}"

@@ -1,18 +1,12 @@
 //! Integration tests of `contrai doctor` (the binary).
 
+mod util;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 
 use serde_json::Value;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_contrai"))
-}
-
-fn eval_dir() -> Option<PathBuf> {
-    contrai_testkit::shared("eval/doctor/cases")
-}
+use util::{TempDir, contrai, doctor_eval_cases, read_json};
 
 fn strings(v: &Value, key: &str) -> Vec<String> {
     v.get(key)
@@ -34,32 +28,19 @@ fn labels_of(run: &Value) -> Vec<String> {
 
 #[test]
 fn eval_cases_through_the_binary() {
-    let Some(dir) = eval_dir() else { return };
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("list")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("case.json").is_file())
-        .collect();
-    cases.sort();
+    let Some(cases) = doctor_eval_cases() else {
+        return;
+    };
     let mut errors = Vec::new();
     for case in cases {
-        let meta: Value =
-            serde_json::from_str(&std::fs::read_to_string(case.join("case.json")).expect("read"))
-                .expect("case.json");
+        let meta = read_json(case.join("case.json"));
         let id = meta["id"].as_str().unwrap_or("?").to_string();
-        let out = bin()
-            .args(["doctor", "--json"])
-            .arg(&case)
-            .output()
-            .expect("run contrai");
-        let code = out.status.code();
-        let json: Value = match serde_json::from_slice(&out.stdout) {
+        let out = contrai(["doctor", "--json"]).arg(&case).output();
+        let code = out.code();
+        let json = match out.try_json() {
             Ok(v) => v,
             Err(e) => {
-                errors.push(format!(
-                    "{id}: bad JSON ({e}), stderr {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
+                errors.push(format!("{id}: bad JSON ({e})\n{out}"));
                 continue;
             }
         };
@@ -144,20 +125,16 @@ fn rows(from: u64, to: u64, nan_at: Option<u64>) -> Vec<String> {
 
 #[test]
 fn text_report_and_exit_codes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path().join("metrics.jsonl");
+    let dir = TempDir::new();
+    let p = dir.join("metrics.jsonl");
     write_jsonl(&p, &rows(0, 60, Some(50)));
-    let out = bin().arg("doctor").arg(&p).output().expect("run");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}");
-    let first = text.lines().next().unwrap_or("");
-    assert!(first.starts_with("verdict: action needed"), "{text}");
-    assert!(text.contains("nonfinite from step 500"), "{text}");
-    assert!(text.contains("train_loss"), "{text}");
-    assert!(text.contains("bf16"), "{text}");
+    let out = contrai(["doctor"]).arg(&p).output();
+    out.assert_code(1);
+    let first = out.stdout.lines().next().unwrap_or("");
+    assert!(first.starts_with("verdict: action needed"), "{out}");
+    out.assert_stdout_contains(&["nonfinite from step 500", "train_loss", "bf16"]);
 
-    let out = bin().args(["doctor", "--json"]).arg(&p).output().expect("run");
-    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let v = contrai(["doctor", "--json"]).arg(&p).output().json();
     assert_eq!(v["runs"][0]["verdict"], "action needed");
     assert_eq!(v["runs"][0]["findings"][0]["label"], "nonfinite");
     assert_eq!(v["runs"][0]["findings"][0]["step"], 500);
@@ -165,68 +142,51 @@ fn text_report_and_exit_codes() {
 
 #[test]
 fn unreadable_input_exits_2_and_names_the_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path().join("metrics.jsonl");
-    std::fs::write(
-        &p,
+    let dir = TempDir::new();
+    let p = dir.write(
+        "metrics.jsonl",
         "{\"step\":1,\"loss\":1}\nnot json at all\n{\"step\":2,\"loss\":1}\n",
-    )
-    .expect("write");
-    let out = bin().arg("doctor").arg(&p).output().expect("run");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("metrics.jsonl:2"), "{err}");
-
-    let out = bin()
-        .args(["doctor", "/definitely/not/here.csv"])
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("/definitely/not/here.csv"));
-
-    let out = bin()
-        .args(["doctor", "--format", "bogus"])
+    );
+    contrai(["doctor"])
         .arg(&p)
         .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(2));
+        .assert_code(2)
+        .assert_stderr_contains(&["metrics.jsonl:2"]);
+
+    contrai(["doctor", "/definitely/not/here.csv"])
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["/definitely/not/here.csv"]);
+
+    contrai(["doctor", "--format", "bogus"])
+        .arg(&p)
+        .output()
+        .assert_code(2);
 }
 
 #[test]
 fn format_override_reads_an_odd_name() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path().join("log.txt");
+    let dir = TempDir::new();
+    let p = dir.join("log.txt");
     write_jsonl(&p, &rows(0, 40, None));
-    let out = bin()
-        .args(["doctor", "--json", "--format", "jsonl"])
+    let out = contrai(["doctor", "--json", "--format", "jsonl"])
         .arg(&p)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.code().is_some_and(|c| c < 2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .output();
+    assert!(out.code().is_some_and(|c| c < 2), "{out}");
 }
 
 #[test]
 fn watch_follows_a_growing_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path().join("metrics.jsonl");
+    let dir = TempDir::new();
+    let p = dir.join("metrics.jsonl");
     write_jsonl(&p, &rows(0, 30, None));
-    let child = bin()
-        .args(["doctor", "--watch", "--idle-secs", "4"])
-        .arg(&p)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let child = contrai(["doctor", "--watch", "--idle-secs", "4"]).arg(&p).spawn();
     std::thread::sleep(std::time::Duration::from_millis(1200));
     // A partial last line (a writer mid-flush) must be tolerated.
     write_jsonl(&p, &rows(30, 60, Some(45)));
-    let out = child.wait_with_output().expect("wait");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    let out = child.wait();
+    out.assert_code(1);
+    let text = &out.stdout;
     let live = text
         .lines()
         .filter(|l| l.contains("nonfinite from step 450"))

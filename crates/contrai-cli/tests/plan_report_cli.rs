@@ -1,17 +1,12 @@
 //! `contrai plan` and `contrai report` end to end.
 
-use std::process::Command;
+mod util;
 
-fn contrai(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_contrai"))
-        .args(args)
-        .output()
-        .expect("runs")
-}
+use util::{TempDir, contrai, read_to_string};
 
 #[test]
 fn plan_json_has_phases_calendar_and_advice() {
-    let out = contrai(&[
+    let out = contrai([
         "plan",
         "--json",
         "--weeks",
@@ -20,9 +15,9 @@ fn plan_json_has_phases_calendar_and_advice() {
         "10",
         "--step-ms",
         "100",
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    ])
+    .output();
+    let v = out.assert_success().json();
     let phases: Vec<&str> = v["plan"]["phases"]
         .as_array()
         .unwrap()
@@ -49,12 +44,10 @@ fn plan_json_has_phases_calendar_and_advice() {
 
 #[test]
 fn plan_calibrates_the_step_time_with_a_short_measured_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let r = dir.path().join("tiny.toml");
-    std::fs::write(&r, "[model]\nvocab = 64\nseq_len = 8\nd_model = 16\nheads = 2\nffn = 32\n\n[main]\nbatch = 4\naccumulate = 2\n\n[contract]\nbatch = 2\n").unwrap();
-    let out = contrai(&["plan", r.to_str().unwrap(), "--calibrate", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dir = TempDir::new();
+    let r = dir.write("tiny.toml", "[model]\nvocab = 64\nseq_len = 8\nd_model = 16\nheads = 2\nffn = 32\n\n[main]\nbatch = 4\naccumulate = 2\n\n[contract]\nbatch = 2\n");
+    let out = contrai(["plan"]).arg(&r).args(["--calibrate", "--json"]).output();
+    let v = out.assert_success().json();
     let ms = v["calibration"]["ms_per_step"].as_f64().unwrap();
     assert!(ms > 0.0 && ms.is_finite());
     assert_eq!(v["calibration"]["steps"], 20);
@@ -63,40 +56,41 @@ fn plan_calibrates_the_step_time_with_a_short_measured_run() {
         (main_s - 400.0 * 2.0 * ms / 1000.0).abs() < 1e-6,
         "400 steps of 2 micro-batches"
     );
-    let both = contrai(&["plan", "--calibrate", "--step-ms", "5"]);
+    let both = contrai(["plan", "--calibrate", "--step-ms", "5"]).output();
     assert_eq!(
-        both.status.code(),
+        both.code(),
         Some(2),
-        "--calibrate and --step-ms exclude each other"
+        "--calibrate and --step-ms exclude each other\n{both}"
     );
 }
 
 #[test]
 fn plan_refuses_bad_input_with_reasons() {
-    let out = contrai(&["plan", "--weeks", "3"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 5"));
-    let dir = tempfile::tempdir().unwrap();
-    let r = dir.path().join("r.toml");
-    std::fs::write(&r, "[contract]\nbudget = 0.5\n").unwrap();
-    let out = contrai(&["plan", r.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("r.toml:2: `contract.budget` is 0.5"), "{err}");
+    contrai(["plan", "--weeks", "3"])
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["at least 5"]);
+    let dir = TempDir::new();
+    let r = dir.write("r.toml", "[contract]\nbudget = 0.5\n");
+    contrai(["plan"])
+        .arg(&r)
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["r.toml:2: `contract.budget` is 0.5"]);
 }
 
 #[test]
 fn report_writes_an_html_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("metrics.jsonl");
+    let dir = TempDir::new();
     let rows: Vec<String> = (1..=100)
         .map(|s| format!(r#"{{"step":{s},"train_loss":{}}}"#, 1.0 / s as f64))
         .collect();
-    std::fs::write(&log, rows.join("\n")).unwrap();
-    let out = contrai(&["report", dir.path().to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    dir.write("metrics.jsonl", rows.join("\n"));
+    contrai(["report"]).arg(dir.path()).output().assert_success();
+    let html = read_to_string(dir.join("report.html"));
     assert!(html.contains("<svg") && html.contains("Findings"));
-    let out = contrai(&["report", dir.path().join("missing.json").to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2));
+    contrai(["report"])
+        .arg(dir.join("missing.json"))
+        .output()
+        .assert_code(2);
 }

@@ -81,7 +81,9 @@ def main() -> None:
                               eval_strategy="no", use_cpu=True, seed=0, disable_tqdm=True)
     cb = ContraiCallback(recipe, run_dir=run, holdout_dataset=hold)
     t0 = time.time()
-    Trainer(model=model, args=targs, train_dataset=train, eval_dataset=val, callbacks=[cb]).train()
+    trainer = Trainer(model=model, args=targs, train_dataset=train, eval_dataset=val)
+    cb.attach(trainer)
+    trainer.train()
     wall = time.time() - t0
     ckpts = sorted((run / "checkpoints").glob("step-*"))
     size = lambda p: p.stat().st_size if p.exists() else 0  # noqa: E731

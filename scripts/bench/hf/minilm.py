@@ -99,17 +99,17 @@ def run(mode: str, seed: int, a, data, out: Path) -> dict:
                              warmup_steps=round(0.06 * total), weight_decay=0.01, report_to=[], save_strategy="no",
                              eval_strategy="no", use_cpu=True, seed=seed, disable_tqdm=True, logging_steps=50)
     timing = Timing()
-    callbacks: list = [timing]
     run_dir = out / f"{mode}-{seed}"
     cb = None
     if mode == "contrai":
         recipe = out / "recipe.toml"
         recipe.write_text(RECIPE.format(main=a.main))
         cb = ContraiCallback(recipe, run_dir=run_dir, holdout_dataset=hold)
-        callbacks.append(cb)
     spent = timed(cb) if cb is not None else []
     trainer = Trainer(model=model, args=args, train_dataset=DroppableDataset(train) if cb else train,
-                      eval_dataset=val, callbacks=callbacks)
+                      eval_dataset=val, callbacks=[timing])
+    if cb is not None:
+        cb.attach(trainer)  # after the timing callback, whose step ends before the callback's work
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0

@@ -83,8 +83,9 @@ def train_under_contrai(args: argparse.Namespace, train: list, val: list, hold: 
     targs = TrainingArguments(output_dir=str(args.out / "trainer"), per_device_train_batch_size=16,
                               per_device_eval_batch_size=64, max_steps=10_000, report_to=[], save_strategy="no",
                               eval_strategy="no", use_cpu=True, seed=0, disable_tqdm=True)
-    Trainer(model=model, args=targs, train_dataset=train, eval_dataset=val,
-            callbacks=[ContraiCallback(recipe, run_dir=run, holdout_dataset=hold)]).train()
+    trainer = Trainer(model=model, args=targs, train_dataset=train, eval_dataset=val)
+    ContraiCallback(recipe, run_dir=run, holdout_dataset=hold).attach(trainer)
+    trainer.train()
     model.save_pretrained(dense_dir)
 
 
