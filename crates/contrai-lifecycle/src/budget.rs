@@ -5,6 +5,7 @@ use contrai_recipe::{Phase, Recipe};
 use serde::Serialize;
 
 /// Optimizer steps each phase plans (0 for a phase the recipe does not run).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PhaseSteps {
     /// Steps of overfitting one batch.

@@ -23,6 +23,7 @@ use crate::state::{STATE_VERSION, Stage, State};
 use crate::watch::{Watch, react};
 
 /// What the conductor knows of the run before it starts.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunInfo {
     /// Samples in the train partition.

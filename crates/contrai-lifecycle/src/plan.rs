@@ -16,6 +16,7 @@ pub const SMALL_MODEL_PARAMS: u64 = 300_000_000;
 pub const FEW_SAMPLES: u64 = 1_000;
 
 /// A phase as the run entered it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Entered {
     /// The phase.

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::state::State;
 
 /// The conductor's answer to an observation.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Turn {
     /// Carry these out now, in order; none of them is answered.
@@ -21,6 +22,7 @@ pub struct Turn {
 }
 
 /// Something to do that needs no answer.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Action {
     /// Write this decision to `decisions.jsonl` and the console.
@@ -54,6 +56,7 @@ pub enum Action {
 }
 
 /// Something to do and report on.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Request {
     /// Overfit one batch of the fresh model's copy (dropout off) and evaluate the fresh model;
@@ -139,6 +142,7 @@ pub enum Request {
 }
 
 /// One optimizer step's settings.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct StepPlan {
     /// Steps done before this one (this step is `step + 1`).
@@ -150,6 +154,7 @@ pub struct StepPlan {
 }
 
 /// Which checkpoint a restore reads.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RestorePoint {
     /// The newest checkpoint that passes its sums.
@@ -159,6 +164,7 @@ pub enum RestorePoint {
 }
 
 /// What a restore brings back.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RestoreScope {
     /// The model, optimizer and masks only; steps, data order and journals run on.
@@ -169,6 +175,7 @@ pub enum RestoreScope {
 }
 
 /// Pruning masks to set: a target for every weight matrix to prune, by parameter path.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PruneOrder {
     /// Parameter path → its module's target.
@@ -183,6 +190,7 @@ pub struct PruneOrder {
 }
 
 /// What pruning asks of one module: a sparsity, and the cap it may never pass.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Target {
     /// The share of the module's weights to zero now.
@@ -205,6 +213,7 @@ impl Target {
 }
 
 /// Whether the int8 model is kept, and what it cost.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Int8Verdict {
     /// Kept: it lost at most `refine.max_drop` validation accuracy points.
@@ -214,6 +223,7 @@ pub struct Int8Verdict {
 }
 
 /// Why a run stops before its end.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Failure {
     /// The pipeline cannot learn (validate's check, or a checkpoint that does not round-trip).
@@ -223,6 +233,7 @@ pub enum Failure {
 }
 
 /// What the conductor knows at the end, for `final/eval.json`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Steps trained.
@@ -238,6 +249,7 @@ pub struct Summary {
 }
 
 /// What an engine reports.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Observation {
     /// Validate's check: the batch's loss at its first and last step, the fresh model's
@@ -282,6 +294,10 @@ pub enum Observation {
         state: Box<State>,
         /// For [`RestoreScope::Everything`]: `metrics.jsonl`'s rows up to the checkpoint (the
         /// live doctor is rebuilt from them); empty otherwise.
+        #[cfg_attr(
+            feature = "schema",
+            schemars(with = "Vec<serde_json::Map<String, serde_json::Value>>")
+        )]
         history: Vec<MetricsRow>,
     },
     /// The masks were set: each masked module's sparsity.

@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::prune::{ATTENTION_CAP, SENSITIVITY_LEVELS, is_attention};
 
 /// The validation-loss increase of one module pruned to one level.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Sensitivity {
     /// Share of the module's weights zeroed.
@@ -20,6 +21,7 @@ pub struct Sensitivity {
 }
 
 /// One evaluation of all modules pruned together.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Joint {
     /// Each module's sparsity in this evaluation.

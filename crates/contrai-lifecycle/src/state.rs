@@ -14,6 +14,7 @@ use crate::plan::Entered;
 pub const STATE_VERSION: u32 = 1;
 
 /// Where the conductor is within its phase.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Stage {
     /// Steps are being trained.
@@ -28,6 +29,7 @@ pub enum Stage {
 }
 
 /// The conductor's state.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct State {
     /// Layout version ([`STATE_VERSION`]).
@@ -65,6 +67,7 @@ pub struct State {
 }
 
 /// The current phase's span and LR.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Segment {
     /// Global step at which the phase started.
@@ -83,6 +86,7 @@ impl Segment {
 }
 
 /// What the main-phase stability rule remembers of its checkpoints.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stability {
     /// Validation loss at the previous main checkpoint.
@@ -98,6 +102,7 @@ pub struct Stability {
 }
 
 /// What the contraction remembers.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Contraction {
     /// Contract evaluations in a row beyond tolerance.

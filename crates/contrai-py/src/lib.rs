@@ -1,6 +1,7 @@
-//! `contrai._core`: the Rust core of Contrai's Python package. The conductor, the run-directory
-//! writer, the doctor, the data stage and the report, exchanged with Python as JSON text (the
-//! same serde forms the run directory uses); `python/contrai` wraps them with type hints.
+//! `contrai._core`: the Rust core of Contrai's Python package. The conductor (its turns, state and
+//! observations as Python objects in their serde forms, typed by the generated
+//! `contrai.protocol`), the run-directory writer and checkpoint envelope, the mask selection, the
+//! doctor, the data stage and the report; `python/contrai` wraps them.
 //!
 //! Errors become Python exceptions: a recipe problem a `ValueError` naming the file, line, key
 //! and nearest valid key; a file problem an `OSError`; a protocol slip a `RuntimeError`.
@@ -17,6 +18,11 @@ use pyo3::prelude::*;
 /// A JSON text that is not the form expected.
 fn bad_json(what: &str, e: serde_json::Error) -> PyErr {
     PyValueError::new_err(format!("{what}: {e}"))
+}
+
+/// A value as Python objects in its serde form (the typed protocol of `contrai.protocol`).
+fn py_value<'py, T: serde::Serialize>(py: Python<'py>, v: &T) -> PyResult<Bound<'py, PyAny>> {
+    pythonize::pythonize(py, v).map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
 /// JSON text of a value (our own types always serialise).
@@ -105,41 +111,45 @@ impl Conductor {
         Ok(Conductor { inner })
     }
 
-    /// The first turn, as JSON.
-    fn begin(&mut self) -> PyResult<String> {
+    /// The first turn (a `protocol.Turn`).
+    fn begin<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let turn = self
             .inner
             .begin()
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-        json(&turn)
+        py_value(py, &turn)
     }
 
     /// The next turn for an observation: an `Observation` in its serde form as Python objects
     /// (`{"Stepped": {"loss": nan, ...}}`), read directly rather than through JSON, which has no
     /// NaN or infinity for a failed step's loss or a diverged evaluation.
-    fn observe(&mut self, observation: &Bound<'_, PyAny>) -> PyResult<String> {
+    fn observe<'py>(
+        &mut self,
+        py: Python<'py>,
+        observation: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let obs: Observation = pythonize::depythonize(observation)
             .map_err(|e| PyValueError::new_err(format!("observation: {e}")))?;
         let turn = self
             .inner
             .observe(obs)
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-        json(&turn)
+        py_value(py, &turn)
     }
 
-    /// The conductor's state (what a checkpoint saves), as JSON.
-    fn state(&self) -> PyResult<String> {
-        json(self.inner.state())
+    /// The conductor's state (what a checkpoint saves, a `protocol.State`).
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py_value(py, self.inner.state())
     }
 
     /// `plan.json` as the run now stands.
-    fn plan(&self) -> PyResult<String> {
-        json(&self.inner.plan())
+    fn plan<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py_value(py, &self.inner.plan())
     }
 
     /// Steps each phase plans: `{"validate", "main", "contract", "refine"}`.
-    fn phase_steps(&self) -> PyResult<String> {
-        json(&self.inner.phase_steps())
+    fn phase_steps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py_value(py, &self.inner.phase_steps())
     }
 
     /// The recipe in force, resolved, as TOML.

@@ -8,6 +8,7 @@ use strum::VariantNames;
 pub use contrai_base::{Dedup, OnConflict};
 
 /// A lifecycle phase. The order of the variants is the only order phases run in.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(
     Debug,
     Clone,
@@ -53,6 +54,7 @@ impl Phase {
 }
 
 /// The model a run trains.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(
     Debug,
     Clone,
@@ -79,6 +81,7 @@ pub enum ModelKind {
 }
 
 /// How a pretrained encoder's hidden states become the classification head's input.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(
     Debug,
     Clone,
@@ -104,6 +107,7 @@ pub enum Pooling {
 }
 
 /// Where one magnitude threshold applies when pruning.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(
     Debug,
     Clone,
@@ -128,6 +132,7 @@ pub enum PruneScope {
 }
 
 /// How sparsity grows from a prune rule's `init` to its `final`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(
     Debug,
     Clone,
@@ -151,6 +156,7 @@ pub enum PruneSchedule {
 }
 
 /// Post-training quantization in refine.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(
     Debug,
     Clone,

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// One decision: a line of `decisions.jsonl` and of the console.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     /// Global step at which it was taken.
@@ -49,6 +50,7 @@ impl Decision {
 }
 
 /// Every kind of decision, as `decisions.jsonl` spells it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(
     Debug,
     Clone,

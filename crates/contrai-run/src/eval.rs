@@ -48,15 +48,18 @@ pub struct FinalEval {
 }
 
 /// The int8 post-training quantization of the final model.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Int8Eval {
     /// Whether it was kept (its validation accuracy dropped by at most `refine.max_drop` points).
     pub kept: bool,
     /// Its validation accuracy.
     #[serde(with = "crate::nonfinite")]
+    #[cfg_attr(feature = "schema", schemars(with = "f64"))]
     pub val_accuracy: f32,
     /// Its holdout accuracy (same single read of the holdout).
     #[serde(with = "crate::nonfinite")]
+    #[cfg_attr(feature = "schema", schemars(with = "f64"))]
     pub holdout_accuracy: f32,
     /// Validation accuracy points lost to quantization.
     pub drop_points: f64,

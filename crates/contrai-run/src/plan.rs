@@ -6,6 +6,7 @@ use contrai_recipe::Phase;
 use serde::{Deserialize, Serialize};
 
 /// The shape of one piece of the LR schedule.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::Display)]
 #[serde(rename_all = "lowercase")]
 #[strum(serialize_all = "lowercase")]
@@ -21,6 +22,7 @@ pub enum LrShape {
 }
 
 /// One straight or curved piece of the learning-rate schedule.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LrSegment {
     /// First step (global numbering).
@@ -36,6 +38,7 @@ pub struct LrSegment {
 }
 
 /// One phase of the lifecycle.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhasePlan {
     /// The phase.
@@ -60,6 +63,7 @@ pub struct PhasePlan {
 }
 
 /// The whole plan.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// Phases in order.
@@ -79,6 +83,7 @@ pub struct Plan {
 }
 
 /// What `plan.json` holds: the plan, and what the engine running it adds.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunPlan {
     /// The lifecycle plan.

@@ -8,6 +8,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize};
 
 /// A training row, written after every optimizer step.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainRow {
     /// Optimizer steps done (1-based).
@@ -18,12 +19,15 @@ pub struct TrainRow {
     pub samples: u64,
     /// Mean loss of the step's effective batch.
     #[serde(with = "crate::nonfinite")]
+    #[cfg_attr(feature = "schema", schemars(with = "f64"))]
     pub train_loss: f32,
     /// Learning rate used by the step.
     #[serde(with = "crate::nonfinite")]
+    #[cfg_attr(feature = "schema", schemars(with = "f64"))]
     pub lr: f64,
     /// Global gradient norm before clipping.
     #[serde(with = "crate::nonfinite")]
+    #[cfg_attr(feature = "schema", schemars(with = "f64"))]
     pub grad_norm: f32,
     /// Effective batch of the step.
     pub batch_size: usize,
@@ -32,6 +36,7 @@ pub struct TrainRow {
 }
 
 /// An evaluation row, written at eval steps.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalRow {
     /// Optimizer steps done.
@@ -40,13 +45,16 @@ pub struct EvalRow {
     pub phase: Phase,
     /// Mean validation loss.
     #[serde(with = "crate::nonfinite")]
+    #[cfg_attr(feature = "schema", schemars(with = "f64"))]
     pub val_loss: f32,
     /// Validation accuracy in [0, 1].
     #[serde(with = "crate::nonfinite")]
+    #[cfg_attr(feature = "schema", schemars(with = "f64"))]
     pub val_accuracy: f32,
 }
 
 /// A validate-phase row: the loss of the one batch being overfitted.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ValidateRow {
     /// Global step (validate takes the first steps).
@@ -55,6 +63,7 @@ pub struct ValidateRow {
     pub phase: Phase,
     /// Loss on the one batch.
     #[serde(with = "crate::nonfinite")]
+    #[cfg_attr(feature = "schema", schemars(with = "f64"))]
     pub validate_loss: f32,
 }
 

@@ -1,4 +1,5 @@
-"""The conductor, as Python sees it: observations in (dicts), turns out (dicts).
+"""The conductor, as Python sees it: observations in, turns out, typed by :mod:`contrai.protocol`
+(generated from the Rust types).
 
 A turn is ``{"actions": [...], "request": ...}``: carry out the actions in order, then answer the
 request with the observation it asks for. Actions and requests are the serde forms of
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import _core
+from .protocol import Observation, RunPlan, State, Turn
 
 
 @dataclass
@@ -37,32 +39,32 @@ class Conductor:
     """The lifecycle of one run (every rule lives in the Rust core)."""
 
     def __init__(self, recipe_toml: str, info: RunInfo, recipe_path: str = "recipe.toml",
-                 state: dict[str, Any] | None = None, history: str = "") -> None:
+                 state: State | None = None, history: str = "") -> None:
         info_json = json.dumps(asdict(info))
         if state is None:
             self._c = _core.Conductor(recipe_toml, recipe_path, info_json)
         else:
             self._c = _core.Conductor.resume(recipe_toml, recipe_path, info_json, json.dumps(state), history)
 
-    def begin(self) -> dict[str, Any]:
+    def begin(self) -> Turn:
         """The first turn."""
-        return json.loads(self._c.begin())
+        return self._c.begin()
 
-    def observe(self, observation: Any) -> dict[str, Any]:
+    def observe(self, observation: Observation) -> Turn:
         """The next turn for an observation (a variant name with its fields)."""
-        return json.loads(self._c.observe(observation))
+        return self._c.observe(observation)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> State:
         """The conductor's state (what a checkpoint saves)."""
-        return json.loads(self._c.state())
+        return self._c.state()
 
-    def plan(self) -> dict[str, Any]:
+    def plan(self) -> RunPlan:
         """``plan.json`` as the run now stands."""
-        return json.loads(self._c.plan())
+        return self._c.plan()
 
     def phase_steps(self) -> dict[str, int]:
         """Steps each phase plans."""
-        return json.loads(self._c.phase_steps())
+        return self._c.phase_steps()
 
     def recipe_toml(self) -> str:
         """The recipe in force, resolved."""

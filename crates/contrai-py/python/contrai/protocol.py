@@ -1,0 +1,565 @@
+"""The conductor's protocol as Python types: the turns it answers with (``Turn``: ``Action``s and
+one ``Request``) and the observations it takes (``Observation``), plus what they hold.
+
+Generated from the Rust types (``contrai_lifecycle::protocol`` and what it names) by
+``crates/contrai-lifecycle/tests/python_protocol.rs``; do not edit: change the Rust type, then
+run that test with ``CONTRAI_BLESS=1``. Serde's forms: a unit variant is its name as a string
+(``"RoundTrip"``), any other variant a one-key dict (``{"Train": {...}}``); a measured value that
+is not finite arrives as the word ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from typing_extensions import NotRequired, TypedDict
+
+
+class ActionRecord(TypedDict):
+    """Write this decision to `decisions.jsonl` and the console."""
+
+    Record: "Decision"
+
+
+class ActionSetPhaseFields(TypedDict):
+    phase: "Phase"
+    restart_order: bool
+
+
+class ActionSetPhase(TypedDict):
+    """Train in this phase from now on (its metrics rows carry its name)."""
+
+    SetPhase: "ActionSetPhaseFields"
+
+
+class ActionSetBatch(TypedDict):
+    """Train on micro-batches of this many samples (per device)."""
+
+    SetBatch: int
+
+
+class ActionScaleDropout(TypedDict):
+    """Scale every dropout probability of the model by this factor (from the recipe's values)."""
+
+    ScaleDropout: float
+
+
+class ActionDropSamplesFields(TypedDict):
+    rows: list[int]
+
+
+class ActionDropSamples(TypedDict):
+    """Train without these training rows from now on (all rows dropped so far, sorted)."""
+
+    DropSamples: "ActionDropSamplesFields"
+
+
+class ActionReplan(TypedDict):
+    """The plan as the run now stands (a phase was entered, or the run began): write `plan.json`."""
+
+    Replan: "RunPlan"
+
+
+class ActionCheckpointFields(TypedDict):
+    keep: list[int]
+    state: "State"
+
+
+class ActionCheckpoint(TypedDict):
+    """Write a checkpoint of this step holding this state; keep the newest `run.keep_last` and these steps' checkpoints, delete the rest."""
+
+    Checkpoint: "ActionCheckpointFields"
+
+
+class Contraction(TypedDict):
+    """What the contraction remembers."""
+
+    best: NotRequired[Union[tuple[int, float], None]]
+    caps: dict[str, float]
+    dropped: list[int]
+    frozen: list[str]
+    gap0: NotRequired[Union[float, None]]
+    noisy_checked: bool
+    sparsity_at_eval: dict[str, float]
+    train_since_eval: tuple[float, int]
+    worse_run: int
+
+
+class Decision(TypedDict):
+    """One decision: a line of `decisions.jsonl` and of the console."""
+
+    evidence: Any
+    kind: "DecisionKind"
+    phase: "Phase"
+    reason: str
+    step: int
+
+
+class Entered(TypedDict):
+    """A phase as the run entered it."""
+
+    lr0: float
+    phase: "Phase"
+    start: int
+    steps: int
+
+
+class FailureValidate(TypedDict):
+    """The pipeline cannot learn (validate's check, or a checkpoint that does not round-trip)."""
+
+    Validate: str
+
+
+class FailureDiverged(TypedDict):
+    """Non-finite losses or gradients after every allowed rollback."""
+
+    Diverged: str
+
+
+class Int8Eval(TypedDict):
+    """The int8 post-training quantization of the final model."""
+
+    bytes: int
+    dense_bytes: int
+    drop_points: float
+    holdout_accuracy: float
+    kept: bool
+    val_accuracy: float
+
+
+class Int8Verdict(TypedDict):
+    """Whether the int8 model is kept, and what it cost."""
+
+    drop_points: float
+    kept: bool
+
+
+class LrSegment(TypedDict):
+    """One straight or curved piece of the learning-rate schedule."""
+
+    from_step: int
+    lr_end: float
+    lr_start: float
+    shape: "LrShape"
+    to_step: int
+
+
+class ObservationPipelineCheckedFields(TypedDict):
+    first_loss: float
+    last_loss: float
+    val_loss: float
+
+
+class ObservationPipelineChecked(TypedDict):
+    """Validate's check: the batch's loss at its first and last step, the fresh model's validation loss."""
+
+    PipelineChecked: "ObservationPipelineCheckedFields"
+
+
+class ObservationRoundTrippedFields(TypedDict):
+    identical: bool
+    model_bytes: int
+    optimizer_bytes: int
+
+
+class ObservationRoundTripped(TypedDict):
+    """The checkpoint round trip."""
+
+    RoundTripped: "ObservationRoundTrippedFields"
+
+
+class ObservationSteppedFields(TypedDict):
+    grad_norm: NotRequired[Union[float, None]]
+    loss: NotRequired[Union[float, None]]
+    lr: float
+
+
+class ObservationStepped(TypedDict):
+    """An optimizer step finished (a non-finite loss or norm: it failed and was not applied)."""
+
+    Stepped: "ObservationSteppedFields"
+
+
+class ObservationEvaluatedFields(TypedDict):
+    val_accuracy: float
+    val_loss: float
+
+
+class ObservationEvaluated(TypedDict):
+    """An evaluation on validation."""
+
+    Evaluated: "ObservationEvaluatedFields"
+
+
+class ObservationRestoredFields(TypedDict):
+    history: list[dict[str, Any]]
+    state: "State"
+
+
+class ObservationRestored(TypedDict):
+    """A checkpoint was restored."""
+
+    Restored: "ObservationRestoredFields"
+
+
+class ObservationPrunedFields(TypedDict):
+    sparsity: dict[str, float]
+
+
+class ObservationPruned(TypedDict):
+    """The masks were set: each masked module's sparsity."""
+
+    Pruned: "ObservationPrunedFields"
+
+
+class ObservationSampleLossesFields(TypedDict):
+    ids: list[str]
+    losses: list[float]
+
+
+class ObservationSampleLosses(TypedDict):
+    """Every training sample's loss, in row order, with the samples' ids."""
+
+    SampleLosses: "ObservationSampleLossesFields"
+
+
+class ObservationSensitivityFields(TypedDict):
+    val_loss: dict[str, list[float]]
+
+
+class ObservationSensitivity(TypedDict):
+    """Validation loss of each module pruned alone to each level (in the order requested)."""
+
+    Sensitivity: "ObservationSensitivityFields"
+
+
+class ObservationJointLossFields(TypedDict):
+    val_loss: float
+
+
+class ObservationJointLoss(TypedDict):
+    """Validation loss with all modules pruned at once."""
+
+    JointLoss: "ObservationJointLossFields"
+
+
+class ObservationExportedFields(TypedDict):
+    val_accuracy: float
+    val_loss: float
+
+
+class ObservationExported(TypedDict):
+    """The final model was written and evaluated."""
+
+    Exported: "ObservationExportedFields"
+
+
+class ObservationDistilledFields(TypedDict):
+    best_step: int
+    parameters: int
+    teacher_parameters: int
+    val_accuracy: float
+    val_loss: float
+
+
+class ObservationDistilled(TypedDict):
+    """The student was distilled."""
+
+    Distilled: "ObservationDistilledFields"
+
+
+class ObservationQuantizedFields(TypedDict):
+    bytes: int
+    dense_bytes: int
+    file: str
+    scheme: str
+    val_accuracy: float
+
+
+class ObservationQuantized(TypedDict):
+    """The int8 model was made and evaluated on validation."""
+
+    Quantized: "ObservationQuantizedFields"
+
+
+class ObservationDeclinedFields(TypedDict):
+    instead: str
+    what: str
+
+
+class ObservationDeclined(TypedDict):
+    """The engine cannot carry out the request (a student, an int8 model …): what it did instead. Recorded as an `engine_substitute` decision; the lifecycle goes on without it."""
+
+    Declined: "ObservationDeclinedFields"
+
+
+class ObservationHoldoutReadFields(TypedDict):
+    accuracy: float
+    int8_accuracy: NotRequired[Union[float, None]]
+    loss: float
+    samples: int
+
+
+class ObservationHoldoutRead(TypedDict):
+    """The holdout was read and every model evaluated on it."""
+
+    HoldoutRead: "ObservationHoldoutReadFields"
+
+
+class PhasePlan(TypedDict):
+    """One phase of the lifecycle."""
+
+    batch: int
+    dropout_scale: float
+    entered: NotRequired[bool]
+    lr: list["LrSegment"]
+    name: "Phase"
+    purpose: str
+    samples: int
+    start_step: int
+    steps: int
+
+
+class PruneOrder(TypedDict):
+    """Pruning masks to set: a target for every weight matrix to prune, by parameter path."""
+
+    heads: NotRequired[Union[int, None]]
+    scope: "PruneScope"
+    targets: dict[str, "Target"]
+    units: NotRequired[bool]
+
+
+class RequestCheckPipelineFields(TypedDict):
+    batch: int
+    lr: float
+    steps: int
+
+
+class RequestCheckPipeline(TypedDict):
+    """Overfit one batch of the fresh model's copy (dropout off) and evaluate the fresh model; answered by [`Observation::PipelineChecked`]."""
+
+    CheckPipeline: "RequestCheckPipelineFields"
+
+
+class RequestTrain(TypedDict):
+    """One optimizer step; answered by [`Observation::Stepped`]."""
+
+    Train: "StepPlan"
+
+
+class RequestEvaluateFields(TypedDict):
+    record: NotRequired[Union["Phase", None]]
+
+
+class RequestEvaluate(TypedDict):
+    """Evaluate on validation; answered by [`Observation::Evaluated`]."""
+
+    Evaluate: "RequestEvaluateFields"
+
+
+class RequestRestoreFields(TypedDict):
+    scope: "RestoreScope"
+    to: "RestorePoint"
+
+
+class RequestRestore(TypedDict):
+    """Restore a checkpoint; answered by [`Observation::Restored`]."""
+
+    Restore: "RequestRestoreFields"
+
+
+class RequestPrune(TypedDict):
+    """Set the pruning masks of these weight matrices and apply them after every optimizer step from now on; answered by [`Observation::Pruned`]."""
+
+    Prune: "PruneOrder"
+
+
+class RequestMeasureSensitivityFields(TypedDict):
+    heads: NotRequired[Union[int, None]]
+    levels: list[float]
+    modules: list[str]
+    units: NotRequired[bool]
+
+
+class RequestMeasureSensitivity(TypedDict):
+    """Prune each module alone, on a copy, to each level and evaluate; answered by [`Observation::Sensitivity`]."""
+
+    MeasureSensitivity: "RequestMeasureSensitivityFields"
+
+
+class RequestMeasureJointFields(TypedDict):
+    heads: NotRequired[Union[int, None]]
+    sparsity: dict[str, float]
+    units: NotRequired[bool]
+
+
+class RequestMeasureJoint(TypedDict):
+    """Prune all these modules at once, on a copy, and evaluate; answered by [`Observation::JointLoss`]."""
+
+    MeasureJoint: "RequestMeasureJointFields"
+
+
+class RequestQuantizeFields(TypedDict):
+    block: NotRequired[Union[int, None]]
+
+
+class RequestQuantize(TypedDict):
+    """Quantize the final model to int8 and evaluate it on validation; answered by [`Observation::Quantized`] (or [`Observation::Declined`])."""
+
+    Quantize: "RequestQuantizeFields"
+
+
+class RequestReadHoldoutFields(TypedDict):
+    int8: NotRequired[Union["Int8Verdict", None]]
+
+
+class RequestReadHoldout(TypedDict):
+    """Read the holdout — once — and evaluate every exported model on it; keep the int8 model's file when its verdict says so; write the model card; answered by [`Observation::HoldoutRead`]."""
+
+    ReadHoldout: "RequestReadHoldoutFields"
+
+
+class RequestFinish(TypedDict):
+    """The run is over: write `final/eval.json` from this summary."""
+
+    Finish: "Summary"
+
+
+class RequestFail(TypedDict):
+    """The run cannot go on (the decision that says why was recorded)."""
+
+    Fail: "Failure"
+
+
+class RestorePointStep(TypedDict):
+    """The checkpoint of this step."""
+
+    Step: int
+
+
+class RunInfo(TypedDict):
+    """What the conductor knows of the run before it starts."""
+
+    classes: int
+    heads: NotRequired[Union[int, None]]
+    train_samples: int
+    weights: list[str]
+
+
+class RunPlan(TypedDict):
+    """What `plan.json` holds: the plan, and what the engine running it adds."""
+
+    advice: list[str]
+    checkpoint_every: int
+    checkpoint_steps: list[int]
+    contract_share: float
+    eval_every: int
+    keep_last: int
+    parameters: int
+    phases: list["PhasePlan"]
+    total_steps: int
+    trained_phases: list["Phase"]
+
+
+class Segment(TypedDict):
+    """The current phase's span and LR."""
+
+    lr0: float
+    start: int
+    steps: int
+
+
+class Stability(TypedDict):
+    """What the main-phase stability rule remembers of its checkpoints."""
+
+    best_val: NotRequired[Union[float, None]]
+    improving_run: int
+    prev_val: NotRequired[Union[float, None]]
+    stabilised: bool
+    stable_run: int
+
+
+class StageEndedFields(TypedDict):
+    restore_best: bool
+
+
+class StageEnded(TypedDict):
+    """The phase is over; the move to the next phase (and a rollback it asked for) is pending."""
+
+    Ended: "StageEndedFields"
+
+
+class State(TypedDict):
+    """The conductor's state."""
+
+    best: NotRequired[Union[tuple[int, float], None]]
+    contraction: "Contraction"
+    entered: list["Entered"]
+    last_cut: NotRequired[Union[int, None]]
+    lr: float
+    lr_scale: float
+    main_end: NotRequired[Union[tuple[int, "DecisionKind"], None]]
+    nan_retries: int
+    phase: "Phase"
+    segment: "Segment"
+    sparsity: dict[str, float]
+    stability: "Stability"
+    stage: "Stage"
+    step: int
+    val_loss: NotRequired[Union[float, None]]
+    version: int
+
+
+class StepPlan(TypedDict):
+    """One optimizer step's settings."""
+
+    lr: float
+    phase: "Phase"
+    step: int
+
+
+class Summary(TypedDict):
+    """What the conductor knows at the end, for `final/eval.json`."""
+
+    best: NotRequired[Union[tuple[int, float], None]]
+    int8: NotRequired[Union["Int8Eval", None]]
+    main_end: NotRequired[Union[tuple[int, str], None]]
+    planned_steps: int
+    step: int
+
+
+class Target(TypedDict):
+    """What pruning asks of one module: a sparsity, and the cap it may never pass."""
+
+    cap: float
+    sparsity: float
+
+
+class Turn(TypedDict):
+    """The conductor's answer to an observation."""
+
+    actions: list["Action"]
+    request: "Request"
+
+
+Action = Union["ActionRecord", "ActionSetPhase", "ActionSetBatch", "ActionScaleDropout", "ActionDropSamples", "ActionReplan", "ActionCheckpoint"]
+
+DecisionKind = Union[Literal["validate_passed"], Literal["validate_failed"], Literal["checkpoint_round_trip"], Literal["lr_cut_plateau"], Literal["doctor_finding"], Literal["end_main_overfitting"], Literal["main_stable"], Literal["main_complete"], Literal["force_contract"], Literal["skip_contract"], Literal["rollback_nonfinite"], Literal["abort_nonfinite"], Literal["rollback_contract"], Literal["freeze_pruning"], Literal["drop_noisiest"], Literal["enter_contract"], Literal["enter_refine"], Literal["doctor"], Literal["sensitivity"], Literal["int8"], Literal["refuse_int8"], Literal["distill"], Literal["holdout"], Literal["engine_substitute"]]
+
+Failure = Union["FailureValidate", "FailureDiverged"]
+
+LrShape = Union[Literal["warmup"], Literal["cosine"], Literal["linear"], Literal["constant"]]
+
+Observation = Union["ObservationPipelineChecked", "ObservationRoundTripped", "ObservationStepped", "ObservationEvaluated", "ObservationRestored", "ObservationPruned", "ObservationSampleLosses", "ObservationSensitivity", "ObservationJointLoss", "ObservationExported", "ObservationDistilled", "ObservationQuantized", "ObservationDeclined", "ObservationHoldoutRead"]
+
+Phase = Union[Literal["validate"], Literal["main"], Literal["diagnose"], Literal["contract"], Literal["refine"]]
+
+PruneScope = Union[Literal["module"], Literal["global"]]
+
+Request = Union["RequestCheckPipeline", Literal["RoundTrip"], "RequestTrain", "RequestEvaluate", "RequestRestore", "RequestPrune", Literal["MeasureSampleLosses"], "RequestMeasureSensitivity", "RequestMeasureJoint", Literal["Export"], Literal["Distil"], "RequestQuantize", "RequestReadHoldout", "RequestFinish", "RequestFail"]
+
+RestorePoint = Union[Literal["Latest"], "RestorePointStep"]
+
+RestoreScope = Union[Literal["Weights"], Literal["Everything"]]
+
+Stage = Union[Literal["Training"], "StageEnded", Literal["Done"]]
