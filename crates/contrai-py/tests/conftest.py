@@ -5,17 +5,21 @@ from __future__ import annotations
 import random
 from importlib.metadata import requires
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, TypeVar, cast
 
 import pytest
 import torch
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from torch.utils.data import Dataset
 
 from contrai import DroppableDataset
 
 if TYPE_CHECKING:
     from transformers import BertForSequenceClassification
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
 def token_task(n: int, seed: int, noise: float = 0.03) -> list[dict[str, torch.Tensor]]:
@@ -36,11 +40,11 @@ def token_task(n: int, seed: int, noise: float = 0.03) -> list[dict[str, torch.T
 class ServedRows(DroppableDataset):
     """Records the original rows served once something was dropped."""
 
-    def __init__(self, data):
+    def __init__(self, data: Sequence[Any]) -> None:
         super().__init__(data)
         self.after_drop: list[int] = []
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> Any:
         if self.dropped:
             self.after_drop.append(self._serve[i])
         return super().__getitem__(i)
@@ -51,8 +55,11 @@ def tiny_bert() -> BertForSequenceClassification:
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, num_labels=2, max_position_embeddings=32)
+    # num_labels is no field of transformers' dataclass-typed configs: PreTrainedConfig takes it
+    # among its extra keyword arguments, which the __init__ mypy synthesizes does not list.
+    cfg = BertConfig(  # type: ignore[call-arg]
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        num_labels=2, max_position_embeddings=32)
     return BertForSequenceClassification(cfg)
 
 
@@ -80,6 +87,20 @@ prune = [{ params = "*.intermediate.dense.weight", init = 0.1, final = 0.5 },
 [refine.distill]
 enabled = false
 """
+
+
+class MapStyle(Protocol[T_co]):
+    """A map-style dataset as ``DataLoader`` reads it: ``__getitem__`` and ``__len__``."""
+
+    def __getitem__(self, i: int, /) -> T_co: ...
+
+    def __len__(self) -> int: ...
+
+
+def dataset(rows: MapStyle[T]) -> Dataset[T]:
+    """``rows`` (a list, a ``DroppableDataset``) as the ``Dataset`` torch's ``DataLoader`` is typed to
+    take: any map-style sequence is one to it at run time."""
+    return cast("Dataset[T]", rows)
 
 
 @pytest.fixture

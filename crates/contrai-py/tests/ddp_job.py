@@ -5,9 +5,12 @@ recipe.toml)."""
 import hashlib
 import sys
 from pathlib import Path
+from typing import Any
 
+import torch
 from conftest import tiny_bert, token_task
 from transformers import Trainer, TrainingArguments
+from transformers.modeling_outputs import SequenceClassifierOutput
 
 from contrai import DroppableDataset
 from contrai.hf import ContraiCallback
@@ -24,10 +27,12 @@ nan_at = next((int(o[7:]) for o in options if o.startswith("nan-at=")), None)
 if nan_at is not None:
     calls = [0]
 
-    def poison(module, inputs, output):
+    def poison(module: torch.nn.Module, inputs: tuple[Any, ...],
+               output: SequenceClassifierOutput) -> SequenceClassifierOutput:
         if module.training:
             calls[0] += 1
             if calls[0] == nan_at:
+                assert output.loss is not None, "a training batch has labels"
                 output.loss = output.loss * float("nan")
         return output
 
@@ -37,6 +42,7 @@ trainer = Trainer(model=model, args=args, train_dataset=DroppableDataset(token_t
 ContraiCallback(recipe, run_dir=run_dir, holdout_dataset=token_task(60, 3), turn_log=out / "turns").attach(trainer)
 trainer.train()
 digest = hashlib.sha256()
+assert trainer.model is not None
 for _, p in sorted(trainer.model.state_dict().items()):
     digest.update(p.detach().cpu().numpy().tobytes())
 (out / f"weights.rank{args.process_index}").write_text(digest.hexdigest())

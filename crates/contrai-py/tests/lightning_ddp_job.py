@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
-from conftest import ServedRows
-from test_lightning import Mlp, task
+from conftest import ServedRows, dataset
+from test_lightning import Mlp, first_weight, task
 from torch.utils.data import DataLoader
 
 from contrai.lightning import ContraiCallback
@@ -20,8 +20,9 @@ cb = ContraiCallback(recipe, out / "run", holdout_dataset=task(64, 3), turn_log=
 trainer = pl.Trainer(max_steps=110, accelerator="cpu", devices=2, strategy="ddp", callbacks=[cb], logger=False,
                      enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0)
 module = Mlp()
-trainer.fit(module, DataLoader(data, batch_size=16, shuffle=True), DataLoader(task(128, 2), batch_size=32))
-w = module.net[0].weight.detach()
+trainer.fit(module, DataLoader(dataset(data), batch_size=16, shuffle=True),
+            DataLoader(dataset(task(128, 2)), batch_size=32))
+w = first_weight(module).detach()
 (out / f"model.rank{trainer.global_rank}").write_text(json.dumps({
     "weights": [float(x) for x in w.flatten()],
     "sparsity": float((w == 0).float().mean()),

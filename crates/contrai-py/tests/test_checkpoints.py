@@ -3,6 +3,9 @@ matrix that pruning zeroed comes back from its originals."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import NoReturn
+
 import pytest
 import torch
 
@@ -22,7 +25,8 @@ class LoraLike(torch.nn.Module):
             p.requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.adapter(torch.relu(self.base(x)))
+        out: torch.Tensor = self.adapter(torch.relu(self.base(x)))
+        return out
 
 
 def lora_like() -> LoraLike:
@@ -37,7 +41,7 @@ def prune_base(model: torch.nn.Module, ckpts: Checkpoints, share: float) -> Mask
     return masks
 
 
-def test_a_checkpoint_holds_what_trains_and_a_restore_rebuilds_pruned_frozen_matrices(tmp_path):
+def test_a_checkpoint_holds_what_trains_and_a_restore_rebuilds_pruned_frozen_matrices(tmp_path: Path) -> None:
     model = lora_like()
     original = model.base.weight.detach().clone()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
@@ -68,7 +72,7 @@ def test_a_checkpoint_holds_what_trains_and_a_restore_rebuilds_pruned_frozen_mat
     assert back.masks.overall() == 0.5
 
 
-def test_a_parameter_frozen_at_the_checkpoint_and_trained_since_is_named(tmp_path):
+def test_a_parameter_frozen_at_the_checkpoint_and_trained_since_is_named(tmp_path: Path) -> None:
     model = lora_like()
     ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
     ckpts.write(3, model, None, Masks(), {"step": 3}, [])
@@ -76,7 +80,7 @@ def test_a_parameter_frozen_at_the_checkpoint_and_trained_since_is_named(tmp_pat
     assert load_weights(model, ckpts.read("Latest")) == ["base.bias"]
 
 
-def test_old_checkpoints_are_removed_but_the_kept_ones_stay(tmp_path):
+def test_old_checkpoints_are_removed_but_the_kept_ones_stay(tmp_path: Path) -> None:
     model = lora_like()
     ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=2)
     for step in (10, 20, 30, 40):
@@ -86,7 +90,7 @@ def test_old_checkpoints_are_removed_but_the_kept_ones_stay(tmp_path):
     assert ckpts.steps() == [10]
 
 
-def test_a_checkpoint_that_does_not_match_its_sums_is_never_loaded(tmp_path):
+def test_a_checkpoint_that_does_not_match_its_sums_is_never_loaded(tmp_path: Path) -> None:
     model = lora_like()
     ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
     for step in (10, 20):
@@ -101,26 +105,31 @@ def test_a_checkpoint_that_does_not_match_its_sums_is_never_loaded(tmp_path):
         ckpts.read({"Step": 20})
 
 
-def test_put_back_restores_values_and_gradients():
+def test_put_back_restores_values_and_gradients() -> None:
     model = lora_like()
     w = model.adapter.weight
     model(torch.randn(2, 64)).sum().backward()
+    assert w.grad is not None
     value, grad = w.detach().clone(), w.grad.clone()
-    with put_back([w]):
+
+    def measure_in_place() -> None:
         with torch.no_grad():
             w.zero_()
         w.grad = None
+
+    with put_back([w]):
+        measure_in_place()
     assert torch.equal(w, value) and torch.equal(w.grad, grad)
 
 
-def test_the_int8_models_cpu_copy_never_copies_a_tensor_where_it_lives(monkeypatch):
+def test_the_int8_models_cpu_copy_never_copies_a_tensor_where_it_lives(monkeypatch: pytest.MonkeyPatch) -> None:
     from contrai.model import cpu_copy
 
     model = lora_like()
     x = torch.randn(4, 64)
     expected = model(x)
 
-    def refuse(*_):
+    def refuse(*_: object) -> NoReturn:
         raise AssertionError("a tensor deep-copied where it lives")
 
     monkeypatch.setattr(torch.Tensor, "__deepcopy__", refuse)
@@ -133,7 +142,7 @@ def test_the_int8_models_cpu_copy_never_copies_a_tensor_where_it_lives(monkeypat
     assert model.adapter.weight.abs().sum() > 0, "the copy holds its own tensors"
 
 
-def test_the_envelope_is_the_run_formats_and_old_format_2_checkpoints_still_read(tmp_path):
+def test_the_envelope_is_the_run_formats_and_old_format_2_checkpoints_still_read(tmp_path: Path) -> None:
     import hashlib
     import json
     import subprocess

@@ -39,7 +39,7 @@ def same_turns(out: Path) -> None:
 
 
 @needs_torchrun
-def test_two_ranks_apply_the_same_turns_and_write_one_run_directory(tmp_path):
+def test_two_ranks_apply_the_same_turns_and_write_one_run_directory(tmp_path: Path) -> None:
     torchrun("ddp_job.py", HF_RECIPE, tmp_path, 29531)
     same_turns(tmp_path)
     kinds = [json.loads(x)["kind"] for x in (tmp_path / "run" / "decisions.jsonl").read_text().splitlines()]
@@ -50,7 +50,7 @@ def test_two_ranks_apply_the_same_turns_and_write_one_run_directory(tmp_path):
 
 
 @needs_torchrun
-def test_a_rollback_reaches_every_rank_from_rank_0s_checkpoint(tmp_path):
+def test_a_rollback_reaches_every_rank_from_rank_0s_checkpoint(tmp_path: Path) -> None:
     # A NaN loss at the 50th training step (every rank) rolls back to the latest checkpoint. Rank 1
     # gets a run directory of its own, as on a node without rank 0's disk: it must neither need
     # rank 0's checkpoint files nor write anything there.
@@ -66,7 +66,7 @@ def test_a_rollback_reaches_every_rank_from_rank_0s_checkpoint(tmp_path):
 
 
 @needs_torchrun
-def test_a_lightning_ddp_job_applies_every_action_on_both_ranks(tmp_path):
+def test_a_lightning_ddp_job_applies_every_action_on_both_ranks(tmp_path: Path) -> None:
     torchrun("lightning_ddp_job.py", RECIPE, tmp_path, 29532)
     same_turns(tmp_path)
     run = tmp_path / "run"

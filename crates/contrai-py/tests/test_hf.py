@@ -6,18 +6,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 import torch
 from conftest import ServedRows, declared, tiny_bert, token_task
 from packaging.specifiers import SpecifierSet
-from transformers import BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
+from transformers import (BertForSequenceClassification, Trainer, TrainerCallback, TrainerControl, TrainerState,
+                          TrainingArguments)
 
 import contrai
 from contrai._compat import UntestedVersion
 from contrai._compat import hf as compat
 from contrai.hf import ContraiCallback
+
+if TYPE_CHECKING:
+    from transformers.models.bert.modeling_bert import BertLayer
 
 
 class Probe(TrainerCallback):
@@ -29,15 +33,24 @@ class Probe(TrainerCallback):
         self.dropout: list[float] = []
         self.config_dropout = 0.0
 
-    def on_step_begin(self, args, state, control, optimizer=None, **kw):
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                      optimizer: torch.optim.Optimizer | None = None, **kw: Any) -> None:
+        assert optimizer is not None
         self.lr[self.offset + state.global_step + 1] = optimizer.param_groups[0]["lr"]
 
-    def on_train_end(self, args, state, control, model=None, **kw):
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     model: BertForSequenceClassification | None = None, **kw: Any) -> None:
+        assert model is not None
         self.dropout = [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
         self.config_dropout = model.config.attention_probs_dropout_prob
 
 
-def rows(path: Path) -> list[dict]:
+def bert_layers(model: BertForSequenceClassification) -> list[BertLayer]:
+    """The encoder's layers, typed (a ``ModuleList`` iterates as plain modules)."""
+    return cast("list[BertLayer]", list(model.bert.encoder.layer))
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -65,13 +78,15 @@ class StopAt(TrainerCallback):
     def __init__(self, step: int) -> None:
         self.step = step
 
-    def on_step_end(self, args, state, control, **kw):
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kw: Any) -> TrainerControl:
         if state.global_step >= self.step:
             control.should_training_stop = True
         return control
 
 
-def test_every_phase_happens_and_each_decision_is_applied(tmp_path, recipe_file, recwarn):
+def test_every_phase_happens_and_each_decision_is_applied(tmp_path: Path, recipe_file: Path,
+                                                         recwarn: pytest.WarningsRecorder) -> None:
     trainer, probe, data = train(tmp_path, recipe_file)
     assert not [w for w in recwarn if "was not attached" in str(w.message)], "attach gave the callback its Trainer"
     run = tmp_path / "run"
@@ -90,7 +105,7 @@ def test_every_phase_happens_and_each_decision_is_applied(tmp_path, recipe_file,
     for r in steps:
         assert probe.lr[r["step"]] == pytest.approx(r["lr"], rel=1e-9, abs=1e-15), r
     # The gradient norm the conductor saw at each step is the one the Trainer logged (before clipping).
-    logged = [(e["step"], e["grad_norm"]) for e in trainer.state.log_history if "grad_norm" in e]
+    logged = [(int(e["step"]), e["grad_norm"]) for e in trainer.state.log_history if "grad_norm" in e]
     assert len(logged) >= 10
     for step, norm in logged:
         assert steps[step - 1]["grad_norm"] == pytest.approx(norm, rel=1e-4), (step, norm)
@@ -104,11 +119,13 @@ def test_every_phase_happens_and_each_decision_is_applied(tmp_path, recipe_file,
     # final share within diagnose's cap.
     caps = next(d for d in decisions if d["kind"] == "sensitivity")["evidence"]["caps"]
     final = {"intermediate": 0.5, "attention.self": 0.2}
+    model = trainer.model
+    assert model is not None
     evaluation = json.loads((run / "final" / "eval.json").read_text())
     for module, share in evaluation["sparsity"].items():
         want = min(next(v for k, v in final.items() if module.endswith(k)), caps[module])
         assert share == pytest.approx(want, abs=2e-3), (module, share, want)
-        weights = [p for n, p in trainer.model.named_parameters() if n.startswith(module) and p.dim() == 2]
+        weights = [p for n, p in model.named_parameters() if n.startswith(module) and p.dim() == 2]
         zeros = sum(int((w == 0).sum()) for w in weights) / sum(w.numel() for w in weights)
         assert zeros == pytest.approx(share, abs=1e-6), (module, zeros, share)
     # The noisy samples named by the decision were never served again.
@@ -123,7 +140,7 @@ def test_every_phase_happens_and_each_decision_is_applied(tmp_path, recipe_file,
     assert contrai.doctor(run)[0]["verdict"] in ("healthy", "action needed")
 
 
-def test_a_job_stopped_mid_contraction_resumes_with_the_same_decisions(tmp_path, recipe_file):
+def test_a_job_stopped_mid_contraction_resumes_with_the_same_decisions(tmp_path: Path, recipe_file: Path) -> None:
     train(tmp_path, recipe_file, run="whole", out="out-whole")
     # Contraction starts at Trainer step 60; checkpoints every 5 steps there: stop at 68, resume
     # from the Trainer's checkpoint of step 65 written under the callback.
@@ -132,7 +149,7 @@ def test_a_job_stopped_mid_contraction_resumes_with_the_same_decisions(tmp_path,
     assert (ckpt / "contrai.json").exists(), sorted(p.name for p in (tmp_path / "out-resumed").iterdir())
     train(tmp_path, recipe_file, resume=str(ckpt), run="resumed", out="out-resumed")
 
-    def decided(run: str) -> list[tuple]:
+    def decided(run: str) -> list[tuple[int, str]]:
         return [(d["step"], d["kind"]) for d in rows(tmp_path / run / "decisions.jsonl")]
 
     assert decided("resumed") == decided("whole")
@@ -141,7 +158,7 @@ def test_a_job_stopped_mid_contraction_resumes_with_the_same_decisions(tmp_path,
     assert [r["step"] for r in resumed] == [r["step"] for r in whole]
 
 
-def test_what_to_set_is_said_when_the_trainer_cannot_run_the_recipe(tmp_path, recipe_file):
+def test_what_to_set_is_said_when_the_trainer_cannot_run_the_recipe(tmp_path: Path, recipe_file: Path) -> None:
     args = TrainingArguments(output_dir=str(tmp_path / "o"), max_steps=10, report_to=[], use_cpu=True)
     t = Trainer(model=tiny_bert(), args=args, train_dataset=token_task(50, 1))
     ContraiCallback(recipe_file, run_dir=tmp_path / "r").attach(t)
@@ -205,7 +222,7 @@ def test_the_tested_transformers_range_is_the_declared_one_and_checked(tmp_path:
         ContraiCallback(recipe_file, run_dir=tmp_path / "r").attach(small_trainer(tmp_path))
 
 
-def test_whole_heads_and_units_are_pruned_in_a_bert(tmp_path, recipe_file):
+def test_whole_heads_and_units_are_pruned_in_a_bert(tmp_path: Path, recipe_file: Path) -> None:
     recipe = recipe_file.read_text().replace("[contract]\n", "[contract]\nprune_heads = true\nprune_units = true\n")
     recipe_file.write_text(recipe.replace("init = 0.1, final = 0.2", "init = 0.5, final = 0.5"))
     trainer, _, _ = train(tmp_path, recipe_file)
@@ -215,7 +232,8 @@ def test_whole_heads_and_units_are_pruned_in_a_bert(tmp_path, recipe_file):
                     "(no config.pruned_heads): they stay as zeros"], said
     assert decisions[-1]["kind"] == "holdout"
     model = trainer.model
-    for layer in model.bert.encoder.layer:
+    assert isinstance(model, BertForSequenceClassification)
+    for layer in bert_layers(model):
         # Units: half the expansion's rows (64 → 32 left), with the same columns of the projection.
         up, down = layer.intermediate.dense.weight, layer.output.dense.weight
         dead = (up == 0).all(dim=1)
@@ -231,14 +249,15 @@ def test_whole_heads_and_units_are_pruned_in_a_bert(tmp_path, recipe_file):
     # The exported model has the units cut out, and computes what the trained one does.
     exported = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "final")
     assert exported.config.intermediate_size == 32
-    assert exported.bert.encoder.layer[0].output.dense.weight.shape == (32, 32)
+    assert bert_layers(exported)[0].output.dense.weight.shape == (32, 32)
     batch = {k: torch.stack([r[k] for r in token_task(32, 9)]) for k in ("input_ids", "attention_mask")}
-    model.eval(), exported.eval()
+    # transformers leaves PreTrainedModel.eval unannotated.
+    model.eval(), exported.eval()  # type: ignore[no-untyped-call]
     with torch.no_grad():
         torch.testing.assert_close(exported(**batch).logits, model(**batch).logits, atol=1e-5, rtol=1e-5)
 
 
-def test_masks_take_structures_whole_only_where_the_names_show_them():
+def test_masks_take_structures_whole_only_where_the_names_show_them() -> None:
     from contrai.masks import Masks
 
     order = {"targets": {"bert.encoder.layer.0.intermediate.dense.weight": {"sparsity": 0.25, "cap": 1.0}},
@@ -255,27 +274,31 @@ def test_masks_take_structures_whole_only_where_the_names_show_them():
     assert float((~m.keep["0.weight"]).float().mean()) == 0.5, "single weights instead"
 
 
-def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_path):
-    from contrai.compact import save_compacted, units_removed
+def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_path: Path) -> None:
+    from contrai.compact import Cut, save_compacted, units_removed
     from contrai.masks import Masks
 
-    model = tiny_bert().eval()
+    model = tiny_bert()
+    model.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers
     m = Masks()
     ffn = "bert.encoder.layer.{}.intermediate.dense.weight"
     m.update(model, {"targets": {ffn.format(0): {"sparsity": 0.5, "cap": 1.0}, ffn.format(1): {"sparsity": 0.25, "cap": 1.0}},
                      "scope": "module", "heads": None, "units": True})
     m.apply(model)
     cut = units_removed(model, m)
+    assert isinstance(cut, Cut)
     assert (cut.before, cut.after, cut.left) == (64, 48, 16)
     # 12 units fewer would leave 52, not a multiple of 16: none are cut.
     few = Masks()
     few.update(model, {"targets": {ffn.format(0): {"sparsity": 0.5, "cap": 1.0}, ffn.format(1): {"sparsity": 0.2, "cap": 1.0}},
                        "scope": "module", "heads": None, "units": True})
-    assert "fewer than 16 whole units" in units_removed(model, few)
+    why = units_removed(model, few)
+    assert isinstance(why, str) and "fewer than 16 whole units" in why
     save_compacted(model, tmp_path, cut.state, cut.after)
-    small = BertForSequenceClassification.from_pretrained(tmp_path).eval()
+    small = BertForSequenceClassification.from_pretrained(tmp_path)
+    small.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers
     assert model.config.intermediate_size == 64 and small.config.intermediate_size == 48
-    assert int((small.bert.encoder.layer[0].intermediate.dense.weight == 0).all(dim=1).sum()) == 16
+    assert int((bert_layers(small)[0].intermediate.dense.weight == 0).all(dim=1).sum()) == 16
     batch = {k: torch.stack([r[k] for r in token_task(8, 4)]) for k in ("input_ids", "attention_mask")}
     with torch.no_grad():
         torch.testing.assert_close(small(**batch).logits, model(**batch).logits, atol=1e-5, rtol=1e-5)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Sequence, cast
 
 import lightning.pytorch as pl
 import pytest
 import torch
-from conftest import ServedRows, declared
+from conftest import ServedRows, dataset, declared
+from lightning.pytorch.utilities.types import STEP_OUTPUT
 from packaging.specifiers import SpecifierSet
 from torch.utils.data import DataLoader
 
@@ -58,18 +60,24 @@ class Mlp(pl.LightningModule):
                                        torch.nn.Linear(32, 2))
         self.lrs: dict[int, float] = {}
 
-    def forward(self, x):
-        return self.net(x)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x)
+        return out
 
-    def training_step(self, batch, i):
+    def training_step(self, batch: Sequence[torch.Tensor], i: int) -> torch.Tensor:
         self.lrs[self.trainer.global_step] = self.trainer.optimizers[0].param_groups[0]["lr"]
         return torch.nn.functional.cross_entropy(self(batch[0]), batch[1])
 
-    def validation_step(self, batch, i):
+    def validation_step(self, batch: Sequence[torch.Tensor], i: int) -> None:
         pass
 
-    def configure_optimizers(self):
+    def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+def first_weight(module: Mlp) -> torch.Tensor:
+    """The weight of ``net.0``, the layer the recipe prunes (``Sequential`` indexes as any module)."""
+    return cast(torch.nn.Linear, module.net[0]).weight
 
 
 class LrAtStep(pl.Callback):
@@ -78,11 +86,12 @@ class LrAtStep(pl.Callback):
     def __init__(self) -> None:
         self.lr: list[float] = []
 
-    def on_before_optimizer_step(self, trainer, module, optimizer):
+    def on_before_optimizer_step(self, trainer: pl.Trainer, module: pl.LightningModule,
+                                 optimizer: torch.optim.Optimizer) -> None:
         self.lr.append(optimizer.param_groups[0]["lr"])
 
 
-def test_every_action_is_applied_in_a_lightning_job(tmp_path):
+def test_every_action_is_applied_in_a_lightning_job(tmp_path: Path) -> None:
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(RECIPE)
     data = ServedRows(task(512, 1))
@@ -91,7 +100,8 @@ def test_every_action_is_applied_in_a_lightning_job(tmp_path):
     trainer = pl.Trainer(max_steps=110, callbacks=[ContraiCallback(recipe, tmp_path / "run", holdout_dataset=task(64, 3)), seen],
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          accelerator="cpu", num_sanity_val_steps=0)
-    trainer.fit(module, DataLoader(data, batch_size=16, shuffle=True), DataLoader(task(128, 2), batch_size=64))
+    trainer.fit(module, DataLoader(dataset(data), batch_size=16, shuffle=True),
+                DataLoader(dataset(task(128, 2)), batch_size=64))
     run = tmp_path / "run"
     decisions = [json.loads(x) for x in (run / "decisions.jsonl").read_text().splitlines()]
     kinds = [d["kind"] for d in decisions]
@@ -102,7 +112,7 @@ def test_every_action_is_applied_in_a_lightning_job(tmp_path):
     assert seen.lr == pytest.approx(planned, rel=1e-9), "every step ran at the conductor's LR"
     assert module.net[2].p == pytest.approx(0.1), "dropout × 0.5"
     evaluation = json.loads((run / "final" / "eval.json").read_text())
-    w = module.net[0].weight
+    w = first_weight(module)
     assert evaluation["sparsity"]["net.0"] == pytest.approx(float((w == 0).float().mean()), abs=1e-9)
     caps = next(d for d in decisions if d["kind"] == "sensitivity")["evidence"]["caps"]
     # floor(share × 256 entries) are pruned: within one entry of the share.
@@ -118,12 +128,14 @@ class StopAt(pl.Callback):
     def __init__(self, step: int) -> None:
         self.step = step
 
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+    def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any,
+                           batch_idx: int) -> None:
         if trainer.global_step >= self.step:
             trainer.should_stop = True
 
 
-def fit(tmp_path, recipe, run: str, *, stop_at: int | None = None, ckpt: str | None = None) -> tuple[Mlp, LrAtStep]:
+def fit(tmp_path: Path, recipe: Path, run: str, *, stop_at: int | None = None,
+        ckpt: str | None = None) -> tuple[Mlp, LrAtStep]:
     """The test job with Lightning's own checkpointing every 5 steps, stopped or resumed as asked."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -137,12 +149,12 @@ def fit(tmp_path, recipe, run: str, *, stop_at: int | None = None, ckpt: str | N
     module = Mlp()
     trainer = pl.Trainer(max_steps=110, callbacks=callbacks, logger=False, enable_progress_bar=False,
                          accelerator="cpu", num_sanity_val_steps=0)
-    data = DataLoader(ServedRows(task(512, 1)), batch_size=16, shuffle=False)
-    trainer.fit(module, data, DataLoader(task(128, 2), batch_size=64), ckpt_path=ckpt)
+    data = DataLoader(dataset(ServedRows(task(512, 1))), batch_size=16, shuffle=False)
+    trainer.fit(module, data, DataLoader(dataset(task(128, 2)), batch_size=64), ckpt_path=ckpt)
     return module, seen
 
 
-def test_a_lightning_job_stopped_mid_contraction_resumes_with_the_same_decisions(tmp_path):
+def test_a_lightning_job_stopped_mid_contraction_resumes_with_the_same_decisions(tmp_path: Path) -> None:
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(RECIPE)
     whole, _ = fit(tmp_path, recipe, "whole")
@@ -154,10 +166,10 @@ def test_a_lightning_job_stopped_mid_contraction_resumes_with_the_same_decisions
     assert saved["record"]["step"] == 85 + 20 and saved["record"]["conductor"]["phase"] == "contract"
     resumed, seen = fit(tmp_path, recipe, "resumed", ckpt=str(ckpt))
 
-    def read(run: str, name: str) -> list[dict]:
+    def read(run: str, name: str) -> list[dict[str, Any]]:
         return [json.loads(x) for x in (tmp_path / run / name).read_text().splitlines()]
 
-    def decided(run: str) -> list[tuple]:
+    def decided(run: str) -> list[tuple[int, str]]:
         return [(d["step"], d["kind"]) for d in read(run, "decisions.jsonl")]
 
     assert decided("resumed") == decided("whole")
@@ -173,11 +185,11 @@ def test_a_lightning_job_stopped_mid_contraction_resumes_with_the_same_decisions
     assert resumed.net[2].p == pytest.approx(whole.net[2].p) == pytest.approx(0.1)
     sparsity = [json.loads((tmp_path / r / "final" / "eval.json").read_text())["sparsity"] for r in ("whole", "resumed")]
     assert sparsity[0] == sparsity[1] and sparsity[0]["net.0"] > 0
-    w = resumed.net[0].weight
+    w = first_weight(resumed)
     assert float((w == 0).float().mean()) == pytest.approx(sparsity[1]["net.0"], abs=1e-9)
 
 
-def test_a_strategy_that_shards_parameters_is_refused_when_the_recipe_prunes(tmp_path):
+def test_a_strategy_that_shards_parameters_is_refused_when_the_recipe_prunes(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
     from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
@@ -185,13 +197,13 @@ def test_a_strategy_that_shards_parameters_is_refused_when_the_recipe_prunes(tmp
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(RECIPE)
     cb = ContraiCallback(recipe, tmp_path / "run")
-    val = [DataLoader(task(16, 2))]
-    cb._check(SimpleNamespace(val_dataloaders=val, strategy=DDPStrategy(), max_steps=110))
+    val = [DataLoader(dataset(task(16, 2)))]
+    cb._check(cast(pl.Trainer, SimpleNamespace(val_dataloaders=val, strategy=DDPStrategy(), max_steps=110)))
     with pytest.raises(ValueError, match="pruning needs whole parameters: FSDPStrategy shards them"):
-        cb._check(SimpleNamespace(val_dataloaders=val, strategy=FSDPStrategy(), max_steps=110))
+        cb._check(cast(pl.Trainer, SimpleNamespace(val_dataloaders=val, strategy=FSDPStrategy(), max_steps=110)))
     recipe.write_text(RECIPE.replace('prune = [{ params = "net.0.weight", init = 0.1, final = 0.5 }]', "prune = []"))
-    ContraiCallback(recipe, tmp_path / "run")._check(SimpleNamespace(val_dataloaders=val, strategy=FSDPStrategy(),
-                                                                     max_steps=110))
+    ContraiCallback(recipe, tmp_path / "run")._check(cast(pl.Trainer, SimpleNamespace(
+        val_dataloaders=val, strategy=FSDPStrategy(), max_steps=110)))
 
 
 class NanOnce(Mlp):
@@ -201,7 +213,7 @@ class NanOnce(Mlp):
         super().__init__()
         self.at, self.fired = at, False
 
-    def training_step(self, batch, i):
+    def training_step(self, batch: Sequence[torch.Tensor], i: int) -> torch.Tensor:
         loss = super().training_step(batch, i)
         if self.trainer.global_step == self.at and not self.fired:
             self.fired = True
@@ -209,8 +221,9 @@ class NanOnce(Mlp):
         return loss
 
 
-def fit_once(tmp_path, module: pl.LightningModule, recipe_text: str = RECIPE, *, holdout: bool = True,
-        train: DataLoader | None = None, **trainer_args) -> tuple[pl.Trainer, Path, list[dict]]:
+def fit_once(tmp_path: Path, module: pl.LightningModule, recipe_text: str = RECIPE, *, holdout: bool = True,
+        train: DataLoader[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        **trainer_args: Any) -> tuple[pl.Trainer, Path, list[dict[str, Any]]]:
     """``module`` fitted under ContraiCallback for up to 110 steps: the Trainer, the recipe file,
     and the decisions."""
     recipe = tmp_path / "recipe.toml"
@@ -218,29 +231,30 @@ def fit_once(tmp_path, module: pl.LightningModule, recipe_text: str = RECIPE, *,
     cb = ContraiCallback(recipe, tmp_path / "run", holdout_dataset=task(64, 3) if holdout else None)
     trainer = pl.Trainer(max_steps=110, callbacks=[cb], logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, accelerator="cpu", num_sanity_val_steps=0, **trainer_args)
-    trainer.fit(module, train or DataLoader(task(512, 1), batch_size=16, shuffle=True),
-                DataLoader(task(128, 2), batch_size=64))
+    trainer.fit(module, train or DataLoader(dataset(task(512, 1)), batch_size=16, shuffle=True),
+                DataLoader(dataset(task(128, 2)), batch_size=64))
     decisions = [json.loads(x) for x in (tmp_path / "run" / "decisions.jsonl").read_text().splitlines()]
     return trainer, recipe, decisions
 
 
-def lost_to_the_rollback(back: dict, decisions: list[dict]) -> int:
+def lost_to_the_rollback(back: dict[str, Any], decisions: list[dict[str, Any]]) -> int:
     """Steps a rollback took back: from the lifecycle's step at the decision to the checkpoint's."""
     restored = next(d for d in decisions if d["kind"] == "engine_substitute" and "checkpoint_step" in d["evidence"])
-    return back["step"] - restored["evidence"]["checkpoint_step"]
+    lost: int = back["step"] - restored["evidence"]["checkpoint_step"]
+    return lost
 
 
-def test_a_nan_step_rolls_back_and_the_plan_still_finishes(tmp_path):
+def test_a_nan_step_rolls_back_and_the_plan_still_finishes(tmp_path: Path) -> None:
     module = NanOnce(at=45)
     trainer, recipe, decisions = fit_once(tmp_path, module,
-                                     train=DataLoader(ServedRows(task(512, 1)), batch_size=16, shuffle=True))
+                                     train=DataLoader(dataset(ServedRows(task(512, 1))), batch_size=16, shuffle=True))
     back = next(d for d in decisions if d["kind"] == "rollback_nonfinite")
     assert back["evidence"]["train_loss"] == "NaN"
     assert decisions[-1]["kind"] == "holdout", "the Trainer's step limit grew by the lost steps"
     # The failed step (the lifecycle's back["step"]) and those back to the checkpoint are lost.
     lost = lost_to_the_rollback(back, decisions)
     assert lost > 1 and trainer.global_step == planned_steps(RECIPE, str(recipe)) + lost > 110
-    assert torch.isfinite(module.net[0].weight).all(), "the NaN weights were replaced by the checkpoint's"
+    assert torch.isfinite(first_weight(module)).all(), "the NaN weights were replaced by the checkpoint's"
 
 
 class NanEvalOnce(Mlp):
@@ -251,11 +265,11 @@ class NanEvalOnce(Mlp):
         super().__init__()
         self.at, self.fired, self.trained_to = at, False, 0
 
-    def training_step(self, batch, i):
+    def training_step(self, batch: Sequence[torch.Tensor], i: int) -> torch.Tensor:
         self.trained_to = self.trainer.global_step
         return super().training_step(batch, i)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = super().forward(x)
         if not self.training and self.trained_to >= self.at and not self.fired:
             self.fired = True
@@ -263,7 +277,7 @@ class NanEvalOnce(Mlp):
         return out
 
 
-def test_a_nan_evaluation_is_recorded_and_rolled_back(tmp_path):
+def test_a_nan_evaluation_is_recorded_and_rolled_back(tmp_path: Path) -> None:
     trainer, recipe, decisions = fit_once(tmp_path, NanEvalOnce(at=45))
     back = next(d for d in decisions if d["kind"] == "rollback_nonfinite")
     assert back["evidence"]["val_loss"] == "NaN" and back["reason"].startswith("non-finite validation loss"), back
@@ -272,9 +286,9 @@ def test_a_nan_evaluation_is_recorded_and_rolled_back(tmp_path):
     assert lost > 0 and trainer.global_step == planned_steps(RECIPE, str(recipe)) + lost
 
 
-def test_a_trainer_that_stops_before_the_plan_ends_is_told_what_to_set(tmp_path):
-    _, recipe, decisions = fit_once(tmp_path, Mlp(), holdout=False, train=DataLoader(task(512, 1), batch_size=16),
-                               max_epochs=1)
+def test_a_trainer_that_stops_before_the_plan_ends_is_told_what_to_set(tmp_path: Path) -> None:
+    _, recipe, decisions = fit_once(tmp_path, Mlp(), holdout=False,
+                                    train=DataLoader(dataset(task(512, 1)), batch_size=16), max_epochs=1)
     last = decisions[-1]
     planned = planned_steps(RECIPE, str(recipe))
     assert last["kind"] == "engine_substitute" and f"set Trainer(max_steps={planned})" in last["reason"], last
@@ -282,16 +296,16 @@ def test_a_trainer_that_stops_before_the_plan_ends_is_told_what_to_set(tmp_path)
     assert not (tmp_path / "run" / "final" / "eval.json").exists()
 
 
-def test_whole_units_asked_of_a_model_without_their_names_are_recorded(tmp_path):
+def test_whole_units_asked_of_a_model_without_their_names_are_recorded(tmp_path: Path) -> None:
     module = Mlp()
     _, _, decisions = fit_once(tmp_path, module, RECIPE.replace("[contract]\n", "[contract]\nprune_units = true\n"),
-                          holdout=False, train=DataLoader(task(512, 1), batch_size=16))
+                          holdout=False, train=DataLoader(dataset(task(512, 1)), batch_size=16))
     said = [d for d in decisions if d["kind"] == "engine_substitute" and d["reason"].startswith("prune whole")]
     assert [d["evidence"] for d in said] == [{"asked": "contract.prune_units"}], said
     assert "single-weight magnitude" in said[0]["reason"]
     metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in metrics if "sparsity" in r][-1]
-    zeros = float((module.net[0].weight == 0).float().mean())
+    zeros = float((first_weight(module) == 0).float().mean())
     assert zeros > 0 and zeros == pytest.approx(last["sparsity/net.0"], abs=1e-9), (zeros, last)
 
 

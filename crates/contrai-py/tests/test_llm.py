@@ -5,6 +5,7 @@ touches exactly what the recipe names."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,7 +51,7 @@ def blocks(text: str, seq: int) -> list[dict[str, torch.Tensor]]:
              "labels": torch.tensor(ids[i:i + seq])} for i in range(0, len(ids) - seq, seq)]
 
 
-def test_a_lora_causal_lm_trains_through_the_lifecycle(tmp_path):
+def test_a_lora_causal_lm_trains_through_the_lifecycle(tmp_path: Path) -> None:
     text = tmp_path / "corpus.txt"
     text.write_text(TEXT)
     corpus = text.read_text()

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 import torch
 
 from . import _core
-from ._core import CorruptCheckpoint
+from ._core import CorruptCheckpoint as CorruptCheckpoint
 from .masks import Masks, matrices
 
 FORMAT = 3

@@ -31,6 +31,7 @@ from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
 from .masks import Masks, head_count, matrices
 from .model import class_names, cpu_batches, cpu_copy, dropout_sites, first_device, set_dropout, state_bytes, unwrap
+from .protocol import State, Turn
 
 WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
 # Rollback checkpoints kept besides the best ones (and the Trainer's own, unless it was told).
@@ -256,7 +257,7 @@ class Engine:
             self.masks = resume_masks(resume)
         self.run(self.next_turn())
 
-    def next_turn(self, observation: Any = None) -> dict[str, Any] | None:
+    def next_turn(self, observation: Any = None) -> Turn | None:
         """Rank 0's next turn from the conductor (the first without ``observation``); ``None`` on
         the other ranks, which get rank 0's (``share``)."""
         if not self.leader:
@@ -265,7 +266,7 @@ class Engine:
             raise RuntimeError("the engine has no conductor: start() opens it")
         return self.conductor.begin() if observation is None else self.conductor.observe(observation)
 
-    def run(self, turn: dict[str, Any] | None) -> None:
+    def run(self, turn: Turn | None) -> None:
         """Carries out turns until the conductor asks for a training step, the end, or a stop.
         Rank 0 decides; every rank carries out the same turn (``share``)."""
         while True:
@@ -298,7 +299,7 @@ class Engine:
         ((why, reason),) = payload.items()
         self.failed = f"{why}: {reason}"
 
-    def share(self, turn: dict[str, Any] | None) -> dict[str, Any]:
+    def share(self, turn: Turn | None) -> Turn:
         """The turn rank 0 got, on every rank (identity on one process)."""
         turn = self.from_leader(turn)
         if self.turn_log is not None:
@@ -443,7 +444,7 @@ class Engine:
 
     # ---- checkpoints --------------------------------------------------------------------------
 
-    def record_of(self, conductor_state: dict[str, Any]) -> dict[str, Any]:
+    def record_of(self, conductor_state: State) -> dict[str, Any]:
         """What a checkpoint needs besides the tensors: counters, journal lengths, the state."""
         lens = self.writer.sync() if self.leader else (0, 0)
         return {"format": 1, "step": self.step, "samples": self.samples, "metrics_len": lens[0],
@@ -540,7 +541,7 @@ class Engine:
             for _ in range(p["steps"]):
                 opt.zero_grad()
                 loss = self.job.outputs(model, batch).losses.mean()
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
                 opt.step()
                 losses.append(float(loss))
                 self.step += 1
@@ -705,7 +706,10 @@ class Engine:
         scale a weight matrix), evaluated on validation."""
         model = unwrap(self.job.model)
         dense = cpu_copy(model).eval()
-        int8 = self.int8 = torch.ao.quantization.quantize_dynamic(dense, {torch.nn.Linear}, dtype=torch.qint8)
+        # torch leaves quantize_dynamic unannotated (it returns the quantized module).
+        int8: torch.nn.Module = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
+            dense, {torch.nn.Linear}, dtype=torch.qint8)
+        self.int8 = int8
         _, acc, _ = self.evaluation(int8, cpu_batches(self.job.eval_batches()))
         block = "" if p["block"] is None else " (per-block scales asked; PyTorch's dynamic int8 has one a matrix)"
         return {"Quantized": {"val_accuracy": nan0(acc), "bytes": len(state_bytes(int8)),

@@ -17,7 +17,7 @@ come from the same rule (``_core.module_of``).
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import torch
 
@@ -84,7 +84,7 @@ class Masks:
                 offset += n
         return {kind for kind, paths in whole.items() if paths}
 
-    def update_groups(self, params: dict[str, torch.Tensor], targets: dict[str, Any], heads: int | None,
+    def update_groups(self, params: Mapping[str, torch.Tensor], targets: dict[str, Any], heads: int | None,
                       units: bool) -> dict[str, set[str]]:
         """Whole heads and units: in each targeted structure the ``floor(share × groups)`` groups
         with the smallest L2 norm over all their matrices are masked (groups masked before
@@ -128,7 +128,7 @@ class Masks:
                    for path, _ in matrices(model) if _core.module_of(path) in sparsity}
         return self.update(model, {"targets": targets, "scope": "module", "heads": heads, "units": units})
 
-    def scores(self, params: dict[str, torch.Tensor], paths: list[str]) -> torch.Tensor:
+    def scores(self, params: Mapping[str, torch.Tensor], paths: list[str]) -> torch.Tensor:
         """Magnitudes of a module's entries, masked ones −1 (never revived)."""
         parts = []
         for path in paths:

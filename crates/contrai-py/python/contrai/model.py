@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import copy
 import io
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeVar
 
 import torch
+
+M = TypeVar("M", bound=torch.nn.Module)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The model inside a DDP or compile wrapper."""
-    while hasattr(model, "module") and isinstance(getattr(model, "module"), torch.nn.Module):
-        model = model.module
+    while isinstance(inner := getattr(model, "module", None), torch.nn.Module):
+        model = inner
     return getattr(model, "_orig_mod", model)
 
 
@@ -29,7 +31,7 @@ def class_names(model: torch.nn.Module, classes: int) -> list[str]:
     return [str(labels.get(i, i)) for i in range(classes)]
 
 
-def cpu_copy(model: torch.nn.Module) -> torch.nn.Module:
+def cpu_copy(model: M) -> M:
     """A copy of the model on the CPU, made without a second copy on its accelerator (which
     ``copy.deepcopy(model).cpu()`` makes first): each parameter and buffer is copied straight to
     the CPU, and deepcopy is told to use those."""

@@ -24,7 +24,8 @@ def default_recipe() -> str:
 
 def doctor(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The doctor's report of a training log or run directory: one dict a run (verdict, findings)."""
-    return json.loads(_core.doctor(os.fspath(path)))
+    runs: list[dict[str, Any]] = json.loads(_core.doctor(os.fspath(path)))
+    return runs
 
 
 def report(path: str | os.PathLike[str]) -> str:
@@ -42,7 +43,8 @@ def audit(
 
     ``columns`` names the columns of a CSV/TSV file without a header row, e.g. ``["label", "text"]``.
     """
-    return json.loads(_core.audit(os.fspath(path), text, label, columns))
+    audit: dict[str, Any] = json.loads(_core.audit(os.fspath(path), text, label, columns))
+    return audit
 
 
 def split(
@@ -59,4 +61,6 @@ def split(
     ``columns`` names the columns of a CSV/TSV file without a header row; the partitions are
     written with that header.
     """
-    return json.loads(_core.split(os.fspath(path), os.fspath(out), ratios, seed, text, label, columns))
+    manifest: dict[str, Any] = json.loads(_core.split(os.fspath(path), os.fspath(out), ratios, seed, text, label,
+                                                      columns))
+    return manifest
