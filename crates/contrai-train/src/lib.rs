@@ -7,6 +7,10 @@
 //! classifier or the MLP on Burn's flex CPU backend, then whatever the conductor asks —
 //! `validate`, `main`, `diagnose`, `contract` and `refine` under the live doctor and its guards,
 //! step checkpoints with exact resume, and the holdout evaluated once at the end.
+//!
+//! The public modules are what the CLI, the examples and the tests use; the others (LoRA,
+//! distillation, dropout, export, compaction, measurements, the tokenizer, the pretrained
+//! encoder's glue) are the engine's own.
 
 #![warn(missing_docs)]
 
@@ -14,31 +18,31 @@ pub mod alloc;
 pub mod batch;
 pub mod calibrate;
 pub mod checkpoint;
-pub mod compact;
+mod compact;
 pub mod compress;
 pub mod data;
-pub mod distill;
-pub mod dropout;
+mod distill;
+mod dropout;
 mod engine;
 pub mod error;
 pub mod evaluate;
-pub mod export;
-pub mod features;
+mod export;
+mod features;
 mod finale;
 mod journal;
-pub mod lora;
-pub mod measure;
+mod lora;
+mod measure;
 pub mod model;
 pub mod options;
 mod persist;
 pub mod predict;
-pub mod pretrained;
+mod pretrained;
 pub mod prune;
 pub mod quantize;
 pub mod setup;
 pub mod step;
 pub mod stop;
-pub mod tokenizer;
+mod tokenizer;
 
 pub use engine::train;
 pub use error::{Result, TrainError};

@@ -22,8 +22,6 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::error::{Result, TrainError};
 
-/// Id of the padding token.
-pub const PAD: u32 = 0;
 /// Id of the unknown-word token (used only when there are no buckets).
 pub const UNK: u32 = 1;
 /// Format tag written into `tokenizer.json`.
