@@ -454,10 +454,13 @@ struct PendingCheckpoint {
 
 impl PendingCheckpoint {
     fn pending(&mut self) -> PyResult<&mut Pending> {
-        self.inner
-            .as_mut()
-            .ok_or_else(|| PyRuntimeError::new_err("this checkpoint was committed already"))
+        self.inner.as_mut().ok_or_else(committed)
     }
+}
+
+/// The error of a checkpoint used after its commit.
+fn committed() -> PyErr {
+    PyRuntimeError::new_err("this checkpoint was committed already")
 }
 
 #[pymethods]
@@ -475,10 +478,7 @@ impl PendingCheckpoint {
     /// Seals (every file forced to disk, `SHA256SUMS` written) and places the checkpoint; its
     /// directory.
     fn commit(&mut self) -> PyResult<PathBuf> {
-        let pending = self
-            .inner
-            .take()
-            .ok_or_else(|| PyRuntimeError::new_err("committed already"))?;
+        let pending = self.inner.take().ok_or_else(committed)?;
         pending.commit().map_err(envelope_err)
     }
 }

@@ -156,7 +156,6 @@ impl Pending {
         }
         let sums: String = self.sums.iter().map(|(f, s)| format!("{s}  {f}\n")).collect();
         self.add(SUMS, sums.as_bytes())?;
-        self.sums.remove(SUMS);
         sync_dir(&self.tmp);
         let dest = self.root.join(&self.name);
         let old = self.root.join(format!(".tmp-old-{}", self.name));
@@ -187,6 +186,8 @@ pub fn write(root: &Path, kind: Kind, step: u64, files: &[(&str, &[u8])]) -> Res
 pub struct Sealed {
     dir: PathBuf,
     sums: BTreeMap<String, String>,
+    /// An old PyTorch checkpoint's envelope (format 2): sums from `state.json`, which has none.
+    legacy: bool,
 }
 
 impl Sealed {
@@ -194,14 +195,15 @@ impl Sealed {
     /// checkpoint's `state.json` (format 2, whose `state.json` itself had no sum).
     pub fn open(dir: &Path) -> Result<Sealed> {
         let sums_path = dir.join(SUMS);
-        let sums = match std::fs::read(&sums_path) {
-            Ok(bytes) => parse_sums(&sums_path, &bytes)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => legacy_sums(dir)?,
+        let (sums, legacy) = match std::fs::read(&sums_path) {
+            Ok(bytes) => (parse_sums(&sums_path, &bytes)?, false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (legacy_sums(dir)?, true),
             Err(e) => return Err(RunError::io(&sums_path, e)),
         };
         Ok(Sealed {
             dir: dir.to_path_buf(),
             sums,
+            legacy,
         })
     }
 
@@ -231,10 +233,10 @@ impl Sealed {
         Ok(bytes)
     }
 
-    /// `state.json`'s bytes (checked when the envelope sums it, as every checkpoint written
-    /// since format 3 does).
+    /// `state.json`'s bytes, checked against its sum (unchecked only in an old PyTorch
+    /// checkpoint, whose sums it holds itself).
     pub fn state(&self) -> Result<Vec<u8>> {
-        if self.has(STATE) {
+        if !self.legacy {
             return self.read(STATE);
         }
         let path = self.dir.join(STATE);
@@ -411,6 +413,14 @@ mod tests {
         let err = s.read("model.pt").unwrap_err().to_string();
         assert!(err.contains("does not match its SHA-256"), "{err}");
         assert!(s.verify().is_err());
+        // A sealed envelope that does not list state.json never hands it out unchecked.
+        std::fs::write(
+            placed.join(SUMS),
+            format!("{}  model.pt\n", hex(Sha256::digest(b"weights"))),
+        )
+        .unwrap();
+        let err = Sealed::open(&placed).unwrap().state().unwrap_err().to_string();
+        assert!(err.contains("lists no state.json"), "{err}");
         // What `sha256sum -c` reads.
         let sums = std::fs::read_to_string(placed.join(SUMS)).unwrap();
         assert!(sums.lines().all(|l| l.len() == 64 + 2 + l[66..].len()), "{sums}");

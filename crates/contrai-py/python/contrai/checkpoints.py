@@ -83,7 +83,7 @@ class Checkpoints:
         self.envelope = _core.Checkpoints(str(root))
 
     def dir(self, step: int) -> Path:
-        return Path(self.envelope.dir(step))
+        return self.envelope.dir(step)
 
     def steps(self) -> list[int]:
         return self.envelope.steps()
@@ -93,7 +93,7 @@ class Checkpoints:
         """Checkpoint ``step`` in the run's envelope; the oldest beyond ``keep_last`` removed,
         except the steps in ``keep`` (the best ones)."""
         pending = self.envelope.begin(step)
-        tmp = Path(pending.path())
+        tmp = pending.path()
         skip = frozen(model)
         torch.save({k: v for k, v in model.state_dict().items() if k not in skip}, tmp / "model.pt")
         if optimizer is not None:
