@@ -483,6 +483,46 @@ impl PendingCheckpoint {
     }
 }
 
+/// Seals a checkpoint directory a framework wrote (a Hugging Face `checkpoint-N`, Contrai's
+/// files added): `SHA256SUMS` over every file in it, written atomically; its path.
+#[pyfunction]
+fn seal(dir: PathBuf) -> PyResult<PathBuf> {
+    checkpoint::seal(&dir).map_err(envelope_err)
+}
+
+/// Checks every file a sealed directory lists against its sum (`CorruptCheckpoint` when one does
+/// not match, is missing, or the directory was never sealed).
+#[pyfunction]
+fn verify(dir: PathBuf) -> PyResult<()> {
+    Sealed::open(&dir).and_then(|s| s.verify()).map_err(envelope_err)
+}
+
+/// One writer per run directory: the OS lock the CLI takes (`contrai_base::DirLock`), held until
+/// `release()` or the process ends, however it ends.
+#[pyclass(module = "contrai._core")]
+struct RunLock {
+    lock: Option<contrai_data::DirLock>,
+}
+
+#[pymethods]
+impl RunLock {
+    /// Locks `dir` (created if missing), or raises `OSError` naming the process that holds it;
+    /// temporary files an interrupted writer left there are removed (said on the log).
+    #[new]
+    fn new(dir: PathBuf) -> PyResult<Self> {
+        let lock = contrai_data::DirLock::acquire(&dir).map_err(|e| PyOSError::new_err(e.to_string()))?;
+        for path in lock.removed() {
+            println!("[contrai] {}", contrai_data::lock::removed_note(path));
+        }
+        Ok(RunLock { lock: Some(lock) })
+    }
+
+    /// Lets the directory go.
+    fn release(&mut self) {
+        self.lock = None;
+    }
+}
+
 /// Keep masks of magnitude pruning, by the rule both engines share
 /// (`contrai_lifecycle::select`): `pools` holds each module's scores (little-endian f32 bytes,
 /// masked entries −1) with its target's sparsity and cap; `scope` is `module` or `global`.
@@ -534,6 +574,16 @@ fn weakest_groups(norm: Vec<f64>, dead: Vec<bool>, sparsity: f64, cap: f64) -> P
     ))
 }
 
+/// The pre-flight check (`contrai_lifecycle::preflight`, the rules `contrai check` applies): a
+/// job's facts (a `protocol.JobFacts` as Python objects) in, its findings
+/// (`protocol.PreflightFinding`s) out; a `ValueError` for facts of the wrong form.
+#[pyfunction]
+fn preflight<'py>(py: Python<'py>, facts: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let facts: contrai_lifecycle::preflight::JobFacts =
+        pythonize::depythonize(facts).map_err(|e| PyValueError::new_err(format!("job facts: {e}")))?;
+    py_value(py, &contrai_lifecycle::preflight::check(&facts))
+}
+
 /// The module.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -543,6 +593,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RunWriter>()?;
     m.add_class::<Checkpoints>()?;
     m.add_class::<PendingCheckpoint>()?;
+    m.add_class::<RunLock>()?;
+    m.add_function(wrap_pyfunction!(seal, m)?)?;
+    m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add("CorruptCheckpoint", m.py().get_type::<CorruptCheckpoint>())?;
     m.add_function(wrap_pyfunction!(recipe_check, m)?)?;
     m.add_function(wrap_pyfunction!(recipe_json, m)?)?;
@@ -555,5 +608,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(report, m)?)?;
     m.add_function(wrap_pyfunction!(audit, m)?)?;
     m.add_function(wrap_pyfunction!(split, m)?)?;
+    m.add_function(wrap_pyfunction!(preflight, m)?)?;
     Ok(())
 }

@@ -171,6 +171,44 @@ impl Pending {
     }
 }
 
+/// Seals a checkpoint another program wrote in place (a Hugging Face `checkpoint-N`, a Lightning
+/// `.ckpt`'s directory): `SHA256SUMS` over every file below `dir` (paths relative to it, `/`
+/// between folders), written atomically, so that [`Sealed`] can verify it before a resume.
+pub fn seal(dir: &Path) -> Result<PathBuf> {
+    let mut sums = BTreeMap::new();
+    sum_tree(dir, dir, &mut sums)?;
+    let text: String = sums.iter().map(|(f, s)| format!("{s}  {f}\n")).collect();
+    let path = dir.join(SUMS);
+    let tmp = dir.join(format!(".tmp-{SUMS}"));
+    let io = |e| RunError::io(&tmp, e);
+    let mut f = File::create(&tmp).map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, &path).map_err(|e| RunError::io(&path, e))?;
+    sync_dir(dir);
+    Ok(path)
+}
+
+/// The sums of every file below `dir`, keyed by their path relative to `root`, each forced to disk.
+fn sum_tree(root: &Path, dir: &Path, sums: &mut BTreeMap<String, String>) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(|e| RunError::io(dir, e))? {
+        let path = entry.map_err(|e| RunError::io(dir, e))?.path();
+        let rel = path.strip_prefix(root).unwrap_or(&path);
+        let name = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        if path.is_dir() {
+            sum_tree(root, &path, sums)?;
+        } else if name != SUMS && !name.ends_with(&format!(".tmp-{SUMS}")) {
+            sync_file(&path)?;
+            sums.insert(name, file_sum(&path)?);
+        }
+    }
+    Ok(())
+}
+
 /// Writes a whole checkpoint from files in memory (`state.json` among them); returns its
 /// directory.
 pub fn write(root: &Path, kind: Kind, step: u64, files: &[(&str, &[u8])]) -> Result<PathBuf> {
@@ -394,6 +432,33 @@ pub fn discard_after(root: &Path, step: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_another_program_wrote_is_sealed_in_place_and_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = dir.path().join("checkpoint-40");
+        std::fs::create_dir_all(ckpt.join("global_step40")).unwrap();
+        std::fs::write(ckpt.join("model.safetensors"), b"weights").unwrap();
+        std::fs::write(ckpt.join("global_step40").join("optim.pt"), b"moments").unwrap();
+        seal(&ckpt).unwrap();
+        let s = Sealed::open(&ckpt).unwrap();
+        assert_eq!(
+            s.files().collect::<Vec<_>>(),
+            ["global_step40/optim.pt", "model.safetensors"]
+        );
+        s.verify().unwrap();
+        // Sealing again (a later file added) covers it, and a changed file fails.
+        std::fs::write(ckpt.join("trainer_state.json"), b"{}").unwrap();
+        seal(&ckpt).unwrap();
+        let s = Sealed::open(&ckpt).unwrap();
+        assert!(s.has("trainer_state.json"));
+        std::fs::write(ckpt.join("global_step40").join("optim.pt"), b"momentz").unwrap();
+        let err = s.verify().unwrap_err().to_string();
+        assert!(
+            err.contains("optim.pt") && err.contains("does not match"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn a_checkpoint_is_sealed_placed_and_read_back_checked() {

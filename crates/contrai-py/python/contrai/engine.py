@@ -32,6 +32,7 @@ from .data import DroppableDataset
 from .masks import Masks, head_count, matrices
 from .model import class_names, cpu_batches, cpu_copy, dropout_sites, first_device, set_dropout, state_bytes, unwrap
 from .protocol import State, Turn
+from .resume import check_lr
 
 WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
 # Rollback checkpoints kept besides the best ones (and the Trainer's own, unless it was told).
@@ -80,6 +81,11 @@ class Job:
     def train_dataset(self) -> Any:
         """The train dataset (a :class:`DroppableDataset` lets noisy samples be dropped)."""
         return None
+
+    def barrier(self) -> None:
+        """Waits for every rank (nothing on one process)."""
+        if distributed(self.world):
+            torch.distributed.barrier()
 
     def all_reduce(self, values: list[float]) -> list[float]:
         """Sums of ``values`` over all ranks (identity on one process)."""
@@ -191,6 +197,10 @@ class Engine:
         # The record of the latest checkpoint (the framework saves its own beside it).
         self.last_record: dict[str, Any] | None = None
         self.int8: torch.nn.Module | None = None
+        # The run directory's one-writer lock (rank 0), held from start to the job's end.
+        self.lock: _core.RunLock | None = None
+        # The signal the job stopped on (a preemption), when it did.
+        self.stopped_by: int | None = None
         self.holdout_eval: tuple[float, float, int] = (math.nan, math.nan, 0)
         # What each action the conductor orders does; what answers each request with the
         # observation it asks for; what each request that ends a run of turns does.
@@ -241,7 +251,7 @@ class Engine:
         lens = (0, 0) if resume is None else (resume["metrics_len"], resume["decisions_len"])
         self.remember_dropout()
         if self.leader:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.lock = hold(self.run_dir)
             (self.run_dir / "recipe.toml").write_text(_core.recipe_check(self.recipe_toml, self.recipe_path))
             self.writer = _core.RunWriter(str(self.run_dir), WRITER, lens[0], lens[1])
             if resume is None:
@@ -256,6 +266,10 @@ class Engine:
             self.lost_steps = resume.get("lost_steps", 0)
             self.masks = resume_masks(resume)
         self.run(self.next_turn())
+        if resume is not None and self.failed is None:
+            differs = check_lr(resume.get("next_lr"), self.plan["lr"] if self.plan is not None else None)
+            if differs is not None:
+                self.failed = f"resume: {differs}"
 
     def next_turn(self, observation: Any = None) -> Turn | None:
         """Rank 0's next turn from the conductor (the first without ``observation``); ``None`` on
@@ -336,10 +350,27 @@ class Engine:
         obs = {"Stepped": {"loss": loss, "grad_norm": grad_norm, "lr": plan["lr"]}}
         self.run(self.next_turn(obs))
 
+    def stop_for(self, signum: int) -> None:
+        """A stop signal the ranks agreed on, after this step: the record a checkpoint of it keeps
+        (the conductor waits for the next step; a resume continues from here)."""
+        self.stopped_by = signum
+        if self.conductor is not None:
+            self.last_record = self.record_of(self.conductor.state())
+        else:  # a rank other than 0: the record is rank 0's; this one only marks the step saved
+            self.last_record = {"step": self.step}
+
+    def release(self) -> None:
+        """The run directory let go (the job is over, however it ended)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+            HELD.pop(self.run_dir.resolve(), None)
+
     def stopped_early(self, framework_step: int, planned: int, setting: str) -> None:
         """The framework's training ended before the conductor finished: recorded, with the step
-        limit the plan needs (``setting`` formats it: ``"Trainer(max_steps={})"``)."""
-        if self.finished is not None or self.failed is not None:
+        limit the plan needs (``setting`` formats it: ``"Trainer(max_steps={})"``). A stop on a
+        signal is not that: the job resumes from its checkpoint."""
+        if self.finished is not None or self.failed is not None or self.stopped_by is not None:
             return
         need = planned + self.lost_steps
         self.substitute(
@@ -449,6 +480,13 @@ class Engine:
         lens = self.writer.sync() if self.leader else (0, 0)
         return {"format": 1, "step": self.step, "samples": self.samples, "metrics_len": lens[0],
                 "decisions_len": lens[1], "lost_steps": self.lost_steps, "conductor": conductor_state}
+
+    def resume_record(self) -> dict[str, Any] | None:
+        """The latest checkpoint's record as a framework saves it between steps: with the LR the
+        next step runs at (a resume checks it)."""
+        if self.last_record is None:
+            return None
+        return {**self.last_record, "next_lr": self.plan["lr"] if self.plan is not None else None}
 
     def checkpoint(self, p: dict[str, Any]) -> None:
         """What training changed, the masks and the record with the conductor's ``state`` (rank 0;
@@ -747,6 +785,20 @@ class Engine:
               "planned_steps": summary["planned_steps"], "sparsity": self.masks.by_module(),
               "int8": summary["int8"], "student": None}
         self.writer.write("eval", words_json(ev))
+
+
+# The run directories this process holds, by path: one writer per directory is a rule between
+# processes; a job run again in the same process (a notebook, a test) takes over its own lock.
+HELD: dict[Path, _core.RunLock] = {}
+
+
+def hold(run_dir: Path) -> _core.RunLock:
+    """The run directory's lock (``contrai train``'s, an OS lock): this process's own if it holds
+    it already, else taken; ``OSError`` naming the process that holds it."""
+    key = run_dir.resolve()
+    if key not in HELD:
+        HELD[key] = _core.RunLock(run_dir)
+    return HELD[key]
 
 
 def resume_masks(record: dict[str, Any]) -> Masks:

@@ -59,7 +59,9 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from . import _core
 from ._compat import hf as compat
+from .preempt import Preemption, stopped
 from .engine import KEEP_LAST, Engine, Job, OriginalRows, Outputs, per_sample, planned_steps, refuse_sharded_pruning
 
 
@@ -173,6 +175,7 @@ class ContraiCallback(TrainerCallback):
         self.trainer: Trainer | None = None
         self.engine: Engine | None = None
         self._step = _Step()
+        self._preemption = Preemption()
 
     # ---- setting up ---------------------------------------------------------------------------
 
@@ -227,6 +230,7 @@ class ContraiCallback(TrainerCallback):
         compat.hold_lr(lr_scheduler, self._lr)
         self._limit_saves(args)
         self.engine.start(self._resume_record(args, state))
+        self._preemption.install()
         return self._after(control)
 
     def _limit_saves(self, args: TrainingArguments) -> None:
@@ -275,12 +279,28 @@ class ContraiCallback(TrainerCallback):
             # Steps that failed or rollbacks took back: the plan still fits (its epochs allowing:
             # else on_train_end says what to set).
             compat.extend_max_steps(state, control, self.planned + e.lost_steps)
-        return self._after(control)
+        self._after(control)
+        return self._stop_if_signalled(control)
+
+    def _stop_if_signalled(self, control: TrainerControl) -> TrainerControl:
+        """A stop signal any rank got (the ranks agree at every step): this step is saved — the
+        Trainer's checkpoint with the lifecycle's record, sealed — and the job stops, exiting in
+        ``on_train_end``."""
+        e = self._running()
+        if e.finished is not None or e.stopped_by is not None:
+            return control
+        signum = self._preemption.agreed(e.job.all_reduce)
+        if signum is not None:
+            e.stop_for(signum)
+            control.should_save = True
+            control.should_training_stop = True
+        return control
 
     def _after(self, control: TrainerControl) -> TrainerControl:
         """Carries the engine's state to the Trainer: stop, save, the next step's LR."""
         e = self._running()
         if e.failed is not None:
+            self._end()
             raise RuntimeError(f"contrai: the run stopped: {e.failed}")
         if e.last_record is not None and e.last_record.get("step") == e.step:
             control.should_save = True
@@ -291,20 +311,56 @@ class ContraiCallback(TrainerCallback):
         return control
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
-        """The lifecycle's record beside the Trainer's checkpoint (``resume_from_checkpoint``)."""
+        """The lifecycle's record beside the Trainer's checkpoint (``resume_from_checkpoint``), then
+        the whole checkpoint sealed (``SHA256SUMS``: :func:`last_checkpoint` verifies it) once every
+        rank's files are in."""
         e = self.engine
-        record = e.last_record if e is not None else None
-        if e is None or record is None or e.job.rank != 0:
+        if e is None or e.last_record is None:
             return
         ckpt = compat.checkpoint_dir(args, state.global_step)
-        if ckpt.is_dir():
+        # A save of the user's own schedule between the lifecycle's checkpoints gets no record:
+        # the lifecycle's state there was never written, so it cannot resume from it.
+        if e.job.rank == 0 and ckpt.is_dir() and e.last_record.get("step") == e.step:
             e.masks.save(str(ckpt / "contrai-masks.pt"))
-            (ckpt / "contrai.json").write_text(json.dumps(record))
+            (ckpt / "contrai.json").write_text(json.dumps(e.resume_record()))
+        e.job.barrier()
+        if args.should_save and ckpt.is_dir():
+            _core.seal(ckpt)
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kw: Any) -> None:
+        e = self.engine
+        if e is None:
+            return
+        e.stopped_early(state.global_step, self.planned, "TrainingArguments(max_steps={})")
+        self._end()
+        if e.stopped_by is not None:
+            raise stopped(e.stopped_by, state.global_step, str(compat.checkpoint_dir(args, state.global_step)),
+                          "the script resumes with trainer.train(resume_from_checkpoint="
+                          f"contrai.hf.last_checkpoint({str(args.output_dir)!r}))")
+
+    def _end(self) -> None:
+        """The job is over: the run directory let go, the signal handlers put back."""
+        self._preemption.restore()
         if self.engine is not None:
-            self.engine.stopped_early(state.global_step, self.planned, "TrainingArguments(max_steps={})")
+            self.engine.release()
 
 
-__all__ = ["ContraiCallback"]
+def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
+    """The newest ``checkpoint-N`` under ``output_dir`` whose files match their sums (written
+    under :class:`ContraiCallback`), for ``trainer.train(resume_from_checkpoint=...)``; ``None``
+    when there is none — so one script serves the first run and every requeue. A newer checkpoint
+    that fails its sums (a kill mid-save) is passed over, said on the log."""
+    found = sorted(((int(p.name.rsplit("-", 1)[1]), p) for p in Path(output_dir).glob("checkpoint-*")
+                    if p.is_dir() and p.name.rsplit("-", 1)[1].isdigit()), reverse=True)
+    for step, path in found:
+        try:
+            _core.verify(path)
+        except (_core.CorruptCheckpoint, OSError) as err:
+            print(f"[contrai] {path} passed over: {err}")
+            continue
+        return str(path)
+    return None
+
+
+__all__ = ["ContraiCallback", "last_checkpoint"]

@@ -61,7 +61,10 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
+from . import _core
 from ._compat import lightning as compat
+from .preempt import Preemption, stopped
+from .resume import gathered, rng_states, set_rng_states
 from .engine import Engine, Job, OriginalRows, Outputs, per_sample, planned_steps, refuse_sharded_pruning
 
 Forward = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
@@ -185,6 +188,9 @@ class ContraiCallback(pl.Callback):
         self._resume: dict[str, Any] | None = None
         self._grad_norm: float | None = None
         self._optimizer_stepped = False
+        self._preemption = Preemption()
+        self._stop_file: Path | None = None
+        self._rng: list[dict[str, Any]] | None = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         compat.check()
@@ -193,6 +199,7 @@ class ContraiCallback(pl.Callback):
         self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, self.classes,
                              turn_log=self.turn_log)
         self.engine.start(self._resume)
+        self._preemption.install()
         self._after(trainer)
 
     def _check(self, trainer: pl.Trainer) -> None:
@@ -238,18 +245,51 @@ class ContraiCallback(pl.Callback):
         # Steps that failed or rollbacks took back: the plan still fits.
         compat.extend_max_steps(trainer, self.planned + e.lost_steps)
         self._after(trainer)
+        self._stop_if_signalled(trainer)
+
+    def _stop_if_signalled(self, trainer: pl.Trainer) -> None:
+        """A stop signal any rank got (the ranks agree at every step): Lightning's checkpoint of
+        this step (the lifecycle's state in it) written by every rank's ``save_checkpoint`` into a
+        directory of its own, sealed, and the fit stopped; the job exits in ``on_train_end``."""
+        e = self._running()
+        if e.finished is not None or e.stopped_by is not None:
+            return
+        signum = self._preemption.agreed(e.job.all_reduce)
+        if signum is None:
+            return
+        e.stop_for(signum)
+        folder = stop_dir(trainer) / f"stop-step={trainer.global_step}"
+        self._stop_file = folder / "last.ckpt"
+        trainer.save_checkpoint(self._stop_file)
+        if trainer.is_global_zero:
+            _core.seal(folder)
+        trainer.should_stop = True
 
     def _after(self, trainer: pl.Trainer) -> None:
         """Carries the engine's state to the Trainer: a failure raised, the end a stop."""
         e = self._running()
         if e.failed is not None:
+            self._end()
             raise RuntimeError(f"contrai: the run stopped: {e.failed}")
         if e.finished is not None:
             trainer.should_stop = True
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        e = self.engine
+        if e is None:
+            return
+        e.stopped_early(trainer.global_step, self.planned, "Trainer(max_steps={})")
+        self._end()
+        if e.stopped_by is not None and self._stop_file is not None:
+            raise stopped(e.stopped_by, trainer.global_step, str(self._stop_file),
+                          f"the script resumes with trainer.fit(..., ckpt_path={str(self._stop_file)!r}), or "
+                          f"ckpt_path=contrai.lightning.last_checkpoint({str(self._stop_file.parent.parent)!r})")
+
+    def _end(self) -> None:
+        """The job is over: the run directory let go, the signal handlers put back."""
+        self._preemption.restore()
         if self.engine is not None:
-            self.engine.stopped_early(trainer.global_step, self.planned, "Trainer(max_steps={})")
+            self.engine.release()
 
     def state_dict(self) -> dict[str, Any]:
         """What Lightning's checkpoint keeps of the lifecycle: the engine's record (counters, journal
@@ -257,14 +297,58 @@ class ContraiCallback(pl.Callback):
         and the pruning masks. Empty before training starts and on ranks other than 0 (Lightning
         writes rank 0's)."""
         e = self.engine
-        if e is None or e.conductor is None:
+        if e is None:
             return {}
-        return {"record": e.record_of(e.conductor.state()), "masks": dict(e.masks.keep)}
+        # Every rank's generators, gathered on all (Lightning keeps rank 0's state_dict).
+        rng = gathered(rng_states(), e.job.world)
+        if e.conductor is None:
+            return {}
+        e.last_record = e.record_of(e.conductor.state())
+        return {"record": e.resume_record(), "masks": dict(e.masks.keep), "rng": rng}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """The lifecycle's state from the checkpoint Lightning resumes from (``fit(ckpt_path=)``):
         the conductor, the counters and the masks continue from it when training starts."""
         self._resume = {**state_dict["record"], "masks_keep": state_dict["masks"]} if state_dict else None
+        self._rng = state_dict.get("rng") if state_dict else None
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        """The first step after a resume draws from the generators the stopped job had: they are
+        put back once its batch is drawn (as they were when the checkpoint was written)."""
+        rng, self._rng = self._rng, None
+        if rng is None:
+            return
+        if len(rng) != trainer.world_size:
+            print(f"[contrai] the checkpoint kept the generators of {len(rng)} ranks, this job has "
+                  f"{trainer.world_size}: dropout and sampling draw new streams from here")
+            return
+        set_rng_states(rng[trainer.global_rank])
 
 
-__all__ = ["ContraiCallback", "default_forward"]
+def stop_dir(trainer: pl.Trainer) -> Path:
+    """Where a stop checkpoint goes: the ``ModelCheckpoint``'s folder when the Trainer has one with
+    a folder, else ``default_root_dir/checkpoints``."""
+    callback = trainer.checkpoint_callback
+    folder = getattr(callback, "dirpath", None)
+    return Path(folder) if folder else Path(trainer.default_root_dir) / "checkpoints"
+
+
+def last_checkpoint(folder: str | os.PathLike[str]) -> str | None:
+    """The newest stop checkpoint under ``folder`` (``stop-step=N/last.ckpt``) whose files match
+    their sums, for ``trainer.fit(..., ckpt_path=...)``; ``None`` when there is none — so one
+    script serves the first run and every requeue. One that fails its sums is passed over, said on
+    the log."""
+    found = sorted(((int(p.name.split("=", 1)[1]), p) for p in Path(folder).glob("stop-step=*")
+                    if p.is_dir() and p.name.split("=", 1)[1].isdigit()), reverse=True)
+    for _, path in found:
+        try:
+            _core.verify(path)
+        except (_core.CorruptCheckpoint, OSError) as err:
+            print(f"[contrai] {path} passed over: {err}")
+            continue
+        return str(path / "last.ckpt")
+    return None
+
+
+__all__ = ["ContraiCallback", "default_forward", "last_checkpoint"]

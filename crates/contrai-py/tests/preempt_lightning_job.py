@@ -1,0 +1,47 @@
+"""A Lightning job that a stop signal may interrupt, run as its own process (alone, or on two ranks
+under torchrun with ``strategy="ddp"``): the MLP task of test_lightning under ContraiCallback,
+resumed from the newest sealed stop checkpoint when there is one.
+
+Arguments: OUT_DIR (holding recipe.toml), then ``kill=STEP`` (this process sends itself SIGTERM
+during optimizer step STEP) and ``rank=R`` (only rank R does).
+"""
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from conftest import dataset
+from test_lightning import Mlp, task
+from torch.utils.data import DataLoader
+
+from contrai import DroppableDataset
+from contrai.lightning import ContraiCallback, last_checkpoint
+
+out = Path(sys.argv[1])
+options = dict(o.split("=", 1) for o in sys.argv[2:])
+ranks = int(os.environ.get("WORLD_SIZE", "1"))
+
+
+class KillAt(pl.Callback):
+    """SIGTERM to this process as optimizer step ``step`` begins."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: pl.Trainer, module: pl.LightningModule, batch: Any, i: int) -> None:
+        if trainer.global_step + 1 == self.step and ("rank" not in options or int(options["rank"]) == trainer.global_rank):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+callbacks: list[pl.Callback] = [ContraiCallback(out / "recipe.toml", out / "run", holdout_dataset=task(64, 3))]
+if "kill" in options:
+    callbacks.append(KillAt(int(options["kill"])))
+trainer = pl.Trainer(max_steps=110, accelerator="cpu", devices=ranks, strategy="ddp" if ranks > 1 else "auto",
+                     callbacks=callbacks, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     num_sanity_val_steps=0, default_root_dir=str(out / "trainer"))
+trainer.fit(Mlp(), DataLoader(dataset(DroppableDataset(task(512, 1))), batch_size=16, shuffle=False),
+            DataLoader(dataset(task(128, 2)), batch_size=32),
+            ckpt_path=last_checkpoint(out / "trainer" / "checkpoints"))

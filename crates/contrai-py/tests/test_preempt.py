@@ -1,0 +1,162 @@
+"""Preemption in a PyTorch job: a stop signal at a step, mid-evaluation, or on one rank of two
+stops the job after the step under way with a sealed checkpoint and exit status 128 + n; the
+same script run again resumes from it, and every step trains on exactly the loss the
+uninterrupted job had."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import HF_RECIPE
+from test_ddp import TORCHRUN, needs_torchrun
+from test_lightning import RECIPE as LIGHTNING_RECIPE
+
+import contrai
+from contrai._core import CorruptCheckpoint, RunLock
+from contrai.hf import last_checkpoint
+from contrai.lightning import last_checkpoint as last_lightning_checkpoint
+
+HERE = Path(__file__).parent
+SIGTERM_EXIT = 128 + 15
+
+
+def job(out: Path, *options: str, ranks: int = 1, port: int = 0,
+        script: str = "preempt_job.py", recipe: str = HF_RECIPE) -> subprocess.CompletedProcess[str]:
+    """``script`` (the HF job, or the Lightning one) on ``out`` with ``recipe``, alone or on
+    ``ranks`` ranks under torchrun (gloo)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "recipe.toml").write_text(recipe)
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+    argv = [str(HERE / script), str(out), *options]
+    cmd = ([TORCHRUN, "--nproc_per_node", str(ranks), "--master_port", str(port), *argv] if ranks > 1
+           else [sys.executable, *argv])
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+
+
+def losses(out: Path) -> dict[int, float]:
+    """The training loss of every lifecycle step the run directory recorded."""
+    rows = [json.loads(x) for x in (out / "run" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}
+
+
+def decisions(out: Path) -> list[tuple[int, str]]:
+    rows = [json.loads(x) for x in (out / "run" / "decisions.jsonl").read_text().splitlines() if x.strip()]
+    return [(d["step"], d["kind"]) for d in rows]
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The uninterrupted job."""
+    out = tmp_path_factory.mktemp("whole")
+    done = job(out)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out
+
+
+def stopped_then_resumed(out: Path, *options: str, ranks: int = 1, port: int = 0, code: int = SIGTERM_EXIT) -> str:
+    """The job stopped by a signal (exit status ``code`` on one process), then the same command
+    again; the stopped run's stderr."""
+    first = job(out, *options, ranks=ranks, port=port)
+    assert first.returncode != 0, "the signal stopped the job"
+    if ranks == 1:
+        assert first.returncode == code, first.stderr[-4000:]
+    ckpt = last_checkpoint(out / "trainer")
+    assert ckpt is not None, first.stderr[-4000:]
+    contrai_record = json.loads((Path(ckpt) / "contrai.json").read_text())
+    assert (Path(ckpt) / "SHA256SUMS").exists() and contrai_record["step"] > 0
+    second = job(out, ranks=ranks, port=port + 1 if port else 0)
+    assert second.returncode == 0, second.stderr[-4000:]
+    return first.stderr
+
+
+def test_sigterm_mid_step_stops_after_it_and_the_resumed_job_trains_exactly_as_the_whole(
+        tmp_path: Path, whole: Path) -> None:
+    step = random.Random(28).randint(25, 55)  # within main
+    err = stopped_then_resumed(tmp_path, f"kill={step}")
+    assert f"stopped by SIGTERM after step {step}:" in err, err[-3000:]
+    assert "preempt_job.py" in err and "resume_from_checkpoint" in err, "the command that resumes it is printed"
+    assert losses(tmp_path) == losses(whole)
+    assert decisions(tmp_path) == decisions(whole)
+    assert (tmp_path / "run" / "final" / "eval.json").exists()
+
+
+def test_a_signal_during_an_evaluation_stops_after_it(tmp_path: Path, whole: Path) -> None:
+    # Evaluation-mode forward passes: validate's 20 one-batch steps, its evaluation (4 batches),
+    # the round trip (2); then 4 per evaluation of main, every 10 steps: the 40th is inside one.
+    err = stopped_then_resumed(tmp_path, "kill-eval=40", "signal=SIGUSR1", code=128 + 10)
+    assert "SIGUSR1 received" in err and "stopped by SIGUSR1 after step" in err, err[-3000:]
+    assert losses(tmp_path) == losses(whole)
+
+
+def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
+    done = job(tmp_path, "kill=30", "twice=1")
+    assert done.returncode == SIGTERM_EXIT, done.stderr[-3000:]
+    assert "second stop signal (SIGTERM): exiting now" in done.stderr
+    assert "stopped by" not in done.stderr, "no checkpoint was waited for"
+
+
+def test_a_checkpoint_that_fails_its_sums_is_passed_over(tmp_path: Path) -> None:
+    done = job(tmp_path, "kill=33")
+    assert done.returncode == SIGTERM_EXIT
+    newest = last_checkpoint(tmp_path / "trainer")
+    assert newest is not None and newest.endswith("checkpoint-33")
+    weights = next(p for p in Path(newest).iterdir() if p.name.startswith("model"))
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    with pytest.raises(CorruptCheckpoint):
+        contrai._core.verify(newest)
+    older = last_checkpoint(tmp_path / "trainer")
+    assert older is not None and int(older.rsplit("-", 1)[1]) < 33, older
+
+
+def test_one_process_writes_a_run_directory(tmp_path: Path) -> None:
+    held = RunLock(tmp_path / "run")
+    try:
+        done = job(tmp_path)
+        assert done.returncode != 0
+        assert f"process {os.getpid()}" in done.stderr, done.stderr[-2000:]
+        assert not (tmp_path / "run" / "metrics.jsonl").exists(), "the job wrote nothing there"
+    finally:
+        held.release()
+
+
+@needs_torchrun
+def test_a_signal_on_one_rank_stops_both_and_the_resume_is_exact(tmp_path: Path) -> None:
+    whole = tmp_path / "whole"
+    done = job(whole, ranks=2, port=29541)
+    assert done.returncode == 0, done.stderr[-4000:]
+    cut = tmp_path / "cut"
+    err = stopped_then_resumed(cut, "kill=37", "rank=1", ranks=2, port=29543)
+    assert "stopped by SIGTERM after step 37" in err, err[-4000:]
+    assert losses(cut) == losses(whole)
+    assert decisions(cut) == decisions(whole)
+    shutil.rmtree(whole / "trainer", ignore_errors=True)
+
+
+def test_a_lightning_job_stopped_by_sigterm_resumes_from_its_sealed_checkpoint(tmp_path: Path) -> None:
+    whole = tmp_path / "whole"
+    done = job(whole, script="preempt_lightning_job.py", recipe=LIGHTNING_RECIPE)
+    assert done.returncode == 0, done.stderr[-4000:]
+    cut = tmp_path / "cut"
+    first = job(cut, "kill=45", script="preempt_lightning_job.py", recipe=LIGHTNING_RECIPE)
+    assert first.returncode == SIGTERM_EXIT, first.stderr[-4000:]
+    assert "stopped by SIGTERM after step 45:" in first.stderr and "ckpt_path=" in first.stderr, first.stderr[-3000:]
+    ckpt = last_lightning_checkpoint(cut / "trainer" / "checkpoints")
+    assert ckpt is not None and Path(ckpt).parent.name == "stop-step=45"
+    second = job(cut, script="preempt_lightning_job.py", recipe=LIGHTNING_RECIPE)
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert decisions(cut) == decisions(whole)
+    # Up to the stop the steps are the whole job's; the resumed job carries on the same lifecycle
+    # steps (its data order after a mid-epoch stop is Lightning's: a plain DataLoader restarts the
+    # epoch, Lightning warns).
+    cut_losses, whole_losses = losses(cut), losses(whole)
+    assert sorted(cut_losses) == sorted(whole_losses)
+    stop = 20 + 45  # the lifecycle's step: validate's 20 come first
+    assert all(cut_losses[s] == whole_losses[s] for s in cut_losses if s <= stop)
