@@ -8,6 +8,7 @@ Arguments: OUT_DIR (holding recipe.toml), then options:
   signal=NAME      the signal (default SIGTERM)
   rank=R           only rank R signals itself (default: every rank)
   twice=1          the signal sent twice in a row (the second exits at once)
+  data_seed=N      TrainingArguments(data_seed=N): another sample order than the stopped job's
 """
 
 import os
@@ -28,7 +29,8 @@ options = dict(o.split("=", 1) for o in sys.argv[2:])
 distributed = "WORLD_SIZE" in os.environ
 args = TrainingArguments(output_dir=str(out / "trainer"), per_device_train_batch_size=16, per_device_eval_batch_size=32,
                          max_steps=80, report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True,
-                         ddp_backend="gloo" if distributed else None)
+                         ddp_backend="gloo" if distributed else None,
+                         data_seed=int(options["data_seed"]) if "data_seed" in options else None)
 signum = signal.Signals[options.get("signal", "SIGTERM")]
 mine = "rank" not in options or int(options["rank"]) == args.process_index
 

@@ -88,6 +88,39 @@ def test_sigterm_mid_step_stops_after_it_and_the_resumed_job_trains_exactly_as_t
     assert (tmp_path / "run" / "final" / "eval.json").exists()
 
 
+def stopped(out: Path, step: int) -> Path:
+    """The job stopped by SIGTERM at ``step``; its checkpoint."""
+    done = job(out, f"kill={step}")
+    assert done.returncode == SIGTERM_EXIT, done.stderr[-3000:]
+    ckpt = last_checkpoint(out / "trainer")
+    assert ckpt is not None and ckpt.endswith(f"checkpoint-{step}")
+    return Path(ckpt)
+
+
+def test_a_resume_inside_a_later_epoch_is_certified_and_a_changed_order_is_caught(tmp_path: Path) -> None:
+    # 400 rows in batches of 16: 25 steps an epoch; step 37 is the 12th of epoch 1.
+    ckpt = stopped(tmp_path, 37)
+    record = json.loads((ckpt / "contrai.json").read_text())
+    assert record["order"] == [{"epoch": 1, "count": 12, "chain": record["order"][0]["chain"]}]
+    assert record["next_lr"] > 0 and len(record["rng"]) == 1
+    changed = job(tmp_path, "data_seed=7")
+    assert changed.returncode != 0
+    assert "resume: the resumed job's loader orders epoch 1 differently" in changed.stderr, changed.stderr[-3000:]
+    again = job(tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resume certified before its first step: epoch 1's first 12 batches" in again.stdout, again.stdout[-3000:]
+
+
+def test_a_checkpoint_without_its_rng_file_is_repaired(tmp_path: Path, whole: Path) -> None:
+    ckpt = stopped(tmp_path, 41)
+    (ckpt / "rng_state.pth").unlink()
+    contrai._core.seal(ckpt)
+    done = job(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "random generators at the first resumed step were not the checkpoint's" in done.stdout, done.stdout[-3000:]
+    assert losses(tmp_path) == losses(whole), "dropout drew the stopped job's stream"
+
+
 def test_a_signal_during_an_evaluation_stops_after_it(tmp_path: Path, whole: Path) -> None:
     # Evaluation-mode forward passes: validate's 20 one-batch steps, its evaluation (4 batches),
     # the round trip (2); then 4 per evaluation of main, every 10 steps: the 40th is inside one.

@@ -62,6 +62,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from . import _core
 from ._compat import hf as compat
 from .preempt import Preemption, stopped
+from .resume import Order, Resumed, fingerprint, gathered, replayed, rng_states
 from .engine import KEEP_LAST, Engine, Job, OriginalRows, Outputs, per_sample, planned_steps, refuse_sharded_pruning
 
 
@@ -176,6 +177,10 @@ class ContraiCallback(TrainerCallback):
         self.engine: Engine | None = None
         self._step = _Step()
         self._preemption = Preemption()
+        # This rank's sample order in the epoch under way; what a resume checks at its first step.
+        self._order = Order()
+        self._resumed: Resumed | None = None
+        self._resumed_order: dict[str, Any] | None = None
 
     # ---- setting up ---------------------------------------------------------------------------
 
@@ -225,13 +230,65 @@ class ContraiCallback(TrainerCallback):
         job = HfJob(trainer, train_dataloader, self.holdout)
         self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, classes, turn_log=self.turn_log)
         self._step = _Step()  # a fresh one: taps of an earlier train() keep feeding the old
-        compat.tap_loss(trainer, self._step.add_loss)
+        compat.tap_loss(trainer, self._step.add_loss, self._trained)
         compat.tap_grad_norm(trainer, self._step.set_grad_norm)
         compat.hold_lr(lr_scheduler, self._lr)
         self._limit_saves(args)
-        self.engine.start(self._resume_record(args, state))
+        record = self._resume_record(args, state)
+        self.engine.start(record)
+        if record is not None and self.engine.failed is None:
+            self._certify(trainer, record)
         self._preemption.install()
         return self._after(control)
+
+    def _certify(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        """Before the first resumed step: the epoch's order up to the checkpoint drawn again from
+        the Trainer's loader and checked against the checkpoint's (a difference stops the job);
+        what the first step must then see kept for it."""
+        e = self._running()
+        orders, rngs = record.get("order"), record.get("rng")
+        if orders is None or rngs is None or len(orders) != e.job.world:
+            return  # written before resumes were certified, or by another number of ranks
+        mine = orders[e.job.rank]
+        differs, nxt = replayed(compat.epoch_batches(trainer, mine["epoch"]), mine)
+        if differs is not None:
+            e.failed = f"resume: {differs}"
+            return
+        self._resumed_order = mine
+        print(f"[contrai] resume certified before its first step: epoch {mine['epoch']}'s first {mine['count']} "
+              f"batches drawn again match the stopped job's; the next step's LR is the checkpoint's")
+        # At an epoch's start the loop draws from the generators before the first step, as the
+        # stopped job did: only a mid-epoch resume meets them as they were saved.
+        self._resumed = Resumed(rng=rngs[e.job.rank] if mine["count"] else None, next_batch=nxt)
+
+    def on_epoch_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       **kw: Any) -> None:
+        epoch = int(state.epoch or 0)
+        done, self._resumed_order = self._resumed_order, None
+        if done is not None and done["epoch"] == epoch:
+            self._order = Order(epoch, done["count"], done["chain"])
+        else:
+            self._order.start(epoch)
+
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                      **kw: Any) -> None:
+        if self._resumed is not None:
+            self._resumed.at_first_step()
+            for note in self._resumed.notes:
+                print(f"[contrai] resume: {note}")
+            self._resumed.notes.clear()
+
+    def _trained(self, inputs: Any) -> None:
+        """A micro-batch about to be trained: into this rank's order; the first after a resume
+        must be the one the checkpoint's order says."""
+        fp = fingerprint(inputs)
+        self._order.add(fp)
+        if self._resumed is not None:
+            differs = self._resumed.first_batch(fp)
+            self._resumed = None
+            if differs is not None:
+                self._end()
+                raise RuntimeError(f"contrai: the run stopped: resume: {differs}")
 
     def _limit_saves(self, args: TrainingArguments) -> None:
         """The Trainer saves at the lifecycle's checkpoints (``resume_from_checkpoint`` needs
@@ -318,11 +375,13 @@ class ContraiCallback(TrainerCallback):
         if e is None or e.last_record is None:
             return
         ckpt = compat.checkpoint_dir(args, state.global_step)
+        # Every rank's order and generators, gathered on all (collective: every rank saves).
+        order, rng = gathered(self._order.record(), e.job.world), gathered(rng_states(), e.job.world)
         # A save of the user's own schedule between the lifecycle's checkpoints gets no record:
         # the lifecycle's state there was never written, so it cannot resume from it.
         if e.job.rank == 0 and ckpt.is_dir() and e.last_record.get("step") == e.step:
             e.masks.save(str(ckpt / "contrai-masks.pt"))
-            (ckpt / "contrai.json").write_text(json.dumps(e.resume_record()))
+            (ckpt / "contrai.json").write_text(json.dumps({**(e.resume_record() or {}), "order": order, "rng": rng}))
         e.job.barrier()
         if args.should_save and ckpt.is_dir():
             _core.seal(ckpt)

@@ -43,12 +43,15 @@ def register(trainer: Trainer, callback: TrainerCallback) -> None:
         trainer.add_callback(callback)
 
 
-def tap_loss(trainer: Trainer, sink: Callable[[torch.Tensor], None]) -> None:
-    """Each micro-batch's loss to ``sink``: ``trainer.training_step`` replaced on the instance by a
-    wrapper (no callback event carries the loss of every step)."""
+def tap_loss(trainer: Trainer, sink: Callable[[torch.Tensor], None],
+             inputs: Callable[[Any], None] = lambda _: None) -> None:
+    """Each micro-batch's inputs to ``inputs`` and its loss to ``sink``: ``trainer.training_step``
+    (``(model, inputs, ...)``) replaced on the instance by a wrapper (no callback event carries
+    the batch or the loss of every micro-batch)."""
     step = trainer.training_step
 
     def training_step(*a: Any, **k: Any) -> torch.Tensor:
+        inputs(a[1] if len(a) > 1 else k.get("inputs"))
         loss = step(*a, **k)
         sink(loss)
         return loss
@@ -69,6 +72,20 @@ def tap_grad_norm(trainer: Trainer, sink: Callable[[float | None], None]) -> Non
         return norm
 
     accelerator.clip_grad_norm_ = clip_grad_norm_
+
+
+def epoch_batches(trainer: Trainer, epoch: int) -> Any:
+    """The training batches of ``epoch`` as the Trainer's loop draws them: a fresh
+    ``get_train_dataloader()`` with ``set_epoch`` on it and on the batch sampler accelerate wraps
+    (what ``_inner_training_loop`` does before iterating)."""
+    loader = trainer.get_train_dataloader()
+    if hasattr(loader, "set_epoch"):
+        loader.set_epoch(epoch)
+    inner = getattr(getattr(loader, "batch_sampler", None), "batch_sampler", None)
+    set_epoch = getattr(inner, "set_epoch", None)
+    if set_epoch is not None:
+        set_epoch(epoch)
+    return loader
 
 
 def prepare_inputs(trainer: Trainer, batch: Any) -> Any:
