@@ -90,9 +90,7 @@ def resume_command() -> str:
     under it (its ranks see only their own ``python script``), else the interpreter's."""
     argv = list(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
     if "TORCHELASTIC_RUN_ID" in os.environ:
-        script = [a for a in sys.argv]
-        nproc = os.environ.get("LOCAL_WORLD_SIZE", "1")
-        argv = ["torchrun", f"--nproc_per_node={nproc}", *script]
+        argv = ["torchrun", f"--nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', '1')}", *sys.argv]
     return shlex.join(argv)
 
 
