@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::detect::{self, Ctx, Trigger};
 use crate::finding::{Finding, Label};
-use crate::series::{Point, Run, RunHints, Series};
+use crate::series::{LogOrder, Point, Run, RunHints, Series};
 
 /// Thresholds of the detectors. Defaults follow general practice, not any one log.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +40,13 @@ pub struct DoctorConfig {
     pub warmup_min: f64,
     /// LR final/peak ratio above which the LR did not decay.
     pub no_decay_ratio: f64,
+    /// Resume: the LR after a segment boundary off by this factor from every LR it could go on
+    /// from (the one logged at that step before, the last one) has not continued.
+    pub resume_lr_ratio: f64,
+    /// Resume: a loss level off by this factor from every level it could go on from...
+    pub resume_loss_ratio: f64,
+    /// ...and by this many robust noise units of the segment before has jumped.
+    pub resume_loss_z: f64,
 }
 
 impl Default for DoctorConfig {
@@ -60,6 +67,9 @@ impl Default for DoctorConfig {
             warmup_max: 0.10,
             warmup_min: 0.005,
             no_decay_ratio: 0.9,
+            resume_lr_ratio: 1.5,
+            resume_loss_ratio: 1.25,
+            resume_loss_z: 6.0,
         }
     }
 }
@@ -74,12 +84,20 @@ pub struct RunState {
     /// Natural logs of the latest finite values per series (NaN for a value <= 0), newest last,
     /// at most 64: the spike detectors' history, kept so a push costs O(window).
     pub recent_logs: [std::collections::VecDeque<f64>; 6],
+    /// Per series, the log's own order and segment starts, when a parsed log gave them (the
+    /// resume rule's input; pushed points carry no order of their own).
+    pub logs: [Option<LogOrder>; 6],
 }
 
 impl RunState {
     /// Points of a series.
     pub fn points(&self, s: Series) -> &[Point] {
         &self.series[s.index()]
+    }
+
+    /// The log order of a series, when the log has more than one segment.
+    pub fn log(&self, s: Series) -> Option<&LogOrder> {
+        self.logs[s.index()].as_ref()
     }
 
     /// The largest step seen in any series.
@@ -223,10 +241,12 @@ impl Doctor {
     }
 
     /// Feeds the points of `run` not fed yet (`seen` counts fed points per series), in step
-    /// order; used to follow a log that grows. Returns the findings newly triggered.
+    /// order, and takes its log order (segment starts); used to follow a log that grows.
+    /// Returns the findings newly triggered.
     pub fn feed_new_points(&mut self, run: &Run, seen: &mut [usize; 6]) -> Vec<Finding> {
         let mut fresh: Vec<(Series, Point)> = Vec::new();
         for (s, d) in &run.series {
+            self.state.logs[s.index()].clone_from(&d.log);
             let from = seen[s.index()].min(d.points.len());
             fresh.extend(d.points[from..].iter().map(|p| (*s, *p)));
             seen[s.index()] = d.points.len();

@@ -31,6 +31,9 @@ pub enum Label {
     LrWarmupTooShort,
     /// The LR never decays after its peak.
     LrNoDecay,
+    /// The log holds several segments (a resume, a restart) and the LR, the loss or the step
+    /// counter does not continue across one.
+    ResumeDiscontinuity,
     /// Nothing warrants action.
     Healthy,
 }
@@ -50,6 +53,7 @@ impl Label {
             Label::LrWarmupTooLong => "lr_warmup_too_long",
             Label::LrWarmupTooShort => "lr_warmup_too_short",
             Label::LrNoDecay => "lr_no_decay",
+            Label::ResumeDiscontinuity => "resume_discontinuity",
             Label::Healthy => "healthy",
         }
     }
@@ -96,6 +100,9 @@ pub struct Finding {
     pub evidence: BTreeMap<String, f64>,
     /// What to change, with numbers.
     pub recommendation: String,
+    /// What the label found in typed form, where it has more to say than numbers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Detail>,
 }
 
 impl Finding {
@@ -107,6 +114,7 @@ impl Finding {
             step,
             evidence: BTreeMap::new(),
             recommendation,
+            detail: None,
         }
     }
 
@@ -129,4 +137,110 @@ impl Finding {
     pub fn actionable(&self) -> bool {
         self.label != Label::Healthy && self.severity >= Severity::Warning
     }
+}
+
+/// A finding's typed detail.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Detail {
+    /// The judged segment boundaries of a resumed log.
+    Resume(Resume),
+}
+
+/// How sure the doctor is of what it reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Confidence {
+    /// One weak signal, or a boundary only the file structure marks.
+    Low,
+    /// A step boundary and a break near its threshold.
+    Medium,
+    /// A step boundary and breaks well past their thresholds.
+    High,
+}
+
+impl fmt::Display for Confidence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Confidence::Low => "low",
+            Confidence::Medium => "medium",
+            Confidence::High => "high",
+        })
+    }
+}
+
+/// What does not continue across a segment boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Break {
+    /// The step counter went back.
+    StepBack,
+    /// The step counter repeated its step.
+    StepRepeat,
+    /// The LR started its warmup again.
+    LrRestartWarmup,
+    /// The LR went back up to its peak.
+    LrRestartPeak,
+    /// The LR jumped against its own schedule.
+    LrJump,
+    /// The loss jumped beyond its noise.
+    LossJump,
+}
+
+/// What a boundary means, read from the steps, the LR and the loss on both sides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reading {
+    /// Resumed from an earlier checkpoint: the LR and the loss go on as they were at that step.
+    Consistent,
+    /// The step counter went back to the start and the loss to its starting level: the run
+    /// began again (a second run appended to the same log).
+    FromScratch,
+    /// The step counter went back to the start, the loss did not: weights were loaded into a
+    /// fresh run, whose optimizer, schedule and counter began again.
+    WeightsOnly,
+    /// Resumed, but the LR or the loss does not go on as it was.
+    Broken,
+}
+
+/// One judged segment boundary, with the numbers of the raw log on both sides.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Boundary {
+    /// The 1-based line of the file where the new segment starts, when the reader knows it.
+    pub line: Option<usize>,
+    /// The file's step before the boundary.
+    pub step_before: u64,
+    /// The file's step at the boundary.
+    pub step_after: u64,
+    /// The structural mark, when the steps alone do not tell.
+    pub marker: Option<crate::series::Marker>,
+    /// What it means.
+    pub reading: Reading,
+    /// What does not continue.
+    pub breaks: Vec<Break>,
+    /// How sure the reading is.
+    pub confidence: Confidence,
+    /// The LR last logged before the boundary.
+    pub lr_before: Option<f64>,
+    /// The LR first logged after it.
+    pub lr_after: Option<f64>,
+    /// The LR the log had at the resumed step before, or went on from.
+    pub lr_expected: Option<f64>,
+    /// The loss level at the end of the segment before (median of its last points).
+    pub loss_before: Option<f64>,
+    /// The loss level at the start of the segment after (median of its first points).
+    pub loss_after: Option<f64>,
+    /// The loss the segment before had at the resumed step, when it reached that step.
+    pub loss_expected: Option<f64>,
+    /// How far the loss jumped, in robust noise units of the segment before.
+    pub loss_z: Option<f64>,
+}
+
+/// The segment boundaries of a resumed log, each judged.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Resume {
+    /// How sure the finding is (its most certain reported boundary).
+    pub confidence: Confidence,
+    /// Every reported boundary, in log order.
+    pub boundaries: Vec<Boundary>,
 }

@@ -15,6 +15,6 @@ pub use contrai_stats as stats;
 pub mod tags;
 
 pub use doctor::{Doctor, DoctorConfig, Report, diagnose, report_of};
-pub use finding::{Finding, Label, Severity};
+pub use finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
 pub use read::{Format, ReadError, read_path};
-pub use series::{Point, Run, RunHints, Series, SeriesData, XUnit};
+pub use series::{Cut, LogOrder, Marker, Point, Run, RunHints, Series, SeriesData, XUnit};

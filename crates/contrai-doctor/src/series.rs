@@ -69,6 +69,56 @@ pub struct SeriesData {
     pub tag: String,
     /// Points in log order, sorted by step (stable).
     pub points: Vec<Point>,
+    /// The log's own order with its segment starts, when the log has more than one segment
+    /// (`None`: the log wrote the points in step order, all in one piece).
+    pub log: Option<LogOrder>,
+}
+
+/// What in a log's own structure, besides its steps, starts a new segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Marker {
+    /// Another event file of the same TensorBoard run begins.
+    NewFile,
+    /// A CSV logger wrote its header again.
+    RepeatedHeader,
+    /// A training run's closing summary (HF `train_runtime`) is followed by more training.
+    RunSummary,
+}
+
+/// Where a series' log order starts a new segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cut {
+    /// Index, in [`LogOrder::points`], of the segment's first point.
+    pub index: usize,
+    /// The steps the file writes before and at the cut; a reader that shifts an appended run's
+    /// steps to keep the x-axis increasing keeps the file's own here.
+    pub log_steps: (u64, u64),
+    /// The 1-based line (or record) of the file where the segment starts, when known.
+    pub line: Option<usize>,
+    /// The structural mark, when the steps alone do not tell.
+    pub marker: Option<Marker>,
+}
+
+impl Cut {
+    /// True when the file's step counter went back at the cut.
+    pub fn went_back(&self) -> bool {
+        self.log_steps.1 < self.log_steps.0
+    }
+
+    /// True when the file's step counter repeated its step at the cut.
+    pub fn repeated(&self) -> bool {
+        self.log_steps.1 == self.log_steps.0
+    }
+}
+
+/// A series in the order its log wrote it, with the places where a new segment starts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LogOrder {
+    /// The points in log order, with the steps the run's x-axis gives them.
+    pub points: Vec<Point>,
+    /// Segment starts, in log order.
+    pub cuts: Vec<Cut>,
 }
 
 /// The unit of a log's x-axis.
@@ -125,6 +175,21 @@ pub struct RawRun {
     index: std::collections::HashMap<String, usize>,
     /// Hints gathered while reading.
     pub hints: RunHints,
+    /// Per tag, the file line of each point, when the reader numbers them.
+    lines: Vec<Vec<u32>>,
+    /// The line the reader is at ([`RawRun::at_line`]).
+    line: Option<u32>,
+    /// Segment marks, in log order.
+    marks: Vec<Mark>,
+}
+
+/// A segment start the reader saw, for every tag at once: how many points each tag had then.
+#[derive(Clone, Debug)]
+struct Mark {
+    lens: Vec<usize>,
+    marker: Option<Marker>,
+    log_steps: Option<(u64, u64)>,
+    line: Option<u32>,
 }
 
 impl RawRun {
@@ -143,6 +208,9 @@ impl RawRun {
         if let Some(&i) = self.index.get(tag) {
             if let Some(t) = self.tags.get_mut(i) {
                 t.1.push(Point { step, value });
+                if let (Some(line), Some(l)) = (self.line, self.lines.get_mut(i)) {
+                    l.push(line);
+                }
             }
             return;
         }
@@ -153,6 +221,25 @@ impl RawRun {
         }
         self.index.insert(tag.to_string(), self.tags.len());
         self.tags.push((tag.to_string(), vec![Point { step, value }]));
+        self.lines.push(self.line.into_iter().collect());
+    }
+
+    /// Numbers the points pushed from now on with this 1-based line (or record) of the file,
+    /// so that findings can quote where the log says it.
+    pub fn at_line(&mut self, line: usize) {
+        self.line = Some(u32::try_from(line).unwrap_or(u32::MAX));
+    }
+
+    /// Marks that the log starts a new segment before the next point of every tag: a new file,
+    /// a header written again, a closing summary; `log_steps` are the file's own steps before
+    /// and at the mark when the reader shifts the steps it pushes.
+    pub fn mark_segment(&mut self, marker: Option<Marker>, log_steps: Option<(u64, u64)>) {
+        self.marks.push(Mark {
+            lens: self.tags.iter().map(|(_, p)| p.len()).collect(),
+            marker,
+            log_steps,
+            line: self.line,
+        });
     }
 
     /// True when no tag holds a point.
@@ -178,11 +265,13 @@ impl RawRun {
         let mut series = BTreeMap::new();
         for (s, (_, i)) in best {
             if let Some((tag, mut points)) = tags_vec.get_mut(i).and_then(Option::take) {
-                points.sort_by_key(|p| p.step);
                 if matches!(s, Series::TrainAccuracy | Series::ValAccuracy) {
                     normalise_percent(&mut points);
                 }
-                series.insert(s, SeriesData { tag, points });
+                let lines = self.lines.get(i).map(Vec::as_slice).unwrap_or(&[]);
+                let log = log_order(&points, lines, &self.marks, i);
+                points.sort_by_key(|p| p.step);
+                series.insert(s, SeriesData { tag, points, log });
             }
         }
         Run {
@@ -193,6 +282,45 @@ impl RawRun {
             hints: self.hints,
         }
     }
+}
+
+/// A tag's points in log order with its segment starts: where the step goes back or repeats, and
+/// where the reader marked one; `None` when there is none.
+fn log_order(points: &[Point], lines: &[u32], marks: &[Mark], tag: usize) -> Option<LogOrder> {
+    // A reader numbers every point of a tag or none.
+    let lines = if lines.len() == points.len() { lines } else { &[] };
+    let line = |i: usize| lines.get(i).map(|l| *l as usize);
+    let mut cuts: BTreeMap<usize, Cut> = BTreeMap::new();
+    for (i, w) in points.windows(2).enumerate() {
+        if w[1].step <= w[0].step {
+            let cut = Cut {
+                index: i + 1,
+                log_steps: (w[0].step, w[1].step),
+                line: line(i + 1),
+                marker: None,
+            };
+            cuts.insert(i + 1, cut);
+        }
+    }
+    for m in marks {
+        let k = m.lens.get(tag).copied().unwrap_or(0);
+        if k == 0 || k >= points.len() {
+            continue;
+        }
+        let steps = m.log_steps.unwrap_or((points[k - 1].step, points[k].step));
+        let cut = cuts.entry(k).or_insert(Cut {
+            index: k,
+            log_steps: steps,
+            line: line(k).or(m.line.map(|l| l as usize)),
+            marker: None,
+        });
+        cut.log_steps = m.log_steps.unwrap_or(cut.log_steps);
+        cut.marker = cut.marker.or(m.marker);
+    }
+    (!cuts.is_empty()).then(|| LogOrder {
+        points: points.to_vec(),
+        cuts: cuts.into_values().collect(),
+    })
 }
 
 /// Accuracies logged in percent (max > 1.5) are scaled to fractions.

@@ -29,6 +29,7 @@ fn run(series: Vec<(Series, Vec<(u64, f64)>)>, unit: XUnit) -> Run {
                     .into_iter()
                     .map(|(step, value)| Point { step, value })
                     .collect(),
+                log: None,
             },
         );
     }

@@ -7,6 +7,7 @@ mod nonfinite;
 mod oscillation;
 mod overfit;
 mod plateau;
+mod resume;
 pub(crate) mod spike;
 
 use crate::doctor::{DoctorConfig, RunState};
@@ -90,6 +91,8 @@ pub fn review(ctx: &Ctx, trigger: Trigger) -> Vec<Finding> {
     }
     if trigger.is_final() {
         out.extend(nonfinite::summary(ctx));
+        // Segment boundaries are judged on whole segments: once, at the end.
+        out.extend(resume::check(ctx));
     }
     out
 }

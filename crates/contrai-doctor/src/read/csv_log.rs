@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{ReadError, parse_num, read_bytes, to_step};
-use crate::series::{RawRun, XUnit};
+use crate::series::{Marker, RawRun, XUnit};
 use crate::tags;
 
 /// Column that carries the x-axis, and its unit.
@@ -82,8 +82,11 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
             header = Some(cells);
             continue;
         };
+        run.at_line(line);
         if &cells == h {
-            continue; // a header repeated by an appending logger
+            // A header repeated by an appending logger: the logger started again.
+            run.mark_segment(Some(Marker::RepeatedHeader), None);
+            continue;
         }
         row_index += 1;
         let raw_step = match step_col {
@@ -93,11 +96,13 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
             },
             None => row_index - 1,
         };
-        // Appended runs restart their epochs: keep the x-axis monotonic.
+        // Appended runs restart their epochs: keep the x-axis monotonic, and mark the restart
+        // with the file's own steps for the resume rule.
         if let Some(p) = prev_step
             && raw_step.saturating_add(offset) < p
             && raw_step.saturating_add(offset).saturating_add(1) < max_step
         {
+            run.mark_segment(None, Some((p.saturating_sub(offset), raw_step)));
             offset = max_step.saturating_add(1).saturating_sub(raw_step);
         }
         let step = raw_step.saturating_add(offset);

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::json_tolerant::{parse_tolerant, value_f64};
 use super::{ReadError, read_text, to_step};
-use crate::series::RawRun;
+use crate::series::{Marker, RawRun};
 
 /// Reads a trainer_state.json.
 pub fn read(path: &Path) -> Result<RawRun, ReadError> {
@@ -32,6 +32,7 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
         .unwrap_or_else(|| "trainer_state".to_string());
     let mut run = RawRun::new(name, path.display().to_string(), "hf_trainer_state");
     run.hints.total_steps = v.get("max_steps").and_then(Value::as_u64).filter(|s| *s > 0);
+    let mut ended = false;
     for entry in history {
         let Some(obj) = entry.as_object() else {
             continue;
@@ -42,6 +43,11 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
         let step = to_step(step);
         // The closing summary entry carries the run-average `train_loss`: not a curve point.
         let summary = obj.contains_key("train_runtime") || obj.contains_key("total_flos");
+        if ended && !summary {
+            // Training went on after a run's closing summary: a new segment.
+            run.mark_segment(Some(Marker::RunSummary), None);
+        }
+        ended = summary;
         for (k, val) in obj {
             if summary && k == "train_loss" {
                 continue;

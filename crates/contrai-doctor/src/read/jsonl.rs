@@ -66,6 +66,7 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
             step = Some(e);
         }
         let step = to_step(step.unwrap_or((i + 1) as f64));
+        run.at_line(i + 1);
         if run.hints.total_steps.is_none() {
             run.hints.total_steps = obj
                 .get("total_steps")

@@ -121,6 +121,7 @@ fn read_run(dir: &Path) -> Result<RawRun, ReadError> {
                 .and_then(|s| parse_num(s))
                 .map(to_step)
                 .unwrap_or(i as u64);
+            run.at_line(i + 1);
             run.push(&key, step, value);
         }
     }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::proto::{Fields, Wire, varint};
 use super::{ReadError, read_bytes, to_step};
-use crate::series::RawRun;
+use crate::series::{Marker, RawRun};
 
 /// One scalar read from an event file.
 #[derive(Clone, Debug, PartialEq)]
@@ -285,6 +285,9 @@ pub fn has_event_files(dir: &Path) -> bool {
 
 fn read_into(run: &mut RawRun, path: &Path, role: Option<&str>) -> Result<(), ReadError> {
     let data = read_bytes(path)?;
+    // Each event file of a run is a segment (a resumed job writes a new one); a tag that
+    // continues in it is cut there.
+    run.mark_segment(Some(Marker::NewFile), None);
     let res = match role {
         None => parse_events(&data, |tag, step, v| run.push(tag, step, v)),
         Some(r) => parse_events(&data, |tag, step, v| run.push(&format!("{r}/{tag}"), step, v)),
