@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use contrai_recipe::{Checkpoint, Recipe, default_recipe, pretrained_recipe};
+use contrai_recipe::{Checkpoint, Recipe, default_recipe, job_recipe, pretrained_recipe};
 
 /// The `contrai recipe` subcommands.
 #[derive(Subcommand)]
@@ -17,7 +17,12 @@ pub enum RecipeCommand {
     /// --lora as well: a [model.lora] section (rank 8, alpha 16, query and value adapted) and
     /// LoRA's LRs.
     ///
+    /// With --for hf or --for lightning: the recipe for a Hugging Face or Lightning job, which
+    /// leaves main.steps to the job: its own max_steps (or epochs × batches) then hold main,
+    /// contract and refine at the recipe's shares (the decision log says how it was laid out).
+    ///
     /// Example: contrai recipe init > spam.toml
+    ///          contrai recipe init --for hf > recipe.toml
     ///          contrai recipe init --pretrained models/all-MiniLM-L6-v2 > minilm.toml
     ///          contrai recipe init --pretrained models/all-MiniLM-L6-v2 --lora > minilm-lora.toml
     Init {
@@ -27,6 +32,9 @@ pub enum RecipeCommand {
         /// Fine-tune through LoRA adapters (needs --pretrained).
         #[arg(long, requires = "pretrained")]
         lora: bool,
+        /// The recipe for a job of this framework (the Python package's callbacks).
+        #[arg(long = "for", value_name = "FRAMEWORK", conflicts_with = "pretrained")]
+        job: Option<Framework>,
     },
     /// Validate a recipe and print it resolved, every default filled in.
     Check {
@@ -35,13 +43,29 @@ pub enum RecipeCommand {
     },
 }
 
+/// The frameworks whose jobs run the lifecycle through the Python package.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Framework {
+    /// A Hugging Face `Trainer` (and TRL's trainers built on it).
+    Hf,
+    /// A Lightning `Trainer`.
+    Lightning,
+}
+
 /// Runs a `contrai recipe` subcommand.
 pub fn run(cmd: RecipeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
+        // Both frameworks' callbacks take the same recipe: the budget comes from the job.
+        RecipeCommand::Init {
+            pretrained: None,
+            job: Some(Framework::Hf | Framework::Lightning),
+            ..
+        } => print!("{}", job_recipe()),
         RecipeCommand::Init { pretrained: None, .. } => print!("{}", default_recipe()),
         RecipeCommand::Init {
             pretrained: Some(dir),
             lora,
+            ..
         } => {
             let c = contrai_bert::ModelDir::open(&dir)?.config;
             print!(

@@ -28,3 +28,24 @@ fn the_pretrained_recipes_check_and_lora_adds_its_section_and_lrs() {
         .assert_failure()
         .assert_stderr_contains(&["--pretrained"]);
 }
+
+#[test]
+fn the_recipe_for_a_pytorch_job_leaves_main_steps_to_it_and_checks() {
+    let dir = TempDir::new();
+    for framework in ["hf", "lightning"] {
+        let out = contrai(["recipe", "init", "--for", framework]).output();
+        out.assert_success();
+        let text = out.stdout_utf8();
+        assert!(
+            !text.lines().any(|l| l.trim_start().starts_with("steps = 400")),
+            "{text}"
+        );
+        assert!(text.contains("# steps = 400"), "{text}");
+        let path = dir.write(format!("{framework}.toml"), text);
+        contrai(["recipe", "check"]).arg(&path).output().assert_success();
+    }
+    contrai(["recipe", "init", "--for", "keras"])
+        .output()
+        .assert_failure()
+        .assert_stderr_contains(&["hf", "lightning"]);
+}

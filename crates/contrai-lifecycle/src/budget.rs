@@ -74,6 +74,27 @@ impl PhaseSteps {
     }
 }
 
+/// `main.steps` that lays the recipe's plan on a job's own budget of `job` optimizer steps (a
+/// PyTorch job's `max_steps`, or epochs × batches): the largest main whose main + contract +
+/// refine fit in `job`, the phases keeping their shares (contraction 15–30 % of all steps).
+pub fn main_for_job(recipe: &Recipe, job: u64) -> u64 {
+    let mut trial = recipe.clone();
+    let fits = |main: u64, trial: &mut Recipe| {
+        trial.main.steps = main;
+        PhaseSteps::new(trial).training() <= job
+    };
+    let (mut lo, mut hi) = (0, job);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if fits(mid, &mut trial) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
 /// Evaluate every this many steps of `phase`: `run.eval_every` in main, `contract.eval_every` in
 /// contract and refine (whose phases are short).
 pub fn eval_every(phase: Phase, recipe: &Recipe) -> u64 {
@@ -113,6 +134,26 @@ mod tests {
         assert_eq!(cadence(100, 50), [50, 100]);
         assert_eq!(cadence(3, 0), [3]);
         assert!(cadence(0, 5).is_empty());
+    }
+
+    #[test]
+    fn a_job_budget_is_filled_with_the_phases_at_their_shares() {
+        let recipe = Recipe::default();
+        for job in [1, 7, 100, 400, 533, 1000, 12_345] {
+            let mut laid = recipe.clone();
+            laid.main.steps = main_for_job(&recipe, job);
+            let s = PhaseSteps::new(&laid);
+            assert!(s.training() <= job, "{job}: {s:?}");
+            laid.main.steps += 1;
+            assert!(
+                PhaseSteps::new(&laid).training() > job,
+                "{job}: main is the largest that fits"
+            );
+        }
+        let mut laid = recipe.clone();
+        laid.main.steps = main_for_job(&recipe, 400);
+        let s = PhaseSteps::new(&laid);
+        assert_eq!((s.main, s.contract, s.refine, s.training()), (300, 80, 20, 400));
     }
 
     #[test]

@@ -34,6 +34,11 @@ pub struct RunInfo {
     pub weights: Vec<String>,
     /// Attention heads a block, when the model has attention.
     pub heads: Option<usize>,
+    /// The job's own optimizer-step budget (a PyTorch job's `max_steps`, or epochs × batches),
+    /// when the recipe leaves `main.steps` to it: the plan is laid on it
+    /// ([`crate::budget::main_for_job`]).
+    #[serde(default)]
+    pub job_steps: Option<u64>,
 }
 
 /// The lifecycle of one run.
@@ -70,7 +75,10 @@ impl Conductor {
         Ok(c)
     }
 
-    fn with_state(recipe: Recipe, info: RunInfo, state: State) -> Conductor {
+    fn with_state(mut recipe: Recipe, info: RunInfo, state: State) -> Conductor {
+        if let Some(job) = info.job_steps {
+            recipe.main.steps = crate::budget::main_for_job(&recipe, job);
+        }
         let steps = PhaseSteps::new(&recipe);
         let watch = Watch::new(&recipe, steps.validate + steps.main, info.classes as u32);
         let prunable = Prunable::new(&recipe.contract.prune, &info.weights);
@@ -115,6 +123,12 @@ impl Conductor {
         let s = &self.state;
         let fresh = s.step == 0 && s.segment.steps == 0;
         let mut out = vec![Action::Replan(Box::new(self.plan()))];
+        if let Some(job) = self.info.job_steps.filter(|_| fresh) {
+            out.push(Action::Record(crate::transitions::plan_from_job(
+                job,
+                &self.steps,
+            )));
+        }
         match (fresh, s.phase) {
             (true, Phase::Validate) => {
                 let v = &self.recipe.validate;

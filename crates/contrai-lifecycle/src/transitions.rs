@@ -19,7 +19,7 @@ use contrai_run::{Decision, DecisionKind};
 use serde_json::json;
 
 use crate::awaiting::{Await, End, EnterStep, Entering};
-use crate::budget::{checkpoint_every, due};
+use crate::budget::{PhaseSteps, checkpoint_every, due};
 use crate::conductor::Conductor;
 use crate::error::{ConductorError, Result};
 use crate::protocol::{Action, Observation, Request, RestorePoint, RestoreScope, Turn};
@@ -65,6 +65,20 @@ pub fn validated(step: u64, first: f32, last: f32, val_loss: f32, recipe: &Recip
         evidence,
     );
     (true, d)
+}
+
+/// The plan laid on a job's own budget of `job` optimizer steps.
+pub fn plan_from_job(job: u64, steps: &PhaseSteps) -> Decision {
+    Decision::new(
+        0,
+        Phase::Validate,
+        DecisionKind::PlanFromJob,
+        format!(
+            "the recipe leaves main.steps to the job: its {job} optimizer steps hold main {}, contract {} and refine {} (the recipe's shares; validate's {} one-batch steps are its own)",
+            steps.main, steps.contract, steps.refine, steps.validate
+        ),
+        json!({"job_steps": job, "main": steps.main, "contract": steps.contract, "refine": steps.refine}),
+    )
 }
 
 /// The checkpoint round trip before main passed.

@@ -49,6 +49,7 @@ fn info() -> RunInfo {
         classes: 2,
         weights: weights.map(String::from).to_vec(),
         heads: Some(2),
+        job_steps: None,
     }
 }
 
@@ -617,4 +618,42 @@ fn the_state_round_trips_through_serde_mid_phase_and_the_run_continues_alike() {
 /// The rows a checkpoint recorded (`rows` of them).
 fn whole_history(sim: &Sim, rows: usize) -> Vec<MetricsRow> {
     sim.history[..rows].to_vec()
+}
+
+#[test]
+fn a_recipe_that_leaves_main_steps_to_the_job_is_laid_on_its_budget() {
+    let job = RunInfo {
+        job_steps: Some(400),
+        ..info()
+    };
+    let mut c = Conductor::new(Recipe::default(), job);
+    let s = c.phase_steps();
+    assert_eq!((s.main, s.contract, s.refine, s.training()), (300, 80, 20, 400));
+    assert_eq!(c.recipe().main.steps, 300, "the recipe in force says it");
+    let turn = c.begin().unwrap();
+    let laid = turn
+        .actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Record(d) if d.kind == DecisionKind::PlanFromJob => Some(d),
+            _ => None,
+        })
+        .expect("the first turn records how the plan was laid");
+    assert_eq!(laid.evidence["job_steps"], 400);
+    assert!(
+        laid.reason
+            .contains("400 optimizer steps hold main 300, contract 80 and refine 20"),
+        "{}",
+        laid.reason
+    );
+    // Without a job budget the recipe's own steps stand, and nothing is recorded.
+    let mut plain = Conductor::new(Recipe::default(), info());
+    assert_eq!(plain.phase_steps().training(), 533);
+    let first = plain.begin().unwrap();
+    assert!(
+        !first
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Record(d) if d.kind == DecisionKind::PlanFromJob))
+    );
 }

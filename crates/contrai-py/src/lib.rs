@@ -57,10 +57,36 @@ fn recipe_json(text: &str, path: &str) -> PyResult<String> {
     json(&recipe(text, path)?)
 }
 
+/// Whether the recipe's text writes `key` itself (dotted: `main.steps`), rather than leaving it to
+/// its default (a PyTorch job lays the plan on its own step limit when `main.steps` is left).
+#[pyfunction]
+fn recipe_gives(text: &str, key: &str) -> PyResult<bool> {
+    let doc: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| PyValueError::new_err(e.to_string()))?;
+    let mut at = Some(&doc);
+    let mut parts = key.split('.').peekable();
+    while let Some(part) = parts.next() {
+        let value = at.and_then(|t| t.get(part));
+        if parts.peek().is_none() {
+            return Ok(value.is_some());
+        }
+        at = value.and_then(toml::Value::as_table);
+    }
+    Ok(false)
+}
+
 /// The default recipe, every key commented.
 #[pyfunction]
 fn default_recipe() -> String {
     contrai_recipe::default_recipe()
+}
+
+/// The default recipe for a PyTorch job (`contrai recipe init --for hf`): `main.steps` left to
+/// the job's own step limit.
+#[pyfunction]
+fn job_recipe() -> String {
+    contrai_recipe::job_recipe()
 }
 
 /// The lifecycle of one run (see `contrai-lifecycle`): observations in, turns out, as JSON.
@@ -599,11 +625,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CorruptCheckpoint", m.py().get_type::<CorruptCheckpoint>())?;
     m.add_function(wrap_pyfunction!(recipe_check, m)?)?;
     m.add_function(wrap_pyfunction!(recipe_json, m)?)?;
+    m.add_function(wrap_pyfunction!(recipe_gives, m)?)?;
     m.add_function(wrap_pyfunction!(module_of, m)?)?;
     m.add_function(wrap_pyfunction!(is_attention, m)?)?;
     m.add_function(wrap_pyfunction!(magnitude_masks, m)?)?;
     m.add_function(wrap_pyfunction!(weakest_groups, m)?)?;
     m.add_function(wrap_pyfunction!(default_recipe, m)?)?;
+    m.add_function(wrap_pyfunction!(job_recipe, m)?)?;
     m.add_function(wrap_pyfunction!(doctor, m)?)?;
     m.add_function(wrap_pyfunction!(report, m)?)?;
     m.add_function(wrap_pyfunction!(audit, m)?)?;

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 import torch
-from conftest import ServedRows, declared, tiny_bert, token_task
+from conftest import HF_RECIPE, ServedRows, declared, tiny_bert, token_task
 from packaging.specifiers import SpecifierSet
 from transformers import (BertForSequenceClassification, Trainer, TrainerCallback, TrainerControl, TrainerState,
                           TrainingArguments)
@@ -18,6 +18,7 @@ from transformers import (BertForSequenceClassification, Trainer, TrainerCallbac
 import contrai
 from contrai._compat import UntestedVersion
 from contrai._compat import hf as compat
+from contrai.engine import job_steps, planned_steps
 from contrai.hf import ContraiCallback
 
 if TYPE_CHECKING:
@@ -302,3 +303,20 @@ def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_pat
     batch = {k: torch.stack([r[k] for r in token_task(8, 4)]) for k in ("input_ids", "attention_mask")}
     with torch.no_grad():
         torch.testing.assert_close(small(**batch).logits, model(**batch).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_a_recipe_that_leaves_main_steps_to_the_job_is_laid_on_the_trainers_max_steps(tmp_path: Path) -> None:
+    # `contrai recipe init --for hf` as a new user takes it: the Trainer's 400 steps hold the plan.
+    job = contrai.job_recipe()
+    assert planned_steps(job, "recipe.toml", job_steps(job, 400)) == 400
+    assert job_steps(contrai.default_recipe(), 400) is None, "a recipe that writes main.steps keeps them"
+    # The test recipe without main.steps, on the Trainer's 80 steps: main 60, contract 16, refine 4.
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(HF_RECIPE.replace("steps = 60\n", ""))
+    trainer, _, _ = train(tmp_path, recipe, max_steps=80)
+    run = tmp_path / "run"
+    laid = next(d for d in rows(run / "decisions.jsonl") if d["kind"] == "plan_from_job")
+    assert laid["evidence"] == {"job_steps": 80, "main": 60, "contract": 16, "refine": 4}
+    assert "steps = 60" in (run / "recipe.toml").read_text(), "the run directory keeps the recipe in force"
+    evaluation = json.loads((run / "final" / "eval.json").read_text())
+    assert evaluation["planned_steps"] == 20 + 80 and trainer.state.global_step == 80  # validate's 20 are its own

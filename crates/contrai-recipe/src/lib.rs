@@ -13,4 +13,4 @@ pub use choice::{Dedup, ModelKind, OnConflict, Phase, Pooling, PruneSchedule, Pr
 pub use load::RecipeError;
 pub use recipe::Recipe;
 pub use schedule::{Decay, Schedule};
-pub use template::{Checkpoint, default_recipe, pretrained_recipe};
+pub use template::{Checkpoint, default_recipe, job_recipe, pretrained_recipe};

@@ -9,6 +9,21 @@ pub fn default_recipe() -> String {
     fill(TEMPLATE)
 }
 
+/// `main.steps` as the default recipe writes it.
+const MAIN_STEPS: &str = "steps = 400              # optimizer steps\n";
+
+/// The default recipe for a PyTorch job (`contrai recipe init --for hf|lightning`): `main.steps`
+/// left out, so the job's own step limit holds the plan (main, contract and refine at their
+/// shares; written, it wins).
+pub fn job_recipe() -> String {
+    default_recipe().replacen(
+        MAIN_STEPS,
+        "# steps = 400            # left to the job: its max_steps (or epochs × batches) hold main, contract and refine\n\
+         #                          at their shares; write it to fix main's steps yourself\n",
+        1,
+    )
+}
+
 /// What [`pretrained_recipe`] needs to know of a checkpoint (read from its `config.json`).
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
@@ -208,3 +223,22 @@ plateau_lr_factor = 0.5  # a plateau in main cuts the LR by this factor ...
 plateau_cooldown = 100   # ... at most once every this many steps
 overfit_patience = 300   # validation flat this many steps while train loss falls ends main early
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_job_recipe_leaves_main_steps_to_the_job_and_parses() {
+        let text = job_recipe();
+        let doc: toml::Table = text.parse().unwrap();
+        assert!(doc["main"].get("steps").is_none(), "main.steps left out");
+        assert!(text.contains("# steps = 400"), "and said where it would go");
+        let r = crate::Recipe::parse(&text, std::path::Path::new("job.toml")).unwrap();
+        assert_eq!(
+            r,
+            crate::Recipe::default(),
+            "everything else is the default recipe"
+        );
+    }
+}

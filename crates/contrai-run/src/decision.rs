@@ -74,6 +74,9 @@ pub enum DecisionKind {
     ValidateFailed,
     /// A checkpoint of the fresh model was written, verified and read back identically.
     CheckpointRoundTrip,
+    /// The plan laid on the job's own step budget (a PyTorch job's `max_steps`), the phases at
+    /// their shares: the recipe left `main.steps` to the job.
+    PlanFromJob,
     /// The training loss plateaued: the LR was cut.
     LrCutPlateau,
     /// A live doctor finding, recorded (no action taken).

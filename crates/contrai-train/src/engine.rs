@@ -181,6 +181,7 @@ impl<'a> Engine<'a> {
             classes,
             weights: matrix_paths(&model),
             heads: (recipe.model.kind != contrai_recipe::ModelKind::Mlp).then_some(recipe.model.heads),
+            job_steps: None,
         };
         let model = match &recipe.model.lora {
             Some(l) => {

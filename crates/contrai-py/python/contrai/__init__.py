@@ -13,7 +13,7 @@ Both write a run directory that ``contrai doctor`` and ``contrai report`` read l
 from ._core import RUN_FORMAT, __version__
 from .conductor import Conductor, RunInfo
 from .data import DroppableDataset
-from .tools import audit, default_recipe, doctor, recipe_check, report, split
+from .tools import audit, default_recipe, doctor, job_recipe, recipe_check, report, split
 
 __all__ = [
     "RUN_FORMAT",
@@ -23,6 +23,7 @@ __all__ = [
     "__version__",
     "audit",
     "default_recipe",
+    "job_recipe",
     "doctor",
     "recipe_check",
     "report",

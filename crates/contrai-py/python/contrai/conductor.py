@@ -25,6 +25,8 @@ class RunInfo:
     classes: int
     weights: list[str] = field(default_factory=list)
     heads: int | None = None
+    # The job's own optimizer-step budget, when the recipe leaves main.steps to it.
+    job_steps: int | None = None
 
 
 def kind(item: Any) -> tuple[str, Any]:

@@ -127,10 +127,20 @@ def refuse_sharded_pruning(recipe_toml: str, recipe_path: str, sharding: str) ->
             "decision works under sharding)")
 
 
-def planned_steps(recipe_toml: str, recipe_path: str) -> int:
-    """Optimizer steps the recipe plans (main, contract and refine): the framework's step limit
-    must reach it."""
-    s = Conductor(recipe_toml, RunInfo(train_samples=1, classes=2), recipe_path).phase_steps()
+def job_steps(recipe_toml: str, limit: int | None) -> int | None:
+    """The job's own optimizer-step budget (its ``max_steps``, or epochs × batches) when the recipe
+    leaves ``main.steps`` to it: the plan is then laid on it (the phases keep their shares);
+    ``None`` when the recipe writes ``main.steps`` (absolute steps win) or the job has no limit."""
+    if limit is None or limit <= 0 or _core.recipe_gives(recipe_toml, "main.steps"):
+        return None
+    return limit
+
+
+def planned_steps(recipe_toml: str, recipe_path: str, job: int | None = None) -> int:
+    """Optimizer steps the recipe plans (main, contract and refine) — on the job's budget ``job``
+    when the recipe leaves it the steps: the framework's step limit must reach it."""
+    info = RunInfo(train_samples=1, classes=2, job_steps=job)
+    s = Conductor(recipe_toml, info, recipe_path).phase_steps()
     return s["main"] + s["contract"] + s["refine"]
 
 
@@ -164,8 +174,11 @@ class Engine:
     turns). A name in none of them is an error naming the ones known."""
 
     def __init__(self, job: Job, run_dir: str | os.PathLike[str], recipe_toml: str, recipe_path: str,
-                 classes: int, keep_last: int = KEEP_LAST, turn_log: str | os.PathLike[str] | None = None) -> None:
+                 classes: int, keep_last: int = KEEP_LAST, turn_log: str | os.PathLike[str] | None = None,
+                 job_steps: int | None = None) -> None:
         self.job = job
+        # The job's own step budget the plan is laid on (None: the recipe's steps).
+        self.job_steps = job_steps
         self.run_dir = Path(run_dir)
         self.recipe_toml = recipe_toml
         self.recipe_path = recipe_path
@@ -189,6 +202,8 @@ class Engine:
         self.substitutes: list[tuple[str, str]] = []
         # The structures the masks took whole ("heads", "units").
         self.whole: set[str] = set()
+        # Times the training set lost rows (a running epoch's batches change from there on).
+        self.drops = 0
         self.batches_noted: set[tuple[str, int]] = set()
         # The framework's optimizer steps that did not advance the plan (failed steps, and those
         # rollbacks took back): its step limit must grow by them.
@@ -243,6 +258,7 @@ class Engine:
             classes=self.classes,
             weights=[name for name, _ in matrices(m)],
             heads=head_count(m),
+            job_steps=self.job_steps,
         )
 
     def start(self, resume: dict[str, Any] | None = None) -> None:
@@ -252,7 +268,6 @@ class Engine:
         self.remember_dropout()
         if self.leader:
             self.lock = hold(self.run_dir)
-            (self.run_dir / "recipe.toml").write_text(_core.recipe_check(self.recipe_toml, self.recipe_path))
             self.writer = _core.RunWriter(str(self.run_dir), WRITER, lens[0], lens[1])
             if resume is None:
                 self.conductor = Conductor(self.recipe_toml, self.info(), self.recipe_path)
@@ -260,6 +275,8 @@ class Engine:
                 history = self.writer.history(lens[0])
                 self.conductor = Conductor(self.recipe_toml, self.info(), self.recipe_path,
                                            state=resume["conductor"], history=history)
+            # The recipe in force: main's steps laid on the job's budget when it gave them.
+            (self.run_dir / "recipe.toml").write_text(self.conductor.recipe_toml())
         if resume is not None:
             self.step = resume["step"]
             self.samples = resume["samples"]
@@ -466,6 +483,7 @@ class Engine:
         ds = self.job.train_dataset()
         if isinstance(ds, DroppableDataset):
             ds.drop(rows)
+            self.drops += 1
             return
         self.substitute(
             f"drop {len(rows)} noisy training samples",

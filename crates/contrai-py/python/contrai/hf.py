@@ -63,7 +63,8 @@ from . import _core
 from ._compat import hf as compat
 from .preempt import Preemption, stopped
 from .resume import Order, Resumed, fingerprint, gathered, replayed, rng_states
-from .engine import KEEP_LAST, Engine, Job, OriginalRows, Outputs, per_sample, planned_steps, refuse_sharded_pruning
+from .engine import (KEEP_LAST, Engine, Job, OriginalRows, Outputs, job_steps, per_sample, planned_steps,
+                     refuse_sharded_pruning)
 
 
 class HfJob(Job):
@@ -173,6 +174,7 @@ class ContraiCallback(TrainerCallback):
         self.classes = classes
         self.turn_log = turn_log
         self.planned = 0  # optimizer steps the recipe plans (set when training starts)
+        self.job_steps: int | None = None  # the Trainer's budget, when the recipe leaves main.steps to it
         self.trainer: Trainer | None = None
         self.engine: Engine | None = None
         self._step = _Step()
@@ -181,6 +183,7 @@ class ContraiCallback(TrainerCallback):
         self._order = Order()
         self._resumed: Resumed | None = None
         self._resumed_order: dict[str, Any] | None = None
+        self._drops_at_epoch = 0
 
     # ---- setting up ---------------------------------------------------------------------------
 
@@ -214,7 +217,8 @@ class ContraiCallback(TrainerCallback):
                              "(the conductor evaluates at the recipe's cadence, run.eval_every)")
         if compat.shards_parameters(trainer):
             refuse_sharded_pruning(self.recipe_toml, self.recipe_path, "FSDP or DeepSpeed ZeRO-3")
-        total = self.planned = planned_steps(self.recipe_toml, self.recipe_path)
+        self.job_steps = job_steps(self.recipe_toml, max_steps)
+        total = self.planned = planned_steps(self.recipe_toml, self.recipe_path, self.job_steps)
         if max_steps < total:
             raise ValueError(
                 f"the recipe plans {total} optimizer steps (main, contract and refine) but the Trainer stops at "
@@ -228,7 +232,8 @@ class ContraiCallback(TrainerCallback):
         self._check(trainer, state.max_steps)
         classes = self.classes or int(getattr(getattr(model, "config", None), "num_labels", 2))
         job = HfJob(trainer, train_dataloader, self.holdout)
-        self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, classes, turn_log=self.turn_log)
+        self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, classes, turn_log=self.turn_log,
+                             job_steps=self.job_steps)
         self._step = _Step()  # a fresh one: taps of an earlier train() keep feeding the old
         compat.tap_loss(trainer, self._step.add_loss, self._trained)
         compat.tap_grad_norm(trainer, self._step.set_grad_norm)
@@ -266,9 +271,10 @@ class ContraiCallback(TrainerCallback):
         epoch = int(state.epoch or 0)
         done, self._resumed_order = self._resumed_order, None
         if done is not None and done["epoch"] == epoch:
-            self._order = Order(epoch, done["count"], done["chain"])
+            self._order = Order(epoch, done["count"], done["chain"], done.get("changed", False))
         else:
             self._order.start(epoch)
+        self._drops_at_epoch = self.engine.drops if self.engine is not None else 0
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                       **kw: Any) -> None:
@@ -376,6 +382,7 @@ class ContraiCallback(TrainerCallback):
             return
         ckpt = compat.checkpoint_dir(args, state.global_step)
         # Every rank's order and generators, gathered on all (collective: every rank saves).
+        self._order.changed |= e.drops != self._drops_at_epoch
         order, rng = gathered(self._order.record(), e.job.world), gathered(rng_states(), e.job.world)
         # A save of the user's own schedule between the lifecycle's checkpoints gets no record:
         # the lifecycle's state there was never written, so it cannot resume from it.

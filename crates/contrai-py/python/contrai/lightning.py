@@ -65,7 +65,7 @@ from . import _core
 from ._compat import lightning as compat
 from .preempt import Preemption, stopped
 from .resume import gathered, rng_states, set_rng_states
-from .engine import Engine, Job, OriginalRows, Outputs, per_sample, planned_steps, refuse_sharded_pruning
+from .engine import Engine, Job, OriginalRows, Outputs, job_steps, per_sample, planned_steps, refuse_sharded_pruning
 
 Forward = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
@@ -184,6 +184,7 @@ class ContraiCallback(pl.Callback):
         self.forward = forward or default_forward
         self.turn_log = turn_log
         self.planned = 0  # optimizer steps the recipe plans (set when training starts)
+        self.job_steps: int | None = None  # the Trainer's budget, when the recipe leaves main.steps to it
         self.engine: Engine | None = None
         self._resume: dict[str, Any] | None = None
         self._grad_norm: float | None = None
@@ -197,7 +198,7 @@ class ContraiCallback(pl.Callback):
         self._check(trainer)
         job = LightningJob(trainer, pl_module, self.forward, self.holdout)
         self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, self.classes,
-                             turn_log=self.turn_log)
+                             turn_log=self.turn_log, job_steps=self.job_steps)
         self.engine.start(self._resume)
         self._preemption.install()
         self._after(trainer)
@@ -209,7 +210,9 @@ class ContraiCallback(pl.Callback):
                              "(the conductor evaluates at the recipe's cadence, run.eval_every)")
         if compat.shards_parameters(trainer.strategy):
             refuse_sharded_pruning(self.recipe_toml, self.recipe_path, type(trainer.strategy).__name__)
-        total = self.planned = planned_steps(self.recipe_toml, self.recipe_path)
+        limit = trainer.max_steps if trainer.max_steps != -1 else compat.epoch_steps(trainer)
+        self.job_steps = job_steps(self.recipe_toml, limit)
+        total = self.planned = planned_steps(self.recipe_toml, self.recipe_path, self.job_steps)
         if trainer.max_steps != -1 and trainer.max_steps < total:
             raise ValueError(f"the recipe plans {total} optimizer steps but the Trainer stops at "
                              f"{trainer.max_steps}: set Trainer(max_steps={total}) — the lifecycle stops it itself")

@@ -442,6 +442,7 @@ class RunInfo(TypedDict):
 
     classes: int
     heads: NotRequired[Union[int, None]]
+    job_steps: NotRequired[Union[int, None]]
     train_samples: int
     weights: list[str]
 
@@ -544,7 +545,7 @@ class Turn(TypedDict):
 
 Action = Union["ActionRecord", "ActionSetPhase", "ActionSetBatch", "ActionScaleDropout", "ActionDropSamples", "ActionReplan", "ActionCheckpoint"]
 
-DecisionKind = Union[Literal["validate_passed"], Literal["validate_failed"], Literal["checkpoint_round_trip"], Literal["lr_cut_plateau"], Literal["doctor_finding"], Literal["end_main_overfitting"], Literal["main_stable"], Literal["main_complete"], Literal["force_contract"], Literal["skip_contract"], Literal["rollback_nonfinite"], Literal["abort_nonfinite"], Literal["rollback_contract"], Literal["freeze_pruning"], Literal["drop_noisiest"], Literal["enter_contract"], Literal["enter_refine"], Literal["doctor"], Literal["sensitivity"], Literal["int8"], Literal["refuse_int8"], Literal["distill"], Literal["holdout"], Literal["engine_substitute"]]
+DecisionKind = Union[Literal["validate_passed"], Literal["validate_failed"], Literal["checkpoint_round_trip"], Literal["plan_from_job"], Literal["lr_cut_plateau"], Literal["doctor_finding"], Literal["end_main_overfitting"], Literal["main_stable"], Literal["main_complete"], Literal["force_contract"], Literal["skip_contract"], Literal["rollback_nonfinite"], Literal["abort_nonfinite"], Literal["rollback_contract"], Literal["freeze_pruning"], Literal["drop_noisiest"], Literal["enter_contract"], Literal["enter_refine"], Literal["doctor"], Literal["sensitivity"], Literal["int8"], Literal["refuse_int8"], Literal["distill"], Literal["holdout"], Literal["engine_substitute"]]
 
 Failure = Union["FailureValidate", "FailureDiverged"]
 

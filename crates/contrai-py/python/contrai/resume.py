@@ -8,8 +8,9 @@ carried                         checked on resume
 the sample order: each rank's   before the first step, the epoch's batches up to the checkpoint
 epoch, the micro-batches it     drawn again from the resumed job's own loader and hashed: the same
 trained in it and a hash of     hash, or the resume stops saying the order changed (the seed, the
-them in order                   sampler, the dataset); at the first step, the batch trained must
-                                be the next one of that order, or it stops saying the skip landed
+them in order                   sampler, the dataset; not checked when the lifecycle dropped rows
+                                in that epoch); at the first step, the batch trained must be the
+                                next one of that order, or it stops saying the skip landed
                                 elsewhere
 the RNG states of every rank    at the first step, mid-epoch: the generators the framework put
 (torch CPU and CUDA, NumPy,     back must be the checkpoint's; when not (a checkpoint without its
@@ -110,16 +111,19 @@ class Order:
     epoch: int = 0
     count: int = 0
     chain: str = ""
+    # The training set lost rows during the epoch: its batches from there on are not what a
+    # loader drawing it again gives for them, so only the batch after the checkpoint is checked.
+    changed: bool = False
 
     def start(self, epoch: int) -> None:
-        self.epoch, self.count, self.chain = epoch, 0, ""
+        self.epoch, self.count, self.chain, self.changed = epoch, 0, "", False
 
     def add(self, fp: str) -> None:
         self.chain = hashlib.sha256((self.chain + fp).encode()).hexdigest()[:32]
         self.count += 1
 
     def record(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "count": self.count, "chain": self.chain}
+        return {"epoch": self.epoch, "count": self.count, "chain": self.chain, "changed": self.changed}
 
 
 def replayed(batches: Iterable[Any], record: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -140,7 +144,7 @@ def replayed(batches: Iterable[Any], record: dict[str, Any]) -> tuple[str | None
     if order.count < record["count"]:
         return (f"the resumed job's loader gives {order.count} batches in epoch {record['epoch']}, the stopped job "
                 f"had trained {record['count']} of it", nxt)
-    if order.chain != record["chain"]:
+    if order.chain != record["chain"] and not record.get("changed", False):
         return (f"the resumed job's loader orders epoch {record['epoch']} differently: its first {record['count']} "
                 "batches are not the ones the stopped job trained (the data seed, the sampler or the dataset "
                 "changed)", nxt)

@@ -17,6 +17,13 @@ def recipe_check(text: str, path: str = "recipe.toml") -> str:
     return _core.recipe_check(text, path)
 
 
+def job_recipe() -> str:
+    """The default recipe for a Hugging Face or Lightning job (``contrai recipe init --for hf``):
+    ``main.steps`` left out, so the Trainer's own ``max_steps`` (or epochs × batches) holds the
+    plan, the phases at the recipe's shares."""
+    return _core.job_recipe()
+
+
 def default_recipe() -> str:
     """The default recipe, every key commented (what ``contrai recipe init`` prints)."""
     return _core.default_recipe()

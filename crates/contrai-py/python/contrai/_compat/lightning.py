@@ -27,6 +27,13 @@ def shards_parameters(strategy: Any) -> bool:
     return isinstance(strategy, (FSDPStrategy, ModelParallelStrategy)) or bool(getattr(strategy, "zero_stage_3", False))
 
 
+def epoch_steps(trainer: pl.Trainer) -> int | None:
+    """Optimizer steps of a Trainer bounded by epochs (``max_steps=-1``): ``estimated_stepping_batches``
+    (Lightning's own count: epochs × batches ÷ accumulation); ``None`` when unbounded."""
+    steps = trainer.estimated_stepping_batches
+    return int(steps) if steps != float("inf") else None
+
+
 def extend_max_steps(trainer: pl.Trainer, need: int) -> None:
     """The Trainer's step limit raised to ``need`` while it fits: ``trainer.max_steps`` has no
     setter, so the limit the training-epoch loop checks (``fit_loop.epoch_loop.max_steps``) is set."""
