@@ -158,6 +158,19 @@ class Checkpoints:
             tmp.rename(self.original_file(name))
 
 
+def newest_verified(found: list[tuple[int, Path]]) -> Path | None:
+    """The newest of a framework's sealed checkpoints (``(step, directory)``) whose files match their
+    sums; one that does not (a kill mid-save) is passed over, said on the log."""
+    for _, path in sorted(found, reverse=True):
+        try:
+            _core.verify(path)
+        except (_core.CorruptCheckpoint, OSError) as err:
+            print(f"[contrai] {path} passed over: {err}")
+            continue
+        return path
+    return None
+
+
 def load_weights(model: torch.nn.Module, ckpt: Checkpoint) -> list[str]:
     """Loads a checkpoint's weights into ``model``; the names it could not restore: parameters
     frozen when it was written and trained since (their values then were not kept)."""

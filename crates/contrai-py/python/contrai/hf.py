@@ -61,6 +61,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 
 from . import _core
 from ._compat import hf as compat
+from .checkpoints import newest_verified
 from .preempt import Preemption, stopped
 from .resume import Order, Resumed, fingerprint, gathered, replayed, rng_states
 from .engine import (KEEP_LAST, Engine, Job, OriginalRows, Outputs, job_steps, per_sample, planned_steps,
@@ -417,16 +418,10 @@ def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
     under :class:`ContraiCallback`), for ``trainer.train(resume_from_checkpoint=...)``; ``None``
     when there is none — so one script serves the first run and every requeue. A newer checkpoint
     that fails its sums (a kill mid-save) is passed over, said on the log."""
-    found = sorted(((int(p.name.rsplit("-", 1)[1]), p) for p in Path(output_dir).glob("checkpoint-*")
-                    if p.is_dir() and p.name.rsplit("-", 1)[1].isdigit()), reverse=True)
-    for step, path in found:
-        try:
-            _core.verify(path)
-        except (_core.CorruptCheckpoint, OSError) as err:
-            print(f"[contrai] {path} passed over: {err}")
-            continue
-        return str(path)
-    return None
+    found = [(int(p.name.rsplit("-", 1)[1]), p) for p in Path(output_dir).glob("checkpoint-*")
+             if p.is_dir() and p.name.rsplit("-", 1)[1].isdigit()]
+    newest = newest_verified(found)
+    return None if newest is None else str(newest)
 
 
 __all__ = ["ContraiCallback", "last_checkpoint"]

@@ -63,6 +63,7 @@ from torch.utils.data import DataLoader
 
 from . import _core
 from ._compat import lightning as compat
+from .checkpoints import newest_verified
 from .preempt import Preemption, stopped
 from .resume import gathered, rng_states, set_rng_states
 from .engine import Engine, Job, OriginalRows, Outputs, job_steps, per_sample, planned_steps, refuse_sharded_pruning
@@ -342,16 +343,10 @@ def last_checkpoint(folder: str | os.PathLike[str]) -> str | None:
     their sums, for ``trainer.fit(..., ckpt_path=...)``; ``None`` when there is none — so one
     script serves the first run and every requeue. One that fails its sums is passed over, said on
     the log."""
-    found = sorted(((int(p.name.split("=", 1)[1]), p) for p in Path(folder).glob("stop-step=*")
-                    if p.is_dir() and p.name.split("=", 1)[1].isdigit()), reverse=True)
-    for _, path in found:
-        try:
-            _core.verify(path)
-        except (_core.CorruptCheckpoint, OSError) as err:
-            print(f"[contrai] {path} passed over: {err}")
-            continue
-        return str(path / "last.ckpt")
-    return None
+    found = [(int(p.name.split("=", 1)[1]), p) for p in Path(folder).glob("stop-step=*")
+             if p.is_dir() and p.name.split("=", 1)[1].isdigit()]
+    newest = newest_verified(found)
+    return None if newest is None else str(newest / "last.ckpt")
 
 
 __all__ = ["ContraiCallback", "default_forward", "last_checkpoint"]
