@@ -1,5 +1,6 @@
 //! `contrai`: data integrity, training under a live doctor, contraction, and diagnosis of any run.
 
+mod check_cmd;
 mod choice;
 mod compress_cmd;
 mod data_cmd;
@@ -55,6 +56,21 @@ enum Command {
     ///
     /// Example: contrai predict runs/demo new.jsonl --out predictions.jsonl
     Predict(predict_cmd::PredictArgs),
+    /// Check a recipe before step 1: schedule, warmup, effective batch, checkpoint cadence, splits.
+    ///
+    /// Each finding is one sentence with its fix, a kind and a severity: warmup outside 2–5 % of
+    /// main's steps, a linear or constant decay where the rules decay along a cosine, a LoRA job at
+    /// LR ≥ 1e-4 with long linear warmup and linear decay (the first seed article's failure), an
+    /// effective batch (batch × devices × accumulate) outside 16–64, checkpoints rarer than every
+    /// 50 steps, and, for a split directory given as data, a missing validation or holdout
+    /// partition. Python jobs get the same check from `contrai.preflight` (fp16 on a bf16 model,
+    /// checkpointing with adapters and no input gradients, an accumulated loss not normalised).
+    ///
+    /// Exit status: 0 when no finding is an error (warnings alone pass), 1 when one is, 2 when the
+    /// recipe cannot be read (the error names its file, line and key).
+    ///
+    /// Example: contrai check spam.toml    or    contrai check spam.toml --json | jq '.findings[].kind'
+    Check(check_cmd::CheckArgs),
     /// Plan the lifecycle: phase table, LR segments, calendar of a long programme, cost, advice.
     ///
     /// Example: contrai plan spam.toml --weeks 12 --cost-per-day 250 --unstable-infra
@@ -70,6 +86,7 @@ fn main() -> ExitCode {
         Command::Train(args) => train_cmd::run(args),
         Command::Compress(args) => compress_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
+        Command::Check(args) => check_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(args),
         Command::Predict(args) => predict_cmd::run(args),
     };

@@ -15,7 +15,8 @@
 //! - the contraction's settings, noisy samples, guard and divergence rule — [`contract`];
 //! - pruning's targets, schedule and caps — [`prune`]; diagnose's sensitivity caps —
 //!   [`sensitivity`], measured by [`diagnose`];
-//! - the end: int8 verdict, student, the holdout read once — [`finish`].
+//! - the end: int8 verdict, student, the holdout read once — [`finish`];
+//! - a job's configuration checked before step 1 — [`preflight`].
 
 #![warn(missing_docs)]
 
@@ -29,6 +30,7 @@ pub mod finish;
 pub mod lr;
 pub mod plan;
 pub mod protocol;
+pub mod preflight;
 pub mod prune;
 pub mod rollback;
 pub mod select;

@@ -175,12 +175,22 @@ fn the_python_protocol_is_generated_from_the_rust_types() {
     generator.subschema_for::<Turn>();
     generator.subschema_for::<Observation>();
     generator.subschema_for::<RunInfo>();
+    generator.subschema_for::<contrai_lifecycle::preflight::JobFacts>();
+    generator.subschema_for::<contrai_lifecycle::preflight::Finding>();
     let defs: Map<String, Value> = generator
         .definitions()
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    for root in ["Turn", "Observation", "RunInfo", "Action", "Request"] {
+    for root in [
+        "Turn",
+        "Observation",
+        "RunInfo",
+        "Action",
+        "Request",
+        "JobFacts",
+        "PreflightFinding",
+    ] {
         assert!(
             defs.contains_key(root),
             "{root} has no definition: {:?}",

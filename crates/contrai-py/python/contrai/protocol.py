@@ -71,6 +71,12 @@ class ActionCheckpoint(TypedDict):
     Checkpoint: "ActionCheckpointFields"
 
 
+class CheckpointCadenceSteps(TypedDict):
+    """Every this many optimizer steps."""
+
+    Steps: int
+
+
 class Contraction(TypedDict):
     """What the contraction remembers."""
 
@@ -132,6 +138,31 @@ class Int8Verdict(TypedDict):
 
     drop_points: float
     kept: bool
+
+
+class JobFacts(TypedDict):
+    """What is known of a job before its first step; `None` where its source cannot tell."""
+
+    accumulation: NotRequired[Union[int, None]]
+    checkpoint_every: NotRequired[Union["CheckpointCadence", None]]
+    decay: NotRequired[Union["DecayShape", None]]
+    devices: NotRequired[Union[int, None]]
+    eval_split: NotRequired[Union[bool, None]]
+    gradient_checkpointing: NotRequired[Union[bool, None]]
+    holdout: NotRequired[Union[bool, None]]
+    input_grads: NotRequired[Union[bool, None]]
+    loss_over_window: NotRequired[Union[bool, None]]
+    model_dtype: NotRequired[Union["Precision", None]]
+    peak_lr: NotRequired[Union[float, None]]
+    per_device_batch: NotRequired[Union[int, None]]
+    precision: NotRequired[Union["Precision", None]]
+    reentrant: NotRequired[Union[bool, None]]
+    source: NotRequired[Union["FactsSource", None]]
+    token_level_loss: NotRequired[Union[bool, None]]
+    total_steps: NotRequired[Union[int, None]]
+    tuning: NotRequired[Union["Tuning", None]]
+    warmup_ratio: NotRequired[Union[float, None]]
+    warmup_steps: NotRequired[Union[int, None]]
 
 
 class LrSegment(TypedDict):
@@ -318,6 +349,15 @@ class PhasePlan(TypedDict):
     samples: int
     start_step: int
     steps: int
+
+
+class PreflightFinding(TypedDict):
+    """One thing wrong with a job's configuration."""
+
+    evidence: Any
+    kind: "PreflightKind"
+    message: str
+    severity: "PreflightSeverity"
 
 
 class PruneOrder(TypedDict):
@@ -545,7 +585,13 @@ class Turn(TypedDict):
 
 Action = Union["ActionRecord", "ActionSetPhase", "ActionSetBatch", "ActionScaleDropout", "ActionDropSamples", "ActionReplan", "ActionCheckpoint"]
 
+CheckpointCadence = Union[Literal["Never"], "CheckpointCadenceSteps"]
+
+DecayShape = Union[Literal["cosine"], Literal["linear"], Literal["constant"], Literal["other"]]
+
 DecisionKind = Union[Literal["validate_passed"], Literal["validate_failed"], Literal["checkpoint_round_trip"], Literal["plan_from_job"], Literal["lr_cut_plateau"], Literal["doctor_finding"], Literal["end_main_overfitting"], Literal["main_stable"], Literal["main_complete"], Literal["force_contract"], Literal["skip_contract"], Literal["rollback_nonfinite"], Literal["abort_nonfinite"], Literal["rollback_contract"], Literal["freeze_pruning"], Literal["drop_noisiest"], Literal["enter_contract"], Literal["enter_refine"], Literal["doctor"], Literal["sensitivity"], Literal["int8"], Literal["refuse_int8"], Literal["distill"], Literal["holdout"], Literal["engine_substitute"]]
+
+FactsSource = Union[Literal["recipe"], Literal["hf"], Literal["lightning"]]
 
 Failure = Union["FailureValidate", "FailureDiverged"]
 
@@ -554,6 +600,12 @@ LrShape = Union[Literal["warmup"], Literal["cosine"], Literal["linear"], Literal
 Observation = Union["ObservationPipelineChecked", "ObservationRoundTripped", "ObservationStepped", "ObservationEvaluated", "ObservationRestored", "ObservationPruned", "ObservationSampleLosses", "ObservationSensitivity", "ObservationJointLoss", "ObservationExported", "ObservationDistilled", "ObservationQuantized", "ObservationDeclined", "ObservationHoldoutRead"]
 
 Phase = Union[Literal["validate"], Literal["main"], Literal["diagnose"], Literal["contract"], Literal["refine"]]
+
+Precision = Union[Literal["fp32"], Literal["fp16"], Literal["bf16"]]
+
+PreflightKind = Union[Literal["fp16_on_bf16_model"], Literal["checkpointing_without_input_grads"], Literal["reentrant_checkpointing_with_lora"], Literal["loss_not_normalised"], Literal["warmup_outside_range"], Literal["decay_not_cosine"], Literal["seed_article_failure"], Literal["effective_batch_outside_range"], Literal["sparse_checkpoints"], Literal["no_eval_split"], Literal["no_holdout"]]
+
+PreflightSeverity = Union[Literal["warning"], Literal["error"]]
 
 PruneScope = Union[Literal["module"], Literal["global"]]
 
@@ -564,3 +616,5 @@ RestorePoint = Union[Literal["Latest"], "RestorePointStep"]
 RestoreScope = Union[Literal["Weights"], Literal["Everything"]]
 
 Stage = Union[Literal["Training"], "StageEnded", Literal["Done"]]
+
+Tuning = Union[Literal["full"], Literal["lora"], Literal["peft"]]

@@ -140,3 +140,139 @@ def checkpoint_dir(args: TrainingArguments, step: int) -> Path:
     if args.output_dir is None:
         raise ValueError("TrainingArguments.output_dir is unset: the Trainer's checkpoints have nowhere to go")
     return Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+
+
+# What ``contrai.preflight`` reads of a job before its first step.
+
+
+def transformers_major() -> int:
+    """The installed transformers' major version (its defaults differ between 4.x and 5.x)."""
+    from importlib.metadata import version
+
+    return int(version("transformers").split(".")[0])
+
+
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The model under a PEFT wrapper (``get_base_model()``, PEFT's public unwrap) and a DDP or
+    ``torch.compile`` wrapper (``module``, ``_orig_mod``)."""
+    for attr in ("module", "_orig_mod"):
+        inner = getattr(model, attr, None)
+        if isinstance(inner, torch.nn.Module):
+            model = inner
+    get_base = getattr(model, "get_base_model", None)
+    if callable(get_base):
+        base = get_base()
+        if isinstance(base, torch.nn.Module):
+            return base
+    return model
+
+
+def checkpointing_reentrant(model: torch.nn.Module) -> bool | None:
+    """Whether the gradient checkpointing already on in ``model`` re-enters the forward: the
+    ``use_reentrant`` keyword of the function transformers puts on each checkpointed module
+    (``_gradient_checkpointing_func``, a ``functools.partial`` of ``torch.utils.checkpoint``'s
+    ``checkpoint``; unsaid, torch's default: reentrant). ``None`` when no module has one on."""
+    for module in model.modules():
+        func = getattr(module, "_gradient_checkpointing_func", None)
+        if func is None or not getattr(module, "gradient_checkpointing", False):
+            continue
+        keywords = getattr(func, "keywords", None)
+        return bool(keywords.get("use_reentrant", True)) if isinstance(keywords, dict) else True
+    return None
+
+
+def trainer_checkpointing_reentrant(args: TrainingArguments) -> bool:
+    """Whether the checkpointing a Trainer turns on (``gradient_checkpointing=True``) re-enters: the
+    ``use_reentrant`` of ``gradient_checkpointing_kwargs`` (5.x: ``activation_checkpointing_kwargs``,
+    ``every_n_layers`` and ``offload`` taken out first); none given, transformers' own default
+    (5.x non-reentrant, 4.x reentrant); other keywords without it, torch's default (reentrant)."""
+    given = getattr(args, "activation_checkpointing_kwargs", None) or args.gradient_checkpointing_kwargs
+    kwargs = {k: v for k, v in given.items() if k not in ("every_n_layers", "offload")} if isinstance(given, dict) else {}
+    if not kwargs:
+        return transformers_major() < 5
+    return bool(kwargs.get("use_reentrant", True))
+
+
+def trainer_checkpointing(args: TrainingArguments) -> bool:
+    """Whether the Trainer turns gradient checkpointing on (5.x ``activation_checkpointing``, of which
+    ``gradient_checkpointing`` is the deprecated alias)."""
+    return bool(getattr(args, "activation_checkpointing", False) or args.gradient_checkpointing)
+
+
+def checkpointing_hooks_inputs(model: torch.nn.Module) -> bool:
+    """Whether transformers, turning checkpointing on, also makes the input embeddings' output require
+    grad (``enable_input_require_grads``): 5.x for a text model (``main_input_name == "input_ids"``) and,
+    as 4.x, for adapters transformers itself loaded (``_hf_peft_config_loaded``); a PEFT wrapper's
+    base is neither marked nor hooked by 4.x."""
+    base = base_model(model)
+    if getattr(base, "_hf_peft_config_loaded", False):
+        return True
+    return transformers_major() >= 5 and getattr(base, "main_input_name", None) == "input_ids"
+
+
+def checkpointing_on(model: torch.nn.Module) -> bool:
+    """Whether gradient checkpointing is on in ``model`` already: 5.x ``is_activation_checkpointing``,
+    4.x ``is_gradient_checkpointing`` (5.x keeps it as a deprecated alias)."""
+    base = base_model(model)
+    on = getattr(base, "is_activation_checkpointing", None)
+    if on is None:
+        on = getattr(base, "is_gradient_checkpointing", False)
+    return bool(on)
+
+
+def input_grads(model: torch.nn.Module) -> bool | None:
+    """Whether the input embeddings' output requires grad now: their weight trains, or a forward hook
+    sits on them (``_forward_hooks``: transformers' and PEFT's ``make_inputs_require_grad(s)`` hooks
+    leave no other trace). ``None`` when the model shows no input embeddings."""
+    get = getattr(base_model(model), "get_input_embeddings", None)
+    try:
+        emb = get() if callable(get) else None
+    except (NotImplementedError, AttributeError):
+        return None
+    if not isinstance(emb, torch.nn.Module):
+        return None
+    if any(p.requires_grad for p in emb.parameters()):
+        return True
+    return bool(emb._forward_hooks)
+
+
+# The loss families of transformers' ``LOSS_MAPPING`` that average over tokens.
+TOKEN_LOSSES = ("ForCausalLM", "ForMaskedLM", "ForTokenClassification", "ForConditionalGeneration")
+
+
+def token_level_loss(model: torch.nn.Module) -> bool | None:
+    """Whether the model's own loss is a mean over tokens: the ``LOSS_MAPPING`` family its
+    ``loss_type`` names (unset or unknown: ``ForCausalLM``, where ``loss_function`` falls back).
+    ``None`` for a model outside transformers."""
+    from transformers import PreTrainedModel
+    from transformers.loss.loss_utils import LOSS_MAPPING
+
+    base = base_model(model)
+    if not isinstance(base, PreTrainedModel):
+        return None
+    loss_type = getattr(base, "loss_type", None)
+    if loss_type not in LOSS_MAPPING:
+        loss_type = "ForCausalLM"
+    return loss_type in TOKEN_LOSSES
+
+
+def passes_num_items(model: torch.nn.Module) -> bool:
+    """Whether a Trainer gives this model's loss ``num_items_in_batch`` (the accumulation window's
+    token count), decided as the Trainer decides ``model_accepts_loss_kwargs``: the model's
+    ``accepts_loss_kwargs`` when it has one, else a ``**kwargs`` in its ``forward``."""
+    base = base_model(model)
+    accepts = getattr(base, "accepts_loss_kwargs", None)
+    if accepts is not None:
+        return bool(accepts)
+    params = inspect.signature(base.forward).parameters.values()
+    return any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def loss_over_window(trainer: Trainer) -> bool:
+    """Whether this Trainer's loss is normalised over the accumulation window: its
+    ``loss_is_scaled_for_ga`` when a subclass says so (5.x), else what ``training_step`` decides —
+    ``model_accepts_loss_kwargs`` or a ``compute_loss_func``."""
+    scaled = getattr(trainer, "loss_is_scaled_for_ga", None)
+    if scaled is not None:
+        return bool(scaled)
+    return bool(getattr(trainer, "model_accepts_loss_kwargs", False) or trainer.compute_loss_func is not None)
