@@ -162,7 +162,8 @@ def test_a_lightning_job_stopped_mid_contraction_resumes_with_the_same_decisions
     fit(tmp_path, recipe, "resumed", stop_at=88)
     ckpt = tmp_path / "ckpt-resumed" / "step=85.ckpt"
     saved = torch.load(ckpt, weights_only=False)["callbacks"][ContraiCallback(recipe, tmp_path / "x").state_key]
-    assert set(saved) == {"record", "masks"}, "the callback's state_dict rides in Lightning's checkpoint"
+    assert set(saved) == {"record", "masks", "rng"}, "the callback's state_dict rides in Lightning's checkpoint"
+    assert len(saved["rng"]) == 1 and saved["record"]["next_lr"] > 0, "one rank's generators, the next step's LR"
     assert saved["record"]["step"] == 85 + 20 and saved["record"]["conductor"]["phase"] == "contract"
     resumed, seen = fit(tmp_path, recipe, "resumed", ckpt=str(ckpt))
 
