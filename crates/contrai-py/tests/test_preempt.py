@@ -101,7 +101,7 @@ def test_a_resume_inside_a_later_epoch_is_certified_and_a_changed_order_is_caugh
     # 400 rows in batches of 16: 25 steps an epoch; step 37 is the 12th of epoch 1.
     ckpt = stopped(tmp_path, 37)
     record = json.loads((ckpt / "contrai.json").read_text())
-    assert record["order"] == [{"epoch": 1, "count": 12, "chain": record["order"][0]["chain"]}]
+    assert record["order"] == [{"epoch": 1, "count": 12, "chain": record["order"][0]["chain"], "changed": False}]
     assert record["next_lr"] > 0 and len(record["rng"]) == 1
     changed = job(tmp_path, "data_seed=7")
     assert changed.returncode != 0
