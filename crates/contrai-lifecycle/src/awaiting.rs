@@ -47,6 +47,8 @@ pub enum Await {
         /// Retries so far, this one included.
         nan_retries: u32,
     },
+    /// A full restore after a loss spike (the triage's memory is kept through it).
+    SpikeRestored,
     /// Diagnose's steps.
     Diagnose(DiagnoseStep),
     /// Entering contract or refine.

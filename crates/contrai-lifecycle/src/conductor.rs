@@ -3,10 +3,11 @@
 //! of its decisions.
 //!
 //! The flow of one training step, in the order its rules apply:
-//! step → live doctor (main) → evaluation when due → divergence and contraction guard
-//! (contract) → pruning update when due (contract) → stability rule at main's checkpoints → the
-//! phase's end, if any, recorded → checkpoint when due → next step, or the move to the next phase
-//! ([`crate::transitions`]). Rollbacks are in [`crate::rollback`], the LR in [`crate::lr`].
+//! step → spike triage ([`crate::spike`]) → live doctor (main) → evaluation when due → divergence
+//! and contraction guard (contract) → pruning update when due (contract) → stability rule at
+//! main's checkpoints → the phase's end, if any, recorded → checkpoint when due → next step, or the
+//! move to the next phase ([`crate::transitions`]). Rollbacks are in [`crate::rollback`], the LR in
+//! [`crate::lr`].
 
 use contrai_recipe::{Phase, Recipe};
 use contrai_run::{MetricsRow, RunPlan};
@@ -173,7 +174,16 @@ impl Conductor {
                     optimizer_bytes,
                 },
             ) => self.on_round_trip(identical, model_bytes, optimizer_bytes),
-            (Await::Step, Observation::Stepped { loss, grad_norm, lr }) => self.on_step(loss, grad_norm, lr),
+            (
+                Await::Step,
+                Observation::Stepped {
+                    loss,
+                    grad_norm,
+                    lr,
+                    rows,
+                    length,
+                },
+            ) => self.on_step(loss, grad_norm, lr, (rows, length)),
             (
                 Await::StepEval,
                 Observation::Evaluated {
@@ -198,6 +208,11 @@ impl Conductor {
                 },
                 Observation::Restored { state, history },
             ) => self.on_nonfinite_restored(*state, &history, lr_scale, nan_retries),
+            (Await::SpikeRestored, Observation::Restored { state, history }) => {
+                self.adopt(*state, &history);
+                let out = self.settings(false);
+                self.proceed(out)
+            }
             (Await::Diagnose(step), obs) => self.on_diagnose(step, obs),
             (Await::Entering(e), obs) => self.on_entering(e, obs),
             (Await::Finish(step), obs) => self.on_finish(step, obs),
@@ -214,7 +229,8 @@ impl Conductor {
     }
 
     /// The engine's settings for the current phase: its name, batch and dropout; on entering it
-    /// (`restart_order`) the re-plan too, else (a resume) the rows dropped so far.
+    /// (`restart_order`) the re-plan too, else (a resume, a rollback) the rows dropped and the
+    /// batches skipped so far.
     pub(crate) fn settings(&self, restart_order: bool) -> Vec<Action> {
         let phase = self.state.phase;
         let (batch, dropout) = contract::phase_settings(phase, &self.recipe);
@@ -227,11 +243,13 @@ impl Conductor {
             Action::SetBatch(batch),
             Action::ScaleDropout(dropout),
         ]);
-        let dropped = &self.state.contraction.dropped;
+        let dropped = self.state.dropped_rows();
         if !restart_order && !dropped.is_empty() {
-            out.push(Action::DropSamples {
-                rows: dropped.clone(),
-            });
+            out.push(Action::DropSamples { rows: dropped });
+        }
+        let skipped = self.state.triage.skipped();
+        if !restart_order && !skipped.is_empty() {
+            out.push(Action::SkipBatches { batches: skipped });
         }
         out
     }
@@ -249,7 +267,8 @@ impl Conductor {
     /// Asks for the next optimizer step, at the phase's scheduled LR times the run's scale.
     pub(crate) fn train(&mut self, out: Vec<Action>) -> Turn {
         let s = &self.state;
-        let lr = PhaseLr::new(s.phase, &self.recipe, s.segment.steps, s.segment.lr0).at(s.k()) * s.lr_scale;
+        let lr =
+            PhaseLr::new(s.phase, &self.recipe, s.segment.steps, s.segment.lr0).at(s.k()) * s.lr_multiplier();
         let plan = StepPlan {
             step: s.step,
             phase: s.phase,
@@ -285,13 +304,33 @@ impl Conductor {
         });
     }
 
-    /// A finished optimizer step: the live doctor, then the evaluation when due.
-    fn on_step(&mut self, loss: Option<f32>, grad_norm: Option<f32>, lr: f64) -> Result<Turn> {
+    /// A finished optimizer step: spike triage, the live doctor, then the evaluation when due.
+    fn on_step(
+        &mut self,
+        loss: Option<f32>,
+        grad_norm: Option<f32>,
+        lr: f64,
+        (mut rows, length): (Vec<u64>, Option<f32>),
+    ) -> Result<Turn> {
         let bad = |x: Option<f32>| x.is_some_and(|v| !v.is_finite());
         if bad(loss) || bad(grad_norm) {
             return self.on_nonfinite(NonFinite::Step { loss, grad_norm });
         }
         let mut out = Vec::new();
+        if let Some(loss) = loss {
+            rows.sort_unstable();
+            rows.dedup();
+            let step = self.state.step + 1;
+            let seen = crate::spike::StepSeen {
+                step,
+                loss,
+                rows,
+                length,
+            };
+            if let Some(turn) = self.triage(seen, &mut out) {
+                return Ok(turn);
+            }
+        }
         let s = &mut self.state;
         s.step += 1;
         s.lr = lr;
@@ -411,9 +450,12 @@ impl Conductor {
         });
     }
 
-    /// Adopts a checkpoint's state (a full restore), the live doctor rebuilt from `history`.
+    /// Adopts a checkpoint's state (a full restore), the live doctor rebuilt from `history`; spike
+    /// triage's memory is the run's, not the checkpoint's, and stays.
     pub(crate) fn adopt(&mut self, state: State, history: &[MetricsRow]) {
+        let triage = std::mem::take(&mut self.state.triage);
         self.state = state;
+        self.state.triage = triage;
         self.pending = None;
         self.watch = Watch::new(
             &self.recipe,

@@ -9,7 +9,7 @@
 //!
 //! Where each rule lives:
 //! - when each phase ends and what comes next — [`transitions`] (when contraction starts);
-//! - what a rollback restores — [`rollback`];
+//! - what a rollback restores — [`rollback`]; what a loss spike makes it do — [`spike`];
 //! - how a phase's LR runs — [`lr`]; steps and cadence — [`budget`]; the plan — [`plan`];
 //! - the live doctor's use (plateau cut, overfitting end, findings) — [`watch`];
 //! - the contraction's settings, noisy samples, guard and divergence rule — [`contract`];
@@ -29,12 +29,13 @@ pub mod error;
 pub mod finish;
 pub mod lr;
 pub mod plan;
-pub mod protocol;
 pub mod preflight;
+pub mod protocol;
 pub mod prune;
 pub mod rollback;
 pub mod select;
 pub mod sensitivity;
+pub mod spike;
 pub mod state;
 pub mod transitions;
 pub mod watch;
@@ -43,7 +44,7 @@ pub use budget::PhaseSteps;
 pub use conductor::{Conductor, RunInfo};
 pub use error::{ConductorError, Result};
 pub use protocol::{
-    Action, Failure, Int8Verdict, Observation, PruneOrder, Request, RestorePoint, RestoreScope, StepPlan,
-    Summary, Target, Turn,
+    Action, Failure, Int8Verdict, Observation, PruneOrder, Request, RestorePoint, RestoreScope, SkippedBatch,
+    StepPlan, Summary, Target, Turn,
 };
 pub use state::{STATE_VERSION, Stage, State};

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use contrai_recipe::{Phase, PruneScope};
-use contrai_run::{Decision, Int8Eval, MetricsRow, RunPlan};
+use contrai_run::{Decision, Int8Eval, MetricsRow, QuarantineEntry, RunPlan};
 use serde::{Deserialize, Serialize};
 
 use crate::state::State;
@@ -45,6 +45,15 @@ pub enum Action {
     },
     /// The plan as the run now stands (a phase was entered, or the run began): write `plan.json`.
     Replan(Box<RunPlan>),
+    /// Append this entry to `quarantine.jsonl`, with the sample ids of its rows where the engine
+    /// knows them (a spike's batch, taken out by spike triage).
+    Quarantine(QuarantineEntry),
+    /// Never train these batches again (all skipped so far): when the step of one draws its rows
+    /// again — a replay after a rollback — the engine draws the next batch in its order instead.
+    SkipBatches {
+        /// The batches.
+        batches: Vec<SkippedBatch>,
+    },
     /// Write a checkpoint of this step holding this state; keep the newest `run.keep_last` and
     /// these steps' checkpoints, delete the rest.
     Checkpoint {
@@ -141,6 +150,16 @@ pub enum Request {
     Fail(Failure),
 }
 
+/// A batch that spiked, skipped when its step draws it again.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedBatch {
+    /// The step that drew it (1-based, as `metrics.jsonl` numbers steps).
+    pub step: u64,
+    /// Its training rows, sorted (empty: whatever that step draws).
+    pub rows: Vec<u64>,
+}
+
 /// One optimizer step's settings.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -228,7 +247,7 @@ pub struct Int8Verdict {
 pub enum Failure {
     /// The pipeline cannot learn (validate's check, or a checkpoint that does not round-trip).
     Validate(String),
-    /// Non-finite losses or gradients after every allowed rollback.
+    /// Non-finite losses or gradients, or loss spikes, after every allowed rollback.
     Diverged(String),
 }
 
@@ -280,6 +299,14 @@ pub enum Observation {
         grad_norm: Option<f32>,
         /// The LR it ran at.
         lr: f64,
+        /// The training rows of the step's batch, in the engine's numbering (empty: the engine
+        /// cannot tell; spike triage then cannot tell a data cause).
+        #[serde(default)]
+        rows: Vec<u64>,
+        /// Mean tokens a sample of the step's batch (`None`: not text, or not known): a loss jump
+        /// that follows batch length is benign.
+        #[serde(default)]
+        length: Option<f32>,
     },
     /// An evaluation on validation.
     Evaluated {

@@ -64,6 +64,13 @@ pub struct State {
     pub main_end: Option<(u64, DecisionKind)>,
     /// The phases entered so far (for `plan.json`'s re-plan).
     pub entered: Vec<Entered>,
+    /// The recent finite training losses the spike rule judges against (restored with a
+    /// checkpoint).
+    #[serde(default)]
+    pub spike_window: crate::spike::Window,
+    /// Spike triage's memory (kept through rollbacks).
+    #[serde(default)]
+    pub triage: crate::spike::Triage,
 }
 
 /// The current phase's span and LR.
@@ -150,7 +157,29 @@ impl State {
             sparsity: BTreeMap::new(),
             main_end: None,
             entered: Vec::new(),
+            spike_window: crate::spike::Window::default(),
+            triage: crate::spike::Triage::default(),
         }
+    }
+
+    /// The multiplier on every scheduled LR: the run's scale times spike triage's cuts.
+    pub fn lr_multiplier(&self) -> f64 {
+        self.lr_scale * self.triage.lr_factor
+    }
+
+    /// Every training row out of training, sorted: the noisiest dropped, and those that left
+    /// for spiking.
+    pub fn dropped_rows(&self) -> Vec<usize> {
+        let mut rows: Vec<usize> = self
+            .contraction
+            .dropped
+            .iter()
+            .chain(&self.triage.left)
+            .copied()
+            .collect();
+        rows.sort_unstable();
+        rows.dedup();
+        rows
     }
 
     /// Steps done in the current phase.

@@ -355,7 +355,7 @@ impl Conductor {
     /// Starts entering `phase`: the noisiest samples first (once), then the entry evaluation.
     fn enter(&mut self, out: Vec<Action>, phase: Phase) -> Turn {
         let s = &mut self.state;
-        let lr0 = s.lr / s.lr_scale;
+        let lr0 = s.lr / s.lr_multiplier();
         let unspent = rollback::unspent(s);
         // The phase that ends keeps its steps as run, for the re-plan.
         if let Some(e) = s.entered.last_mut() {
@@ -392,10 +392,12 @@ impl Conductor {
             (EnterStep::SampleLosses, Observation::SampleLosses { losses, ids }) => {
                 let s = &mut self.state;
                 let (dropped, d) = contract::noisy(&losses, &ids, s.step, s.phase, &self.recipe);
-                s.contraction.dropped = dropped.clone();
+                s.contraction.dropped = dropped;
                 s.contraction.noisy_checked = true;
                 e.step = EnterStep::Evaluation;
-                let out = vec![Action::Record(d), Action::DropSamples { rows: dropped }];
+                // The rows spike triage took out stay out too.
+                let rows = s.dropped_rows();
+                let out = vec![Action::Record(d), Action::DropSamples { rows }];
                 Ok(self.entering(out, e))
             }
             (EnterStep::Evaluation, Observation::Evaluated { val_loss, .. }) => self.entered(e, val_loss),

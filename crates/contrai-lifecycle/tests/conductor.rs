@@ -140,6 +140,8 @@ impl Sim {
                         loss: Some(f32::NAN),
                         grad_norm: Some(f32::NAN),
                         lr: plan.lr,
+                        rows: Vec::new(),
+                        length: None,
                     };
                 }
                 self.step += 1;
@@ -158,6 +160,8 @@ impl Sim {
                     loss: Some(loss),
                     grad_norm: Some(1.0),
                     lr: plan.lr,
+                    rows: Vec::new(),
+                    length: None,
                 }
             }
             Request::Evaluate { record } => {

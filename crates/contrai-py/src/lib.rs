@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use contrai_lifecycle::{Observation, RunInfo, Target};
 use contrai_recipe::Recipe;
 use contrai_run::checkpoint::{self, Kind, Pending, Sealed};
-use contrai_run::{Decision, JsonLines, MetricsRow, RunDir, RunFormat};
+use contrai_run::{Decision, JsonLines, MetricsRow, QuarantineEntry, QuarantineLog, RunDir, RunFormat};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -189,21 +189,29 @@ fn run_info(text: &str) -> PyResult<RunInfo> {
 }
 
 /// Writes a run directory in Contrai's format: `run.json`, `metrics.jsonl`, `decisions.jsonl`,
-/// and the JSON files, each row checked against its type before it is written.
+/// `quarantine.jsonl` and the JSON files, each row checked against its type before it is written.
 #[pyclass(module = "contrai._core")]
 struct RunWriter {
     run: RunDir,
     metrics: JsonLines,
     decisions: JsonLines,
+    quarantine: QuarantineLog,
 }
 
 #[pymethods]
 impl RunWriter {
     /// Opens `run_dir` (created if needed; `run.json` stamped with `writer`, or checked) with the
-    /// journals cut back to `metrics_len` and `decisions_len` bytes (0 and 0: a new run).
+    /// journals cut back to `metrics_len` and `decisions_len` bytes (0 and 0: a new run), and
+    /// `quarantine.jsonl` to `quarantine_len` (`None`: kept whole).
     #[new]
-    #[pyo3(signature = (run_dir, writer, metrics_len = 0, decisions_len = 0))]
-    fn new(run_dir: PathBuf, writer: &str, metrics_len: u64, decisions_len: u64) -> PyResult<Self> {
+    #[pyo3(signature = (run_dir, writer, metrics_len = 0, decisions_len = 0, quarantine_len = None))]
+    fn new(
+        run_dir: PathBuf,
+        writer: &str,
+        metrics_len: u64,
+        decisions_len: u64,
+        quarantine_len: Option<u64>,
+    ) -> PyResult<Self> {
         let run = RunDir::new(run_dir);
         std::fs::create_dir_all(run.path())
             .map_err(|e| PyOSError::new_err(format!("{}: {e}", run.path().display())))?;
@@ -211,8 +219,21 @@ impl RunWriter {
         Ok(RunWriter {
             metrics: JsonLines::open(&run.metrics(), metrics_len).map_err(run_err)?,
             decisions: JsonLines::open(&run.decisions(), decisions_len).map_err(run_err)?,
+            quarantine: QuarantineLog::open(&run, quarantine_len).map_err(run_err)?,
             run,
         })
+    }
+
+    /// Appends a spike's batch to `quarantine.jsonl` (JSON of a `QuarantineEntry`).
+    fn quarantine(&mut self, entry_json: &str) -> PyResult<()> {
+        let e: QuarantineEntry =
+            serde_json::from_str(entry_json).map_err(|e| bad_json("quarantine entry", e))?;
+        self.quarantine.write(&e).map_err(run_err)
+    }
+
+    /// Bytes of `quarantine.jsonl` written so far (a checkpoint records it to cut back to).
+    fn quarantine_len(&self) -> u64 {
+        self.quarantine.len()
     }
 
     /// Appends a metrics row (JSON of a training, evaluation or sparsity row).
@@ -228,10 +249,12 @@ impl RunWriter {
         self.decisions.write(&d).map_err(run_err)
     }
 
-    /// Forces both journals to disk; their lengths in bytes (what a checkpoint records).
+    /// Forces the journals to disk; the lengths in bytes of `metrics.jsonl` and `decisions.jsonl`
+    /// (what a checkpoint records; `quarantine_len` gives the third).
     fn sync(&self) -> PyResult<(u64, u64)> {
         self.metrics.sync().map_err(run_err)?;
         self.decisions.sync().map_err(run_err)?;
+        self.quarantine.sync().map_err(run_err)?;
         Ok((self.metrics.len(), self.decisions.len()))
     }
 

@@ -159,6 +159,7 @@ impl Recipe {
         for (k, f) in [
             ("guards.nan_lr_factor", g.nan_lr_factor),
             ("guards.plateau_lr_factor", g.plateau_lr_factor),
+            ("guards.spike_lr_factor", g.spike_lr_factor),
         ] {
             if !(f > 0.0 && f < 1.0) {
                 return err(k, format!("is {f}, expected a factor in (0, 1)"));
@@ -166,6 +167,48 @@ impl Recipe {
         }
         if g.overfit_patience == 0 {
             return err("guards.overfit_patience", "must be at least 1".into());
+        }
+        self.validate_spikes()
+    }
+
+    /// Checks the spike detector's keys of `[guards]`.
+    fn validate_spikes(&self) -> Result<(), (String, String)> {
+        let err = |k: &str, m: String| Err((format!("guards.{k}"), m));
+        let g = &self.guards;
+        if g.spike_z.is_nan() || g.spike_z <= 0.0 {
+            return err(
+                "spike_z",
+                format!("is {}, expected a z-score > 0 (inf: no spike triage)", g.spike_z),
+            );
+        }
+        for (k, v) in [
+            ("spike_ratio", g.spike_ratio),
+            ("spike_over_max", g.spike_over_max),
+        ] {
+            if !(v.is_finite() && v > 1.0) {
+                return err(k, format!("is {v}, expected a finite ratio > 1"));
+            }
+        }
+        if g.spike_history < 4 || g.spike_window < g.spike_history {
+            return err(
+                "spike_history",
+                format!(
+                    "is {} with spike_window = {}, expected at least 4 losses and no more than the window",
+                    g.spike_history, g.spike_window
+                ),
+            );
+        }
+        if g.spike_window > 4096 {
+            return err(
+                "spike_window",
+                format!("is {}, expected at most 4096 losses", g.spike_window),
+            );
+        }
+        if !(g.spike_chance > 0.0 && g.spike_chance < 1.0) {
+            return err(
+                "spike_chance",
+                format!("is {}, expected a probability in (0, 1)", g.spike_chance),
+            );
         }
         Ok(())
     }
@@ -695,5 +738,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("did you mean `global`?"), "{err}");
+    }
+
+    #[test]
+    fn the_spike_keys_default_and_name_themselves_when_out_of_range() {
+        let g = parse("").unwrap().guards;
+        assert_eq!((g.spike_z, g.spike_over_max, g.spike_ratio), (10.0, 4.0, 2.0));
+        assert_eq!((g.spike_window, g.spike_history), (64, 16));
+        assert_eq!(
+            (g.spike_retries, g.spike_lr_factor, g.spike_chance),
+            (8, 0.5, 0.05)
+        );
+        let off = parse("[guards]\nspike_z = inf\n").unwrap();
+        assert_eq!(off.guards.spike_z, f64::INFINITY);
+        assert_eq!(parse(&off.to_toml()).unwrap(), off, "inf round-trips");
+        for (body, key, line) in [
+            ("spike_z = 0.0", "spike_z", 2),
+            ("spike_z = nan", "spike_z", 2),
+            ("spike_ratio = 1.0", "spike_ratio", 2),
+            ("spike_ratio = inf", "spike_ratio", 2),
+            ("spike_over_max = 0.5", "spike_over_max", 2),
+            ("spike_history = 2", "spike_history", 2),
+            ("spike_window = 8\nspike_history = 16", "spike_history", 3),
+            ("spike_window = 100000", "spike_window", 2),
+            ("spike_lr_factor = 1.5", "spike_lr_factor", 2),
+            ("spike_chance = 0.0", "spike_chance", 2),
+        ] {
+            let err = parse(&format!("[guards]\n{body}\n")).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("r.toml:{line}: `guards.{key}` is ")),
+                "{body}: {err}"
+            );
+        }
+        let err = parse("[guards]\nspike_zz = 3.0\n").unwrap_err().to_string();
+        assert!(err.contains("did you mean `spike_z`?"), "{err}");
     }
 }

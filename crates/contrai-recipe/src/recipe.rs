@@ -516,6 +516,26 @@ pub struct Guards {
     pub plateau_cooldown: u64,
     /// Steps of validation without improvement, while training loss falls, that end main early.
     pub overfit_patience: u64,
+    /// A training loss is a spike at this robust z-score (log loss against the median and spread
+    /// of the recent window); `inf` turns spike triage off.
+    pub spike_z: f64,
+    /// ... or at least this many times the highest loss of the window (a jump beyond anything
+    /// recent, where heavy-tailed batch noise keeps the z-score low) ...
+    pub spike_over_max: f64,
+    /// ... and, either way, at least this many times the window's median loss (the floor a flat
+    /// curve's tiny spread cannot undercut).
+    pub spike_ratio: f64,
+    /// Finite training losses the spike detector remembers.
+    pub spike_window: usize,
+    /// Losses it needs before it judges.
+    pub spike_history: usize,
+    /// Spike rollbacks before the run gives up.
+    pub spike_retries: u32,
+    /// LR multiplier when other batches spike (an optimisation cause).
+    pub spike_lr_factor: f64,
+    /// The samples of a spike count as the same as an earlier spike's when a random batch would
+    /// share that many rows with the earlier ones less often than this.
+    pub spike_chance: f64,
 }
 
 impl Default for Guards {
@@ -527,6 +547,14 @@ impl Default for Guards {
             plateau_lr_factor: 0.5,
             plateau_cooldown: 100,
             overfit_patience: 300,
+            spike_z: 10.0,
+            spike_over_max: 4.0,
+            spike_ratio: 2.0,
+            spike_window: 64,
+            spike_history: 16,
+            spike_retries: 8,
+            spike_lr_factor: 0.5,
+            spike_chance: 0.05,
         }
     }
 }

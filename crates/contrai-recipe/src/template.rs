@@ -222,6 +222,16 @@ nan_lr_factor = 0.5      # ... with the LR times this
 plateau_lr_factor = 0.5  # a plateau in main cuts the LR by this factor ...
 plateau_cooldown = 100   # ... at most once every this many steps
 overfit_patience = 300   # validation flat this many steps while train loss falls ends main early
+spike_z = 10.0           # a training loss this many robust deviations above the recent window (log loss) ...
+spike_over_max = 4.0     # ... or this many times the window's highest loss ...
+spike_ratio = 2.0        # ... and, either way, this many times its median is a spike: back to the last checkpoint,
+                         #     its batch skipped and written to quarantine.jsonl (spike_z = inf: no spike triage)
+spike_window = 64        # recent finite training losses the detector remembers ...
+spike_history = 16       # ... and how many it needs before it judges
+spike_retries = 8        # spike rollbacks before the run stops with the evidence
+spike_lr_factor = 0.5    # other batches spiking cut the LR by this factor (an optimisation cause)
+spike_chance = 0.05      # samples that spike again leave the training set (a data cause) unless a random batch
+                         #     would share that many rows with the earlier spikes at least this often
 "#;
 
 #[cfg(test)]

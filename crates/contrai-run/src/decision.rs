@@ -45,6 +45,9 @@ impl Decision {
             DecisionKind::RollbackNonfinite
                 | DecisionKind::RollbackContract
                 | DecisionKind::EndMainOverfitting
+                | DecisionKind::RollbackSpike
+                | DecisionKind::DropSpiking
+                | DecisionKind::LrCutSpike
         )
     }
 }
@@ -95,6 +98,20 @@ pub enum DecisionKind {
     RollbackNonfinite,
     /// A non-finite loss or gradient after every retry: the run stops.
     AbortNonfinite,
+    /// A loss spike: back to the last checkpoint, its batch skipped and quarantined (cause not
+    /// yet known).
+    RollbackSpike,
+    /// Samples that spiked before spiked again: back to the last checkpoint, they leave the
+    /// training set (a data cause).
+    DropSpiking,
+    /// Other batches spiked after an earlier spike: back to the last checkpoint with the LR cut
+    /// (an optimisation cause).
+    LrCutSpike,
+    /// Loss spikes after every retry: the run stops with the evidence.
+    AbortSpike,
+    /// A loss jump the batch's length explains (length-grouped batches): benign, no action (noted
+    /// once).
+    BenignSpike,
     /// The contraction hurt validation: back to its best checkpoint, contraction ends.
     RollbackContract,
     /// Train/val divergence grew: some modules stop being pruned.

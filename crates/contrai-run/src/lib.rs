@@ -3,7 +3,8 @@
 //!
 //! A run directory holds `recipe.toml`, `run.json` (the format version), `plan.json`,
 //! `classes.json`, `metrics.jsonl` ([`MetricsRow`]), `decisions.jsonl` ([`Decision`]),
-//! `holdout-reads`, `checkpoints/`, `data/` (the split) and `final/` ([`FinalEval`],
+//! `quarantine.jsonl` ([`QuarantineEntry`], runs that spiked only), `holdout-reads`,
+//! `checkpoints/`, `data/` (the split) and `final/` ([`FinalEval`],
 //! [`ModelCard`], the exported models). [`RunDir`] names every file; the typed rows are the only
 //! way in or out.
 
@@ -17,6 +18,7 @@ pub mod holdout;
 pub mod journal;
 pub mod nonfinite;
 pub mod plan;
+pub mod quarantine;
 pub mod rows;
 
 use std::path::{Path, PathBuf};
@@ -26,6 +28,7 @@ pub use eval::{FinalEval, Int8Eval, ModelCard, Variant};
 pub use format::{FORMAT, RunFormat};
 pub use journal::{JsonLines, read_jsonl};
 pub use plan::{LrSegment, LrShape, PhasePlan, Plan, RunPlan};
+pub use quarantine::{QuarantineEntry, QuarantineLog, SpikeCause};
 pub use rows::{EvalRow, MetricsRow, SparsityRow, TrainRow, ValidateRow};
 
 /// Why a run directory could not be read or written.
@@ -131,6 +134,11 @@ impl RunDir {
     /// `decisions.jsonl`: one [`Decision`] a line.
     pub fn decisions(&self) -> PathBuf {
         self.0.join("decisions.jsonl")
+    }
+
+    /// `quarantine.jsonl`: one [`QuarantineEntry`] a line, the batches spike triage took out.
+    pub fn quarantine(&self) -> PathBuf {
+        self.0.join("quarantine.jsonl")
     }
 
     /// `holdout-reads`: how many times the holdout was read, across sessions.

@@ -257,6 +257,21 @@ impl Encoded {
         }
     }
 
+    /// Mean tokens a sample (padding aside) of `rows`: a text batch's length, which a loss jump
+    /// may follow (`None`: numeric features, or no rows).
+    pub fn mean_length(&self, rows: &[usize]) -> Option<f32> {
+        let Inputs::Tokens(ids) = &self.inputs else {
+            return None;
+        };
+        let w = self.width;
+        let tokens: usize = rows
+            .iter()
+            .filter_map(|&r| ids.get(r * w..(r + 1) * w))
+            .map(|row| row.iter().filter(|id| **id != 0).count())
+            .sum();
+        (!rows.is_empty()).then(|| tokens as f32 / rows.len() as f32)
+    }
+
     /// The samples `rows` as one batch on `device`.
     pub fn batch(&self, rows: &[usize], device: &Device) -> Batch {
         let part = self.subset(rows);

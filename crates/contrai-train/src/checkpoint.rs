@@ -53,6 +53,9 @@ pub struct EngineState {
     pub metrics_len: u64,
     /// Bytes of `decisions.jsonl` at this step.
     pub decisions_len: u64,
+    /// Bytes of `quarantine.jsonl` at this step (0: none yet, or a checkpoint from before it).
+    #[serde(default)]
+    pub quarantine_len: u64,
     /// Whether the model holds LoRA adapters (a LoRA fine-tune's validate and main); the record's
     /// layout follows.
     #[serde(default)]

@@ -12,9 +12,13 @@ use burn::module::Module;
 use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
 use contrai_data::Progress;
-use contrai_lifecycle::{Action, Conductor, Observation, PruneOrder, Request, RunInfo, StepPlan};
+use contrai_lifecycle::{
+    Action, Conductor, Observation, PruneOrder, Request, RunInfo, SkippedBatch, StepPlan,
+};
 use contrai_recipe::{Phase, Recipe};
-use contrai_run::{EvalRow, FinalEval, MetricsRow, RunDir, SparsityRow, TrainRow, ValidateRow, Variant};
+use contrai_run::{
+    EvalRow, FinalEval, MetricsRow, QuarantineEntry, RunDir, SparsityRow, TrainRow, ValidateRow, Variant,
+};
 
 use crate::batch::{Batcher, Cursor};
 use crate::checkpoint::{self, Kind, Loaded};
@@ -98,6 +102,8 @@ struct Order {
     dropout_scale: f64,
     cursor: Cursor,
     batcher: Option<Batcher>,
+    /// Batches spike triage took out: passed over when their step draws them again.
+    skipped: Vec<SkippedBatch>,
 }
 
 /// Session timers (what a caller reports about this process's share of the run).
@@ -173,8 +179,9 @@ impl<'a> Engine<'a> {
         if opts.resume && loaded.is_none() && run.metrics().metadata().is_ok_and(|m| m.len() > 0) {
             log.warn("no valid checkpoint to resume from; starting over");
         }
-        let lens = loaded.as_ref().map_or((0, 0), |l| {
-            (l.state.engine.metrics_len, l.state.engine.decisions_len)
+        let lens = loaded.as_ref().map_or((0, 0, 0), |l| {
+            let e = &l.state.engine;
+            (e.metrics_len, e.decisions_len, e.quarantine_len)
         });
         let info = RunInfo {
             train_samples: data.train.len(),
@@ -211,6 +218,7 @@ impl<'a> Engine<'a> {
                 dropout_scale: 1.0,
                 cursor: Cursor::default(),
                 batcher: None,
+                skipped: Vec::new(),
             },
             journal: Journal::open(&run, lens, log)?,
             recipe,
@@ -275,9 +283,22 @@ impl<'a> Engine<'a> {
                 self.order.rows = (0..n).filter(|i| rows.binary_search(i).is_err()).collect();
                 self.order.batcher = None;
             }
+            Action::Quarantine(entry) => self.quarantine(entry)?,
+            Action::SkipBatches { batches } => self.order.skipped = batches,
             Action::Checkpoint { state, keep } => self.checkpoint(*state, &keep)?,
         }
         Ok(())
+    }
+
+    /// Writes a spike's entry to `quarantine.jsonl` with the sample ids of its rows.
+    fn quarantine(&mut self, mut entry: QuarantineEntry) -> Result<()> {
+        let ids = &self.data.train_ids;
+        entry.ids = entry
+            .rows
+            .iter()
+            .map(|r| ids.get(*r as usize).cloned().unwrap_or_default())
+            .collect();
+        self.journal.quarantine(&entry)
     }
 
     /// Folds a LoRA fine-tune's adapters into the weights (main is over: a later phase begins,
@@ -385,13 +406,14 @@ impl<'a> Engine<'a> {
         // Masks are keyed by the training step, validate's checks not counted: main draws the same
         // masks with or without `validate`, so a plain run is the lifecycle's paired comparison.
         let key = plan.step.saturating_sub(self.validate_steps);
+        let micros = self.draw(plan.step + 1, accumulate)?;
         let mut batches = Vec::with_capacity(accumulate);
         let mut drops = Vec::with_capacity(accumulate);
-        for micro in 0..accumulate {
-            let rows = self.next_rows()?;
-            batches.push(self.data.train.batch(&rows, &self.device));
+        for (micro, rows) in micros.iter().enumerate() {
+            batches.push(self.data.train.batch(rows, &self.device));
             drops.push((p > 0.0).then(|| Dropout::new(p, seed, key, micro as u64)));
         }
+        let rows = step_rows(&micros);
         let poison = self.opts.inject_nonfinite_at == Some(plan.step + 1) && !self.injected;
         self.injected |= poison;
         let (mut grads, loss) = step_grads(&self.net.model, &batches, &drops, poison);
@@ -409,7 +431,34 @@ impl<'a> Engine<'a> {
             loss: Some(loss),
             grad_norm: Some(norm),
             lr: plan.lr,
+            length: self.data.train.mean_length(&micros.concat()),
+            rows,
         })
+    }
+
+    /// The `accumulate` micro-batches of step `step` (1-based): the next in the batch order,
+    /// passing over a batch spike triage skipped when the step draws it again — the order after
+    /// a rollback is the same, keyed by step, so the retry trains on the batch after it (one
+    /// whose rows the engine did not report, `rows` empty, passes over the step's first draw).
+    fn draw(&mut self, step: u64, accumulate: usize) -> Result<Vec<Vec<usize>>> {
+        let at_step = self.order.skipped.iter().filter(|b| b.step == step);
+        let (blind, mut named): (Vec<_>, Vec<_>) = at_step.map(|b| b.rows.clone()).partition(Vec::is_empty);
+        let mut blind = blind.len();
+        loop {
+            let micros = (0..accumulate)
+                .map(|_| self.next_rows())
+                .collect::<Result<Vec<_>>>()?;
+            let rows = step_rows(&micros);
+            if let Some(i) = named.iter().position(|r| *r == rows) {
+                named.swap_remove(i);
+            } else if blind > 0 {
+                blind -= 1;
+            } else {
+                return Ok(micros);
+            }
+            self.journal
+                .say(&format!("step {step}: a quarantined batch passed over"));
+        }
     }
 
     /// The next micro-batch's training rows (the batch order rebuilt after the settings changed).
@@ -611,7 +660,10 @@ impl<'a> Engine<'a> {
     }
 
     /// The engine's counters as a checkpoint records them.
-    pub(crate) fn engine_state(&self, (metrics_len, decisions_len): (u64, u64)) -> checkpoint::EngineState {
+    pub(crate) fn engine_state(
+        &self,
+        (metrics_len, decisions_len, quarantine_len): crate::journal::Lengths,
+    ) -> checkpoint::EngineState {
         checkpoint::EngineState {
             step: self.step,
             samples: self.samples,
@@ -624,6 +676,7 @@ impl<'a> Engine<'a> {
             wall_s: self.wall_s,
             metrics_len,
             decisions_len,
+            quarantine_len,
             lora: crate::lora::adapters(&self.net.model) > 0,
         }
     }
@@ -689,4 +742,12 @@ impl<'a> Engine<'a> {
             stopped: None,
         })
     }
+}
+
+/// A step's training rows, sorted (its micro-batches together).
+fn step_rows(micros: &[Vec<usize>]) -> Vec<u64> {
+    let mut rows: Vec<u64> = micros.iter().flatten().map(|r| *r as u64).collect();
+    rows.sort_unstable();
+    rows.dedup();
+    rows
 }

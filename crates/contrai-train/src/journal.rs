@@ -1,30 +1,40 @@
-//! The run's record as it goes: `metrics.jsonl`, `decisions.jsonl`, the console and the progress
-//! bar (messages go above the bar when one is drawn).
+//! The run's record as it goes: `metrics.jsonl`, `decisions.jsonl`, `quarantine.jsonl`, the
+//! console and the progress bar (messages go above the bar when one is drawn).
 
 use std::io::IsTerminal;
 
-use contrai_run::{Decision, JsonLines, MetricsRow, RunDir};
+use contrai_run::{Decision, JsonLines, MetricsRow, QuarantineEntry, QuarantineLog, RunDir};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::error::Result;
 use crate::options::Log;
+
+/// Bytes of (`metrics.jsonl`, `decisions.jsonl`, `quarantine.jsonl`) a checkpoint records.
+pub type Lengths = (u64, u64, u64);
 
 /// The journals, the console and the bar.
 pub struct Journal<'a> {
     run: RunDir,
     metrics: JsonLines,
     decisions: JsonLines,
+    quarantine: QuarantineLog,
     log: &'a dyn Log,
     bar: ProgressBar,
 }
 
 impl<'a> Journal<'a> {
-    /// Opens the run's journals cut back to (`metrics_len`, `decisions_len`) bytes.
-    pub fn open(run: &RunDir, (metrics_len, decisions_len): (u64, u64), log: &'a dyn Log) -> Result<Self> {
+    /// Opens the run's journals cut back to (`metrics_len`, `decisions_len`, `quarantine_len`)
+    /// bytes.
+    pub fn open(
+        run: &RunDir,
+        (metrics_len, decisions_len, quarantine_len): Lengths,
+        log: &'a dyn Log,
+    ) -> Result<Self> {
         Ok(Journal {
             run: run.clone(),
             metrics: JsonLines::open(&run.metrics(), metrics_len)?,
             decisions: JsonLines::open(&run.decisions(), decisions_len)?,
+            quarantine: QuarantineLog::open(run, Some(quarantine_len))?,
             log,
             bar: ProgressBar::hidden(),
         })
@@ -41,6 +51,20 @@ impl<'a> Journal<'a> {
         Ok(self.decisions.write(d)?)
     }
 
+    /// Appends a spike's batch to `quarantine.jsonl` and says so.
+    pub fn quarantine(&mut self, entry: &QuarantineEntry) -> Result<()> {
+        self.say(&format!(
+            "[{} step {}] quarantined {} rows ({}; loss {} over {})",
+            entry.phase,
+            entry.step,
+            entry.rows.len(),
+            entry.cause,
+            entry.loss,
+            entry.threshold
+        ));
+        Ok(self.quarantine.write(entry)?)
+    }
+
     /// Cuts `metrics.jsonl` back to `len` bytes (a full restore); decisions are kept, their
     /// reasons being the history of the run.
     pub fn cut_metrics(&mut self, len: u64) -> Result<()> {
@@ -48,12 +72,12 @@ impl<'a> Journal<'a> {
         Ok(())
     }
 
-    /// Bytes of (`metrics.jsonl`, `decisions.jsonl`), after forcing both to disk (a checkpoint
-    /// refers to them).
-    pub fn sync(&self) -> Result<(u64, u64)> {
+    /// Bytes of the three journals, after forcing them to disk (a checkpoint refers to them).
+    pub fn sync(&self) -> Result<Lengths> {
         self.metrics.sync()?;
         self.decisions.sync()?;
-        Ok((self.metrics.len(), self.decisions.len()))
+        self.quarantine.sync()?;
+        Ok((self.metrics.len(), self.decisions.len(), self.quarantine.len()))
     }
 
     /// A progress line.

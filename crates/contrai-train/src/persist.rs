@@ -107,7 +107,7 @@ impl Engine<'_> {
         // A scratch checkpoint, never resumed from: the conductor's part is a placeholder.
         let state = State {
             format: FORMAT,
-            engine: self.engine_state((0, 0)),
+            engine: self.engine_state((0, 0, 0)),
             conductor: contrai_lifecycle::State::fresh(Phase::Main),
         };
         let dir = checkpoint::save(&scratch, Kind::Scheduled, &state, &model, &optim, &[])?;

@@ -226,6 +226,8 @@ class Engine:
             "SetBatch": self.set_batch,
             "ScaleDropout": self.scale_dropout,
             "DropSamples": self.drop_samples,
+            "Quarantine": self.quarantine,
+            "SkipBatches": self.skip_batches,
             "Checkpoint": self.checkpoint,
         }
         self.requests: dict[str, Callable[[Any], dict[str, Any]]] = {
@@ -490,6 +492,19 @@ class Engine:
             "they stay: the train dataset is not a contrai.DroppableDataset (wrap it to drop them)",
             {"rows": rows},
         )
+
+    def quarantine(self, entry: dict[str, Any]) -> None:
+        """A spike's batch into ``quarantine.jsonl`` (rank 0), and on the log."""
+        if self.leader:
+            self.writer.quarantine(json.dumps(entry))
+            print(f"[contrai] [{entry['phase']} step {entry['step']}] quarantined {len(entry['rows'])} rows "
+                  f"({entry['cause']}; loss {entry['loss']} over {entry['threshold']})")
+
+    def skip_batches(self, p: dict[str, Any]) -> None:
+        """The batches spike triage took out (all so far, by step and rows). A restore never rewinds
+        the running data loader — the retried steps see later batches — so a quarantined batch is
+        not drawn again at its step; they are kept for a loader that replays."""
+        self.skipped_batches: list[dict[str, Any]] = p["batches"]
 
     # ---- checkpoints --------------------------------------------------------------------------
 

@@ -60,6 +60,22 @@ class ActionReplan(TypedDict):
     Replan: "RunPlan"
 
 
+class ActionQuarantine(TypedDict):
+    """Append this entry to `quarantine.jsonl`, with the sample ids of its rows where the engine knows them (a spike's batch, taken out by spike triage)."""
+
+    Quarantine: "QuarantineEntry"
+
+
+class ActionSkipBatchesFields(TypedDict):
+    batches: list["SkippedBatch"]
+
+
+class ActionSkipBatches(TypedDict):
+    """Never train these batches again (all skipped so far): when the step of one draws its rows again — a replay after a rollback — the engine draws the next batch in its order instead."""
+
+    SkipBatches: "ActionSkipBatchesFields"
+
+
 class ActionCheckpointFields(TypedDict):
     keep: list[int]
     state: "State"
@@ -117,7 +133,7 @@ class FailureValidate(TypedDict):
 
 
 class FailureDiverged(TypedDict):
-    """Non-finite losses or gradients after every allowed rollback."""
+    """Non-finite losses or gradients, or loss spikes, after every allowed rollback."""
 
     Diverged: str
 
@@ -201,8 +217,10 @@ class ObservationRoundTripped(TypedDict):
 
 class ObservationSteppedFields(TypedDict):
     grad_norm: NotRequired[Union[float, None]]
+    length: NotRequired[Union[float, None]]
     loss: NotRequired[Union[float, None]]
     lr: float
+    rows: NotRequired[list[int]]
 
 
 class ObservationStepped(TypedDict):
@@ -369,6 +387,19 @@ class PruneOrder(TypedDict):
     units: NotRequired[bool]
 
 
+class QuarantineEntry(TypedDict):
+    """One line of `quarantine.jsonl`."""
+
+    cause: "SpikeCause"
+    ids: NotRequired[list[str]]
+    left: NotRequired[list[int]]
+    loss: float
+    phase: "Phase"
+    rows: list[int]
+    step: int
+    threshold: float
+
+
 class RequestCheckPipelineFields(TypedDict):
     batch: int
     lr: float
@@ -510,6 +541,22 @@ class Segment(TypedDict):
     steps: int
 
 
+class SkippedBatch(TypedDict):
+    """A batch that spiked, skipped when its step draws it again."""
+
+    rows: list[int]
+    step: int
+
+
+class Spiked(TypedDict):
+    """A spike the triage acted on."""
+
+    cause: "SpikeCause"
+    loss: float
+    rows: list[int]
+    step: int
+
+
 class Stability(TypedDict):
     """What the main-phase stability rule remembers of its checkpoints."""
 
@@ -544,9 +591,11 @@ class State(TypedDict):
     phase: "Phase"
     segment: "Segment"
     sparsity: dict[str, float]
+    spike_window: NotRequired["Window"]
     stability: "Stability"
     stage: "Stage"
     step: int
+    triage: NotRequired["Triage"]
     val_loss: NotRequired[Union[float, None]]
     version: int
 
@@ -576,6 +625,16 @@ class Target(TypedDict):
     sparsity: float
 
 
+class Triage(TypedDict):
+    """What spike triage remembers through rollbacks."""
+
+    benign_noted: NotRequired[bool]
+    left: NotRequired[list[int]]
+    lr_factor: NotRequired[float]
+    spikes: NotRequired[list["Spiked"]]
+    suspects: NotRequired[list[int]]
+
+
 class Turn(TypedDict):
     """The conductor's answer to an observation."""
 
@@ -583,13 +642,19 @@ class Turn(TypedDict):
     request: "Request"
 
 
-Action = Union["ActionRecord", "ActionSetPhase", "ActionSetBatch", "ActionScaleDropout", "ActionDropSamples", "ActionReplan", "ActionCheckpoint"]
+class Window(TypedDict):
+    """The recent finite training losses, oldest first, with their batches' mean lengths."""
+
+    points: list[tuple[float, Union[float, None]]]
+
+
+Action = Union["ActionRecord", "ActionSetPhase", "ActionSetBatch", "ActionScaleDropout", "ActionDropSamples", "ActionReplan", "ActionQuarantine", "ActionSkipBatches", "ActionCheckpoint"]
 
 CheckpointCadence = Union[Literal["Never"], "CheckpointCadenceSteps"]
 
 DecayShape = Union[Literal["cosine"], Literal["linear"], Literal["constant"], Literal["other"]]
 
-DecisionKind = Union[Literal["validate_passed"], Literal["validate_failed"], Literal["checkpoint_round_trip"], Literal["plan_from_job"], Literal["lr_cut_plateau"], Literal["doctor_finding"], Literal["end_main_overfitting"], Literal["main_stable"], Literal["main_complete"], Literal["force_contract"], Literal["skip_contract"], Literal["rollback_nonfinite"], Literal["abort_nonfinite"], Literal["rollback_contract"], Literal["freeze_pruning"], Literal["drop_noisiest"], Literal["enter_contract"], Literal["enter_refine"], Literal["doctor"], Literal["sensitivity"], Literal["int8"], Literal["refuse_int8"], Literal["distill"], Literal["holdout"], Literal["engine_substitute"]]
+DecisionKind = Union[Literal["validate_passed"], Literal["validate_failed"], Literal["checkpoint_round_trip"], Literal["plan_from_job"], Literal["lr_cut_plateau"], Literal["doctor_finding"], Literal["end_main_overfitting"], Literal["main_stable"], Literal["main_complete"], Literal["force_contract"], Literal["skip_contract"], Literal["rollback_nonfinite"], Literal["abort_nonfinite"], Literal["rollback_spike"], Literal["drop_spiking"], Literal["lr_cut_spike"], Literal["abort_spike"], Literal["benign_spike"], Literal["rollback_contract"], Literal["freeze_pruning"], Literal["drop_noisiest"], Literal["enter_contract"], Literal["enter_refine"], Literal["doctor"], Literal["sensitivity"], Literal["int8"], Literal["refuse_int8"], Literal["distill"], Literal["holdout"], Literal["engine_substitute"]]
 
 FactsSource = Union[Literal["recipe"], Literal["hf"], Literal["lightning"]]
 
@@ -614,6 +679,8 @@ Request = Union["RequestCheckPipeline", Literal["RoundTrip"], "RequestTrain", "R
 RestorePoint = Union[Literal["Latest"], "RestorePointStep"]
 
 RestoreScope = Union[Literal["Weights"], Literal["Everything"]]
+
+SpikeCause = Union[Literal["undetermined"], Literal["data"], Literal["optimisation"]]
 
 Stage = Union[Literal["Training"], "StageEnded", Literal["Done"]]
 
