@@ -10,6 +10,7 @@ use contrai_doctor::{
     Boundary, Break, Confidence, Detail, DoctorConfig, Finding, Label, Marker, Reading, Severity, diagnose,
     read_path,
 };
+use contrai_testkit::Noise;
 
 /// A fixture under `tests/data/resumed/`.
 fn data(rel: &str) -> PathBuf {
@@ -202,18 +203,6 @@ fn the_projects_eval_runs_did_not_resume() {
         }
     }
     found("keras-irfanet-weights-reload/training_logs191017(2).log");
-}
-
-/// Deterministic noise in [-1, 1] (xorshift).
-struct Noise(u64);
-
-impl Noise {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % 2_000_001) as f64 / 1_000_000.0 - 1.0
-    }
 }
 
 /// A loss curve with 2 % noise.

@@ -5,18 +5,7 @@ use std::collections::BTreeMap;
 use contrai_doctor::{
     Doctor, DoctorConfig, Label, Point, Run, RunHints, Series, SeriesData, XUnit, diagnose,
 };
-
-/// Deterministic noise in [-1, 1] (xorshift).
-struct Noise(u64);
-
-impl Noise {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % 2_000_001) as f64 / 1_000_000.0 - 1.0
-    }
-}
+use contrai_testkit::Noise;
 
 fn run(series: Vec<(Series, Vec<(u64, f64)>)>, unit: XUnit) -> Run {
     let mut map = BTreeMap::new();

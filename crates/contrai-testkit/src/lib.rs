@@ -29,3 +29,18 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
     eprintln!("skipped: ../shared/{rel} is absent");
     None
 }
+
+/// Deterministic noise in [-1, 1] (xorshift), for synthetic training curves: the same seed, the
+/// same curve on every machine.
+pub struct Noise(pub u64);
+
+impl Noise {
+    /// The next value in [-1, 1].
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % 2_000_001) as f64 / 1_000_000.0 - 1.0
+    }
+}
