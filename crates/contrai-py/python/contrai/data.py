@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Sequence
+
+from torch.utils.data import get_worker_info
 
 
 class DroppableDataset:
@@ -18,12 +21,34 @@ class DroppableDataset:
         self.dataset = dataset
         self.dropped: list[int] = []
         self._serve = list(range(len(dataset)))
+        # The rows this process fetched since `watch()`, oldest first (None: not watching).
+        self._fetched: deque[int] | None = None
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, i: int) -> Any:
-        return self.dataset[self._serve[i]]
+        row = self._serve[i]
+        if self._fetched is not None and get_worker_info() is None:
+            self._fetched.append(row)
+        return self.dataset[row]
+
+    def watch(self) -> None:
+        """From now on, note each row this process fetches — a training loop's, in the order its
+        loader draws them — for :meth:`take` to hand out batch by batch (spike triage tells a
+        data cause by them)."""
+        self._fetched = deque()
+
+    def take(self, n: int) -> list[int] | None:
+        """The next ``n`` rows fetched (a micro-batch's, in the original numbering), or ``None``
+        when fewer were: a loader whose worker processes fetch (``num_workers > 0``) shows this
+        process nothing, and what was noted is forgotten, its order lost."""
+        fetched = self._fetched
+        if fetched is None or len(fetched) < n:
+            if fetched is not None:
+                fetched.clear()
+            return None
+        return [fetched.popleft() for _ in range(n)]
 
     def drop(self, rows: Sequence[int]) -> None:
         """From now on, serve every index in ``rows`` as a kept sample instead (all rows dropped
@@ -52,3 +77,4 @@ class DroppableDataset:
         if name == "dataset":
             raise AttributeError(name)
         return getattr(self.dataset, name)
+

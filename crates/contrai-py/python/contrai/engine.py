@@ -270,7 +270,11 @@ class Engine:
         self.remember_dropout()
         if self.leader:
             self.lock = hold(self.run_dir)
-            self.writer = _core.RunWriter(str(self.run_dir), WRITER, lens[0], lens[1])
+            # A resume cuts quarantine.jsonl back to its checkpoint (records before it had no length:
+            # kept whole).
+            quarantine = None if resume is None else resume.get("quarantine_len")
+            self.writer = _core.RunWriter(str(self.run_dir), WRITER, lens[0], lens[1],
+                                          0 if resume is None else quarantine)
             if resume is None:
                 self.conductor = Conductor(self.recipe_toml, self.info(), self.recipe_path)
             else:
@@ -348,8 +352,11 @@ class Engine:
         torch.distributed.broadcast_object_list(box, src=0)
         return box[0]
 
-    def stepped(self, loss: float | None, grad_norm: float | None) -> None:
-        """An optimizer step finished: count it, log it, and carry out the conductor's answer."""
+    def stepped(self, loss: float | None, grad_norm: float | None, rows: list[int] | None = None,
+                length: float | None = None) -> None:
+        """An optimizer step finished: count it, log it, and carry out the conductor's answer.
+        ``rows``: the training rows its batch held, over all ranks (spike triage tells a data cause
+        by them; empty: not known); ``length``: its mean tokens a sample."""
         plan = self.plan
         if plan is None:
             return
@@ -366,7 +373,8 @@ class Engine:
                              "grad_norm": grad_norm if grad_norm is not None else 0.0,
                              "batch_size": self.batch, "wall_s": round(time.time() - self.started, 2)})
         self.plan = None
-        obs = {"Stepped": {"loss": loss, "grad_norm": grad_norm, "lr": plan["lr"]}}
+        obs = {"Stepped": {"loss": loss, "grad_norm": grad_norm, "lr": plan["lr"], "rows": rows or [],
+                           "length": length}}
         self.run(self.next_turn(obs))
 
     def stop_for(self, signum: int) -> None:
@@ -511,8 +519,10 @@ class Engine:
     def record_of(self, conductor_state: State) -> dict[str, Any]:
         """What a checkpoint needs besides the tensors: counters, journal lengths, the state."""
         lens = self.writer.sync() if self.leader else (0, 0)
+        quarantine = self.writer.quarantine_len() if self.leader else 0
         return {"format": 1, "step": self.step, "samples": self.samples, "metrics_len": lens[0],
-                "decisions_len": lens[1], "lost_steps": self.lost_steps, "conductor": conductor_state}
+                "decisions_len": lens[1], "quarantine_len": quarantine, "lost_steps": self.lost_steps,
+                "conductor": conductor_state}
 
     def resume_record(self) -> dict[str, Any] | None:
         """The latest checkpoint's record as a framework saves it between steps: with the LR the

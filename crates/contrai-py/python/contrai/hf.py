@@ -51,7 +51,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -62,6 +62,8 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from . import _core
 from ._compat import hf as compat
 from .checkpoints import newest_verified
+from .batches import StepBatches
+from .data import DroppableDataset
 from .preempt import Preemption, stopped
 from .resume import Order, Resumed, fingerprint, gathered, replayed, rng_states
 from .engine import (KEEP_LAST, Engine, Job, OriginalRows, Outputs, job_steps, per_sample, planned_steps,
@@ -128,11 +130,12 @@ class HfJob(Job):
 @dataclass
 class _Step:
     """What the Trainer showed of the optimizer step under way: its loss summed over its
-    micro-batches, and its gradient norm before clipping."""
+    micro-batches, its gradient norm before clipping, and its batches' rows and tokens."""
 
     loss: float = 0.0
     seen: bool = False
     grad_norm: float | None = None
+    batches: StepBatches = field(default_factory=StepBatches)
 
     def add_loss(self, loss: torch.Tensor) -> None:
         self.loss += float(loss)
@@ -244,6 +247,9 @@ class ContraiCallback(TrainerCallback):
         self.engine.start(record)
         if record is not None and self.engine.failed is None:
             self._certify(trainer, record)
+        dataset = job.train_dataset()
+        if isinstance(dataset, DroppableDataset):
+            dataset.watch()  # from here on, what it serves is what the Trainer trains
         self._preemption.install()
         return self._after(control)
 
@@ -290,6 +296,7 @@ class ContraiCallback(TrainerCallback):
         must be the one the checkpoint's order says."""
         fp = fingerprint(inputs)
         self._order.add(fp)
+        self._step.batches.add(self._running().job.train_dataset(), inputs)
         if self._resumed is not None:
             differs = self._resumed.first_batch(fp)
             self._resumed = None
@@ -335,10 +342,11 @@ class ContraiCallback(TrainerCallback):
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kw: Any) -> TrainerControl:
         e = self._running()
+        rows, length = self._step.batches.take(e.job.world, e.job.all_reduce)
         loss, norm = self._step.take()
         if loss is not None:
             loss = e.job.all_reduce([loss])[0] / e.job.world
-        e.stepped(loss, norm)
+        e.stepped(loss, norm, rows, length)
         if e.finished is None:
             # Steps that failed or rollbacks took back: the plan still fits (its epochs allowing:
             # else on_train_end says what to set).

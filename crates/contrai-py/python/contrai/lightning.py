@@ -64,6 +64,8 @@ from torch.utils.data import DataLoader
 from . import _core
 from ._compat import lightning as compat
 from .checkpoints import newest_verified
+from .batches import StepBatches
+from .data import DroppableDataset
 from .preempt import Preemption, stopped
 from .resume import gathered, rng_states, set_rng_states
 from .engine import Engine, Job, OriginalRows, Outputs, job_steps, per_sample, planned_steps, refuse_sharded_pruning
@@ -193,6 +195,7 @@ class ContraiCallback(pl.Callback):
         self._preemption = Preemption()
         self._stop_file: Path | None = None
         self._rng: list[dict[str, Any]] | None = None
+        self._batches = StepBatches()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         compat.check()
@@ -201,6 +204,10 @@ class ContraiCallback(pl.Callback):
         self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, self.classes,
                              turn_log=self.turn_log, job_steps=self.job_steps)
         self.engine.start(self._resume)
+        self._batches = StepBatches()
+        dataset = job.train_dataset()
+        if isinstance(dataset, DroppableDataset):
+            dataset.watch()  # from here on, what it serves is what the Trainer trains
         self._preemption.install()
         self._after(trainer)
 
@@ -245,7 +252,8 @@ class ContraiCallback(pl.Callback):
         e = self._running()
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else None
-        e.stepped(value, self._grad_norm)
+        rows, length = self._batches.take(e.job.world, e.job.all_reduce)
+        e.stepped(value, self._grad_norm, rows, length)
         # Steps that failed or rollbacks took back: the plan still fits.
         compat.extend_max_steps(trainer, self.planned + e.lost_steps)
         self._after(trainer)
@@ -318,8 +326,11 @@ class ContraiCallback(pl.Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        """The first step after a resume draws from the generators the stopped job had: they are
-        put back once its batch is drawn (as they were when the checkpoint was written)."""
+        """The batch's rows and tokens kept for its step. The first step after a resume draws from
+        the generators the stopped job had: they are put back once its batch is drawn (as they
+        were when the checkpoint was written)."""
+        if self.engine is not None:
+            self._batches.add(self.engine.job.train_dataset(), batch)
         rng, self._rng = self._rng, None
         if rng is None:
             return
