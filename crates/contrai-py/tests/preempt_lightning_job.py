@@ -17,7 +17,7 @@ from conftest import dataset
 from test_lightning import Mlp, task
 from torch.utils.data import DataLoader
 
-from contrai import DroppableDataset
+from contrai import DroppableDataset, ResumableLoader
 from contrai.lightning import ContraiCallback, last_checkpoint
 
 out = Path(sys.argv[1])
@@ -42,6 +42,7 @@ if "kill" in options:
 trainer = pl.Trainer(max_steps=110, accelerator="cpu", devices=ranks, strategy="ddp" if ranks > 1 else "auto",
                      callbacks=callbacks, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                      num_sanity_val_steps=0, default_root_dir=str(out / "trainer"))
-trainer.fit(Mlp(), DataLoader(dataset(DroppableDataset(task(512, 1))), batch_size=16, shuffle=False),
+# Shuffled, and resumable mid-epoch: the resumed job draws the stopped epoch's order and skips what it trained.
+trainer.fit(Mlp(), ResumableLoader(dataset(DroppableDataset(task(512, 1))), batch_size=16, shuffle=True),
             DataLoader(dataset(task(128, 2)), batch_size=32),
             ckpt_path=last_checkpoint(out / "trainer" / "checkpoints"))

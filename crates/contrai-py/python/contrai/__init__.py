@@ -12,13 +12,14 @@ Both write a run directory that ``contrai doctor`` and ``contrai report`` read l
 
 from ._core import RUN_FORMAT, __version__
 from .conductor import Conductor, RunInfo
-from .data import DroppableDataset
+from .data import DroppableDataset, ResumableLoader
 from .tools import audit, default_recipe, doctor, job_recipe, recipe_check, report, split
 
 __all__ = [
     "RUN_FORMAT",
     "Conductor",
     "DroppableDataset",
+    "ResumableLoader",
     "RunInfo",
     "__version__",
     "audit",

@@ -1,11 +1,15 @@
-"""A training dataset whose samples the conductor can drop while the job runs."""
+"""The training data as the lifecycle needs it in a running job: a dataset whose samples the
+conductor can drop, and a data loader a resumed job continues mid-epoch."""
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
-from torch.utils.data import get_worker_info
+import torch
+from torch.utils.data import DataLoader, Sampler, get_worker_info
+
+from .resume import bytes_tensor, text_of
 
 
 class DroppableDataset:
@@ -78,3 +82,64 @@ class DroppableDataset:
             raise AttributeError(name)
         return getattr(self.dataset, name)
 
+
+class ResumableLoader(DataLoader[Any]):
+    """A ``DataLoader`` that a job resumed mid-epoch continues exactly where the stopped one left
+    off: the same order, the batches it trained passed over without loading them. Built as any
+    ``DataLoader`` (``ResumableLoader(data, batch_size=16, shuffle=True)``).
+
+    Lightning keeps its :meth:`state_dict` in every checkpoint (a loader with ``state_dict`` and
+    ``load_state_dict`` is resumable to it) and hands it back on ``fit(ckpt_path=...)``; a plain
+    ``DataLoader`` restarts the epoch from its first batch there. The state is the batches handed
+    out in the epoch under way and torch's generator as the epoch began (a shuffling sampler
+    draws its order from it): the resumed epoch starts from that generator, so it draws the same
+    order, and skips what was trained."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._handed = 0
+        self._epoch_rng: str | None = None
+        # Batches to pass over and the generator to start from, at the next epoch's start.
+        self._pending: tuple[int, str] | None = None
+        self._skip = 0
+
+    @property
+    def _index_sampler(self) -> Any:
+        return _Skipping(self, super()._index_sampler)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            torch.random.set_rng_state(bytes_tensor(pending[1]))
+        self._epoch_rng = text_of(torch.random.get_rng_state())
+        self._skip = self._handed = 0 if pending is None else pending[0]
+        for batch in super().__iter__():
+            self._handed += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Batches handed out in the epoch under way, and the generator it began with."""
+        return {"batches": self._handed, "rng": self._epoch_rng}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The next epoch's iteration continues the stopped one (nothing when it had ended)."""
+        done, rng = int(state.get("batches", 0)), state.get("rng")
+        self._pending = (done, rng) if rng is not None and 0 < done < len(self) else None
+
+
+class _Skipping(Sampler[Any]):
+    """A loader's index sampler whose next pass starts past the loader's ``_skip`` batches (read,
+    and cleared, as the pass begins); its length is the whole epoch's."""
+
+    def __init__(self, loader: ResumableLoader, inner: Any) -> None:
+        self.loader, self.inner = loader, inner
+
+    def __iter__(self) -> Iterator[Any]:
+        skip, self.loader._skip = self.loader._skip, 0
+        it = iter(self.inner)
+        for _ in range(skip):
+            next(it, None)
+        yield from it
+
+    def __len__(self) -> int:
+        return len(self.inner)

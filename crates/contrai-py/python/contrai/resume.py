@@ -41,12 +41,12 @@ def rng_states() -> dict[str, Any]:
     unpickling a framework's checkpoint loader may use, both keep them)."""
     py = random.getstate()
     states: dict[str, Any] = {"python": [py[0], list(py[1]), py[2]],
-                              "torch": base64.b64encode(torch.random.get_rng_state().numpy().tobytes()).decode()}
+                              "torch": text_of(torch.random.get_rng_state())}
     if np is not None:
         name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
         states["numpy"] = [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        states["cuda"] = [base64.b64encode(s.numpy().tobytes()).decode() for s in torch.cuda.get_rng_state_all()]
+        states["cuda"] = [text_of(s) for s in torch.cuda.get_rng_state_all()]
     return states
 
 
@@ -54,15 +54,21 @@ def set_rng_states(states: dict[str, Any]) -> None:
     """Puts back what :func:`rng_states` took."""
     version, internal, gauss = states["python"]
     random.setstate((version, tuple(internal), gauss))
-    torch.random.set_rng_state(_bytes_tensor(states["torch"]))
+    torch.random.set_rng_state(bytes_tensor(states["torch"]))
     if np is not None and "numpy" in states:
         name, keys, pos, has_gauss, cached = states["numpy"]
         np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([_bytes_tensor(s) for s in states["cuda"]])
+        torch.cuda.set_rng_state_all([bytes_tensor(s) for s in states["cuda"]])
 
 
-def _bytes_tensor(text: str) -> torch.Tensor:
+def text_of(state: torch.Tensor) -> str:
+    """A generator's state (a byte tensor) as text, for a checkpoint in plain values."""
+    return base64.b64encode(state.numpy().tobytes()).decode()
+
+
+def bytes_tensor(text: str) -> torch.Tensor:
+    """The byte tensor :func:`text_of` wrote."""
     return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
 
 
