@@ -633,6 +633,15 @@ fn preflight<'py>(py: Python<'py>, facts: &Bound<'py, PyAny>) -> PyResult<Bound<
     py_value(py, &contrai_lifecycle::preflight::check(&facts))
 }
 
+/// What a recipe says of its own main phase (`JobFacts::from_recipe`: the schedule, batch,
+/// checkpoint cadence, split shares), as a `protocol.JobFacts`: a PyTorch job's callbacks judge
+/// the schedule and cadence the conductor imposes by it.
+#[pyfunction]
+fn recipe_facts<'py>(py: Python<'py>, text: &str, path: &str) -> PyResult<Bound<'py, PyAny>> {
+    let recipe = recipe(text, path)?;
+    py_value(py, &contrai_lifecycle::preflight::JobFacts::from_recipe(&recipe))
+}
+
 /// The module.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -649,6 +658,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recipe_check, m)?)?;
     m.add_function(wrap_pyfunction!(recipe_json, m)?)?;
     m.add_function(wrap_pyfunction!(recipe_gives, m)?)?;
+    m.add_function(wrap_pyfunction!(recipe_facts, m)?)?;
     m.add_function(wrap_pyfunction!(module_of, m)?)?;
     m.add_function(wrap_pyfunction!(is_attention, m)?)?;
     m.add_function(wrap_pyfunction!(magnitude_masks, m)?)?;

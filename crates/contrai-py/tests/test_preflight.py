@@ -18,6 +18,8 @@ from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedModel, Traine
                           get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup)
 
 from contrai import preflight
+from contrai.hf import ContraiCallback
+from contrai.lightning import ContraiCallback as LightningCallback
 from contrai.preflight import Finding
 
 peft = pytest.importorskip("peft")
@@ -385,3 +387,67 @@ def test_lightning_without_validation() -> None:
     assert kinds(preflight.check_lightning(trainer(), NoValidation(), batches(256), batches(32))) == ["no_eval_split"]
     assert kinds(preflight.check_lightning(trainer(limit_val_batches=0), Classifier(), batches(256),
                                            batches(32))) == ["no_eval_split"]
+
+
+# --- Run by the callbacks -------------------------------------------------------------------------
+
+CALLBACK_RECIPE = """
+[run]
+phases = ["main"]
+eval_every = 10
+checkpoint_every = 10
+[main]
+steps = 20
+batch = 16
+lr = {lr}
+warmup = {warmup}
+schedule = "{schedule}"
+"""
+
+
+def under_callback(tmp_path: Path, model: Any, recipe: str, **kw: Any) -> Trainer:
+    """An HF job on ``model`` under ContraiCallback with ``recipe`` (its Trainer told a linear
+    schedule with 10 % warmup, which the conductor overrides)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "recipe.toml").write_text(recipe)
+    t = Trainer(model=model, args=args(tmp_path, max_steps=20, lr_scheduler_type="linear", warmup_steps=2,
+                                       save_strategy="no", gradient_accumulation_steps=1),
+                train_dataset=lm_rows(64), eval_dataset=lm_rows(16))
+    ContraiCallback(tmp_path / "recipe.toml", run_dir=tmp_path / "run", **kw).attach(t)
+    return t
+
+
+def test_the_hf_callback_refuses_the_seed_articles_recipe_and_judges_the_recipes_schedule(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    article = CALLBACK_RECIPE.format(lr=2e-4, warmup=0.1, schedule="linear")
+    t = under_callback(tmp_path, lora(llama(), ["q_proj", "v_proj"]), article)
+    with pytest.raises(ValueError, match="seed article") as refused:
+        t.train()
+    # The fix names the recipe's keys: the recipe, not TrainingArguments, sets the schedule.
+    assert "main.warmup" in str(refused.value) and 'preflight="warn"' in str(refused.value)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists(), "refused before the run began"
+    capsys.readouterr()
+    # A recipe within the rules trains, whatever schedule TrainingArguments names; the missing
+    # holdout is said, not refused.
+    clean = CALLBACK_RECIPE.format(lr=2e-4, warmup=0.03, schedule="cosine")
+    under_callback(tmp_path / "clean", lora(llama(), ["q_proj", "v_proj"]), clean).train()
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[contrai] pre-flight:")]
+    assert len(said) == 1 and "holdout" in said[0], said
+    assert (tmp_path / "clean" / "run" / "final" / "eval.json").exists()
+
+
+def test_preflight_warn_trains_anyway_and_off_says_nothing(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    article = CALLBACK_RECIPE.format(lr=2e-4, warmup=0.1, schedule="linear")
+    under_callback(tmp_path / "warn", lora(llama(), ["q_proj", "v_proj"]), article, preflight="warn").train()
+    assert "seed article" in capsys.readouterr().out
+    under_callback(tmp_path / "off", lora(llama(), ["q_proj", "v_proj"]), article, preflight="off").train()
+    assert "pre-flight" not in capsys.readouterr().out
+
+
+def test_the_lightning_callback_runs_the_check(tmp_path: Path) -> None:
+    (tmp_path / "recipe.toml").write_text(CALLBACK_RECIPE.format(lr=1e-3, warmup=0.03, schedule="cosine"))
+    rows = DataLoader(dataset(lm_rows(64)), batch_size=16)
+    job = LightningCallback(tmp_path / "recipe.toml", tmp_path / "run", holdout_dataset=lm_rows(8))
+    with pytest.raises(ValueError, match="fp16"):
+        trainer(max_steps=20, precision="16-true", callbacks=[job]).fit(CausalLm(llama(bf16_config=True)), rows, rows)

@@ -65,6 +65,7 @@ from .checkpoints import newest_verified
 from .batches import StepBatches
 from .data import DroppableDataset
 from .preempt import Preemption, stopped
+from .preflight import Mode, facts_hf, gate, under_recipe
 from .resume import Order, Resumed, fingerprint, gathered, replayed, rng_states
 from .engine import (KEEP_LAST, Engine, Job, OriginalRows, Outputs, job_steps, per_sample, planned_steps,
                      refuse_sharded_pruning)
@@ -163,11 +164,15 @@ class ContraiCallback(TrainerCallback):
         classes: classes of the task (default: the model config's ``num_labels``).
         turn_log: under torch.distributed, a file each rank appends every turn it carried out to
             (to check that all ranks applied the same actions).
+        preflight: the pre-flight check before step 1 (``contrai.preflight``; the schedule and
+            checkpoint cadence judged are the recipe's): ``"stop"`` refuses a job with an error
+            finding, naming each, and says the warnings; ``"warn"`` says them all and trains;
+            ``"off"`` skips it.
     """
 
     def __init__(self, recipe: str | os.PathLike[str], run_dir: str | os.PathLike[str], *,
                  holdout_dataset: Any = None, classes: int | None = None,
-                 turn_log: str | os.PathLike[str] | None = None) -> None:
+                 turn_log: str | os.PathLike[str] | None = None, preflight: Mode = "stop") -> None:
         from ._core import recipe_check
 
         self.recipe_path = os.fspath(recipe)
@@ -177,6 +182,7 @@ class ContraiCallback(TrainerCallback):
         self.holdout = holdout_dataset
         self.classes = classes
         self.turn_log = turn_log
+        self.preflight = preflight
         self.planned = 0  # optimizer steps the recipe plans (set when training starts)
         self.job_steps: int | None = None  # the Trainer's budget, when the recipe leaves main.steps to it
         self.trainer: Trainer | None = None
@@ -234,6 +240,10 @@ class ContraiCallback(TrainerCallback):
                        **kw: Any) -> TrainerControl:
         trainer = self._bound_trainer()
         self._check(trainer, state.max_steps)
+        if self.preflight != "off":
+            findings = under_recipe(facts_hf(args, trainer.model, trainer), self.recipe_toml, self.recipe_path,
+                                    self.holdout is not None)
+            gate(findings, self.preflight, speak=args.process_index == 0)
         classes = self.classes or int(getattr(getattr(model, "config", None), "num_labels", 2))
         job = HfJob(trainer, train_dataloader, self.holdout)
         self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, classes, turn_log=self.turn_log,

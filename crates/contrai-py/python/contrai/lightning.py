@@ -67,6 +67,7 @@ from .checkpoints import newest_verified
 from .batches import StepBatches
 from .data import DroppableDataset
 from .preempt import Preemption, stopped
+from .preflight import Mode, facts_lightning, gate, under_recipe
 from .resume import gathered, rng_states, set_rng_states
 from .engine import Engine, Job, OriginalRows, Outputs, job_steps, per_sample, planned_steps, refuse_sharded_pruning
 
@@ -171,11 +172,15 @@ class ContraiCallback(pl.Callback):
             and Hugging Face dicts.
         turn_log: under torch.distributed, a file each rank appends every turn it carried out to
             (to check that all ranks applied the same actions).
+        preflight: the pre-flight check before step 1 (``contrai.preflight``; the schedule and
+            checkpoint cadence judged are the recipe's): ``"stop"`` refuses a job with an error
+            finding, naming each, and says the warnings; ``"warn"`` says them all and trains;
+            ``"off"`` skips it.
     """
 
     def __init__(self, recipe: str | os.PathLike[str], run_dir: str | os.PathLike[str], *,
                  holdout_dataset: Any = None, classes: int = 2, forward: Forward | None = None,
-                 turn_log: str | os.PathLike[str] | None = None) -> None:
+                 turn_log: str | os.PathLike[str] | None = None, preflight: Mode = "stop") -> None:
         from ._core import recipe_check
 
         self.recipe_path = os.fspath(recipe)
@@ -186,6 +191,7 @@ class ContraiCallback(pl.Callback):
         self.classes = classes
         self.forward = forward or default_forward
         self.turn_log = turn_log
+        self.preflight = preflight
         self.planned = 0  # optimizer steps the recipe plans (set when training starts)
         self.job_steps: int | None = None  # the Trainer's budget, when the recipe leaves main.steps to it
         self.engine: Engine | None = None
@@ -200,6 +206,10 @@ class ContraiCallback(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         compat.check()
         self._check(trainer)
+        if self.preflight != "off":
+            findings = under_recipe(facts_lightning(trainer, pl_module), self.recipe_toml, self.recipe_path,
+                                    self.holdout is not None)
+            gate(findings, self.preflight, speak=trainer.is_global_zero)
         job = LightningJob(trainer, pl_module, self.forward, self.holdout)
         self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, self.classes,
                              turn_log=self.turn_log, job_steps=self.job_steps)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
 
 import torch
 
@@ -56,6 +56,43 @@ HF_NO_WARMUP = ("constant", "reduce_lr_on_plateau")
 def check(facts: JobFacts) -> list[Finding]:
     """The findings of ``facts`` by the lifecycle's rules (none for a job within them)."""
     return _core.preflight(facts)
+
+
+# What a recipe imposes on a job a callback runs: the conductor sets every step's LR and orders
+# the checkpoints, whatever the framework was told.
+GOVERNED = ("warmup_ratio", "warmup_steps", "decay", "peak_lr", "checkpoint_every")
+# Facts of the job itself that the rules read beside the recipe's schedule (the seed article's).
+BESIDE_SCHEDULE = ("tuning", "precision")
+
+
+def under_recipe(facts: JobFacts, recipe_toml: str, recipe_path: str, holdout: bool) -> list[Finding]:
+    """The findings of a job a callback runs under a recipe: the job's own facts (``facts_hf``,
+    ``facts_lightning``) but for its schedule and checkpoint cadence, which are the recipe's and
+    judged from it (their fixes naming the recipe's keys); the holdout is the callback's."""
+    job: JobFacts = {k: v for k, v in facts.items() if k not in GOVERNED}  # type: ignore[assignment]
+    job["holdout"] = holdout
+    said = _core.recipe_facts(recipe_toml, recipe_path)
+    recipe: JobFacts = {k: v for k, v in said.items() if k in GOVERNED}  # type: ignore[assignment]
+    recipe["source"] = "recipe"
+    recipe.update({k: v for k, v in facts.items() if k in BESIDE_SCHEDULE})  # type: ignore[typeddict-item]
+    return check(job) + check(recipe)
+
+
+# What a callback does with its findings (its ``preflight=``): ``stop`` the job on an error (the
+# warnings said), ``warn`` (say them all and train), ``off`` (no check).
+Mode = Literal["stop", "warn", "off"]
+
+
+def gate(findings: Sequence[Finding], mode: Mode, speak: bool = True) -> None:
+    """What a callback does with the findings before step 1, by ``mode``: under ``stop`` an error
+    (a job that would fail as the rules know jobs fail) raises, naming every one; the rest are
+    said when ``speak`` (rank 0)."""
+    errors = [f["message"] for f in findings if f["severity"] == "error"] if mode == "stop" else []
+    if speak:
+        report(f for f in findings if not (errors and f["severity"] == "error"))
+    if errors:
+        raise ValueError("the pre-flight check found what would break this job before step 1:\n- "
+                         + "\n- ".join(errors) + "\n(fix it, or pass preflight=\"warn\" to ContraiCallback to train anyway)")
 
 
 def report(findings: Iterable[Finding]) -> None:
