@@ -180,6 +180,10 @@ pub enum RestorePoint {
     Latest,
     /// The checkpoint of this step.
     Step(u64),
+    /// The newest checkpoint of a step below this one that passes its sums (the newest there
+    /// is when none is below): a spike rollback passes over the checkpoint of the step whose
+    /// update gave the weights that spiked.
+    Before(u64),
 }
 
 /// What a restore brings back.

@@ -372,8 +372,10 @@ impl Conductor {
         out.push(Action::SkipBatches {
             batches: self.state.triage.skipped(),
         });
+        // The spiking loss was measured on the weights the last step's update made; a
+        // checkpoint of that step holds them, so the rollback goes below it.
         let request = Request::Restore {
-            to: RestorePoint::Latest,
+            to: RestorePoint::Before(self.state.step),
             scope: RestoreScope::Everything,
         };
         self.ask(out, request, Await::SpikeRestored)

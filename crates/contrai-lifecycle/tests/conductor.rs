@@ -187,6 +187,7 @@ impl Sim {
                 let at = match to {
                     RestorePoint::Latest => *self.checkpoints.keys().last().unwrap(),
                     RestorePoint::Step(s) => *s,
+                    RestorePoint::Before(s) => *self.checkpoints.range(..*s).next_back().unwrap().0,
                 };
                 let (state, rows) = self.checkpoints[&at].clone();
                 let history = match scope {

@@ -240,8 +240,17 @@ impl Sim {
                 val_accuracy: 0.8,
             },
             Request::Restore { to, scope } => {
-                assert_eq!((*to, *scope), (RestorePoint::Latest, RestoreScope::Everything));
-                let at = *self.checkpoints.keys().last().unwrap();
+                let RestorePoint::Before(below) = *to else {
+                    panic!("a spike rolls back below the step before it, got {to:?}");
+                };
+                assert_eq!(*scope, RestoreScope::Everything);
+                let at = *self
+                    .checkpoints
+                    .range(..below)
+                    .next_back()
+                    .or_else(|| self.checkpoints.last_key_value())
+                    .unwrap()
+                    .0;
                 let (state, rows, cursor) = self.checkpoints[&at].clone();
                 self.step = at;
                 self.cursor = cursor;

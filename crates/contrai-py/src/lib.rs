@@ -463,12 +463,16 @@ impl Checkpoints {
         verified_state(&self.root.join(checkpoint_kind(kind)?.dir_name(step))).map_err(envelope_err)
     }
 
-    /// The newest scheduled checkpoint whose files match their sums: `(step, state.json text,
-    /// the newer steps passed over)`, or `None` with the steps passed over.
-    fn latest(&self) -> (Option<(u64, String)>, Vec<u64>) {
-        let (found, refused) = checkpoint::latest(&self.root, &[Kind::Scheduled], |step, dir| {
-            verified_state(dir).map(|state| (step, state))
-        });
+    /// The newest scheduled checkpoint (of a step below `below`, when given) whose files match
+    /// their sums: `(step, state.json text, the newer steps passed over)`, or `None` with the
+    /// steps passed over.
+    #[pyo3(signature = (below = None))]
+    fn latest(&self, below: Option<u64>) -> (Option<(u64, String)>, Vec<u64>) {
+        let below = below.unwrap_or(u64::MAX);
+        let (found, refused) =
+            checkpoint::latest_below(&self.root, &[Kind::Scheduled], below, |step, dir| {
+                verified_state(dir).map(|state| (step, state))
+            });
         (found, refused.into_iter().map(|(s, ..)| s).collect())
     }
 

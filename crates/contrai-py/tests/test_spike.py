@@ -1,6 +1,7 @@
-"""Spike triage in a Hugging Face job: a planted bad batch spikes, is quarantined and leaves the
-training set; a planted LR that spikes different batches is cut; a length-grouped LM whose loss
-follows batch length takes no action."""
+"""Spike triage in PyTorch jobs: a planted bad batch spikes, is quarantined and leaves the training
+set (Hugging Face and Lightning); a planted LR that spikes different batches is cut, also when the
+checkpoint before the spike holds the spoiled weights; a length-grouped LM whose loss follows batch
+length takes no action."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ steps = {steps}
 batch = 16
 lr = {lr}
 """
+
+# What spike triage decides.
+SPIKE_KINDS = ("rollback_spike", "drop_spiking", "lr_cut_spike", "abort_spike")
 
 # The planted batch: the 10th of every epoch in row order (rows 144..159), its labels the
 # opposite of what its first token says.
@@ -77,7 +81,7 @@ def test_a_planted_bad_batch_spikes_is_quarantined_and_leaves(tmp_path: Path) ->
 
     run = tmp_path / "run"
     decisions = jsonl(run / "decisions.jsonl")
-    spikes = [d for d in decisions if d["kind"] in ("rollback_spike", "drop_spiking", "lr_cut_spike", "abort_spike")]
+    spikes = [d for d in decisions if d["kind"] in SPIKE_KINDS]
     kinds = [d["kind"] for d in spikes]
     assert kinds == ["rollback_spike", "drop_spiking"], [(d["kind"], d["reason"]) for d in spikes]
     quarantined = jsonl(run / "quarantine.jsonl")
@@ -120,16 +124,18 @@ class LrSeen(TrainerCallback):
 
 
 def test_an_lr_that_spikes_different_batches_is_cut(tmp_path: Path) -> None:
+    # The first planted step is lifecycle step 120, whose checkpoint holds the weights it spoiled:
+    # the rollback goes below it.
     seen = LrSeen()
     trainer = Trainer(model=tiny_bert(), args=args(tmp_path / "out", 250),
                       train_dataset=DroppableDataset(token_task(400, 1, noise=0.0)),
-                      eval_dataset=token_task(100, 2, noise=0.0), callbacks=[seen, PlantLr({103, 133}, -3000.0)])
+                      eval_dataset=token_task(100, 2, noise=0.0), callbacks=[seen, PlantLr({100, 133}, -3000.0)])
     seen.contrai = ContraiCallback(recipe(tmp_path, 160), run_dir=tmp_path / "run").attach(trainer)
     trainer.train()
 
     run = tmp_path / "run"
     decisions = jsonl(run / "decisions.jsonl")
-    spikes = [d for d in decisions if d["kind"] in ("rollback_spike", "drop_spiking", "lr_cut_spike", "abort_spike")]
+    spikes = [d for d in decisions if d["kind"] in SPIKE_KINDS]
     assert [d["kind"] for d in spikes] == ["rollback_spike", "lr_cut_spike"], [(d["kind"], d["reason"]) for d in spikes]
     assert [q["cause"] for q in jsonl(run / "quarantine.jsonl")] == ["undetermined", "optimisation"]
     # The steps the first rollback replayed ran at the schedule's LR again; those the second
@@ -200,5 +206,29 @@ def test_a_length_grouped_sawtooth_takes_no_action(tmp_path: Path) -> None:
     assert len(teeth) >= 5, losses
     # ... which is no spike: nothing rolled back, quarantined, cut or dropped.
     kinds = [d["kind"] for d in jsonl(run / "decisions.jsonl")]
-    assert not {"rollback_spike", "lr_cut_spike", "drop_spiking", "abort_spike"} & set(kinds), kinds
+    assert not set(SPIKE_KINDS) & set(kinds), kinds
     assert not (run / "quarantine.jsonl").exists()
+
+
+def test_a_planted_bad_batch_leaves_a_lightning_job_too(tmp_path: Path) -> None:
+    import lightning.pytorch as pl
+    from test_lightning import Mlp, task
+    from torch.utils.data import DataLoader
+
+    from contrai.lightning import ContraiCallback as LightningCallback
+
+    rows = task(400, 1, noise=0.0)
+    for r in PLANTED:  # far from the boundary and labelled the other side of it
+        rows[r] = (rows[r][0] * 4, 1 - rows[r][1])
+    data = DroppableDataset(rows)
+    job = LightningCallback(recipe(tmp_path, 150, phases='["main"]', lr=5e-3), tmp_path / "run")
+    trainer = pl.Trainer(max_steps=250, accelerator="cpu", callbacks=[job], logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, num_sanity_val_steps=0)
+    trainer.fit(Mlp(), DataLoader(data, batch_size=16, shuffle=False),  # type: ignore[arg-type]
+                DataLoader(task(128, 2), batch_size=32))  # type: ignore[arg-type]
+
+    run = tmp_path / "run"
+    kinds = [d["kind"] for d in jsonl(run / "decisions.jsonl") if d["kind"] in SPIKE_KINDS]
+    assert kinds == ["rollback_spike", "drop_spiking"], kinds
+    assert [q["rows"] for q in jsonl(run / "quarantine.jsonl")] == [PLANTED, PLANTED]
+    assert data.dropped == PLANTED

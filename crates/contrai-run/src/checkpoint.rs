@@ -364,6 +364,17 @@ pub fn list(root: &Path, kind: Kind) -> Vec<(u64, PathBuf)> {
 pub fn latest<T, E>(
     root: &Path,
     kinds: &[Kind],
+    open: impl FnMut(u64, &Path) -> std::result::Result<T, E>,
+) -> (Option<T>, Vec<(u64, PathBuf, E)>) {
+    latest_below(root, kinds, u64::MAX, open)
+}
+
+/// [`latest`] among the checkpoints of steps below `below` (a rollback that must not land on
+/// the weights a step's update just made).
+pub fn latest_below<T, E>(
+    root: &Path,
+    kinds: &[Kind],
+    below: u64,
     mut open: impl FnMut(u64, &Path) -> std::result::Result<T, E>,
 ) -> (Option<T>, Vec<(u64, PathBuf, E)>) {
     let mut all: Vec<(u64, bool, PathBuf)> = kinds
@@ -373,6 +384,7 @@ pub fn latest<T, E>(
                 .into_iter()
                 .map(move |(s, d)| (s, k == Kind::Scheduled, d))
         })
+        .filter(|(s, ..)| *s < below)
         .collect();
     all.sort();
     let mut refused = Vec::new();

@@ -180,7 +180,17 @@ pub fn load(dir: &Path) -> Result<Loaded> {
 /// the same step); each one skipped is reported through `warn` and set aside as `*.corrupt` so
 /// that the step can be written again.
 pub fn load_latest(root: &Path, kinds: &[Kind], warn: &mut dyn FnMut(String)) -> Result<Option<Loaded>> {
-    let (found, refused) = envelope::latest(root, kinds, |_, dir| load(dir));
+    load_latest_below(root, kinds, u64::MAX, warn)
+}
+
+/// [`load_latest`] among the checkpoints of steps below `below`.
+pub fn load_latest_below(
+    root: &Path,
+    kinds: &[Kind],
+    below: u64,
+    warn: &mut dyn FnMut(String),
+) -> Result<Option<Loaded>> {
+    let (found, refused) = envelope::latest_below(root, kinds, below, |_, dir| load(dir));
     for (_, dir, e) in refused {
         envelope::set_aside(&dir);
         warn(format!(

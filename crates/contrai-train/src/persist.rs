@@ -72,10 +72,19 @@ impl Engine<'_> {
     pub(crate) fn restore(&mut self, to: RestorePoint, scope: RestoreScope) -> Result<Observation> {
         let root = self.run.checkpoints();
         let l = match to {
-            RestorePoint::Latest => {
+            RestorePoint::Latest | RestorePoint::Before(_) => {
+                let below = match to {
+                    RestorePoint::Before(step) => step,
+                    _ => u64::MAX,
+                };
                 let journal = &self.journal;
-                checkpoint::load_latest(&root, &[Kind::Scheduled], &mut |w| journal.warn(&w))?
-                    .ok_or_else(|| TrainError::Diverged("no checkpoint to roll back to".into()))?
+                let mut warn = |w: String| journal.warn(&w);
+                match checkpoint::load_latest_below(&root, &[Kind::Scheduled], below, &mut warn)? {
+                    Some(l) => l,
+                    // Nothing below: the newest there is.
+                    None => checkpoint::load_latest(&root, &[Kind::Scheduled], &mut warn)?
+                        .ok_or_else(|| TrainError::Diverged("no checkpoint to roll back to".into()))?,
+                }
             }
             RestorePoint::Step(step) => checkpoint::load(&root.join(checkpoint::dir_name(step)))?,
         };

@@ -104,11 +104,14 @@ class Checkpoints:
         self.envelope.keep_last(self.keep_last, keep)
 
     def read(self, to: Any) -> Checkpoint:
-        """Checkpoint ``to``: ``{"Step": n}``, or ``"Latest"`` — the newest whose files match
-        their sums."""
-        if to != "Latest":
+        """Checkpoint ``to``: ``{"Step": n}``; ``"Latest"``, the newest whose files match their
+        sums; ``{"Before": n}``, the newest such of a step below ``n`` (the newest there is when
+        none is below)."""
+        if isinstance(to, dict) and "Step" in to:
             return self.load(to["Step"], self.envelope.verify(to["Step"]), [])
-        found, skipped = self.envelope.latest()
+        found, skipped = (None, []) if to == "Latest" else self.envelope.latest(to["Before"])
+        if found is None:
+            found, skipped = self.envelope.latest()
         if found is None:
             raise RuntimeError(f"{self.root}: no checkpoint to roll back to"
                                + (f" (steps {skipped} do not match their sums)" if skipped else ""))

@@ -508,6 +508,12 @@ class RestorePointStep(TypedDict):
     Step: int
 
 
+class RestorePointBefore(TypedDict):
+    """The newest checkpoint of a step below this one that passes its sums (the newest there is when none is below): a spike rollback passes over the checkpoint of the step whose update gave the weights that spiked."""
+
+    Before: int
+
+
 class RunInfo(TypedDict):
     """What the conductor knows of the run before it starts."""
 
@@ -676,7 +682,7 @@ PruneScope = Union[Literal["module"], Literal["global"]]
 
 Request = Union["RequestCheckPipeline", Literal["RoundTrip"], "RequestTrain", "RequestEvaluate", "RequestRestore", "RequestPrune", Literal["MeasureSampleLosses"], "RequestMeasureSensitivity", "RequestMeasureJoint", Literal["Export"], Literal["Distil"], "RequestQuantize", "RequestReadHoldout", "RequestFinish", "RequestFail"]
 
-RestorePoint = Union[Literal["Latest"], "RestorePointStep"]
+RestorePoint = Union[Literal["Latest"], "RestorePointStep", "RestorePointBefore"]
 
 RestoreScope = Union[Literal["Weights"], Literal["Everything"]]
 
