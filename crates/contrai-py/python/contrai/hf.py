@@ -20,12 +20,14 @@ Trainer event                           sent to the conductor                   
                                                                                     warns when transformers is outside ``TESTED``
 ``on_train_begin``                      the run's facts (samples, classes, weight   refuses what the recipe cannot run with (no
                                         names, heads) to a fresh conductor, or the  eval set, too few ``max_steps``, pruning under
-                                        state in ``checkpoint-N/contrai.json`` on   FSDP / ZeRO-3); taps loss and gradient norm;
-                                        resume; then the answer to each request     holds the scheduler to the conductor's LR;
-                                        until it asks to train: ``PipelineChecked`` carries out the turns (validate's one-batch
-                                        (validate), ``RoundTripped``, ...           check, the checkpoint round trip, ...); sets
-                                                                                    the first step's LR
-each micro-batch's ``training_step``    —                                           adds its loss to the step's
+                                        state in ``checkpoint-N/contrai.json`` on   FSDP / ZeRO-3) and, by the pre-flight check,
+                                        resume; then the answer to each request     what would break the job (``preflight=``);
+                                        until it asks to train:                     taps loss and gradient norm; holds the
+                                        ``PipelineChecked`` (validate),             scheduler to the conductor's LR; carries out
+                                        ``RoundTripped``, ...                       the turns (validate's one-batch check, the
+                                                                                    checkpoint round trip, ...); sets the first
+                                                                                    step's LR
+each micro-batch's ``training_step``    —                                           adds its loss, rows and tokens to the step's
 gradient clipping                       —                                           keeps the norm before clipping
 ``on_step_end``                         ``Stepped`` (loss, mean over ranks; pre-    applies the masks; writes the step's metrics
                                         clip grad norm; LR); then the answer to     row; carries out the turn's actions (record,

@@ -15,8 +15,9 @@ refused there.
 Resume: the callback's :meth:`~ContraiCallback.state_dict` (the conductor's state, the counters,
 the pruning masks) is saved in Lightning's checkpoints, so ``trainer.fit(..., ckpt_path=...)``
 continues the lifecycle where it stopped. The losses after a mid-epoch resume match the
-uninterrupted job's only when the data loader is resumable (Lightning's own rule: a loader with
-``state_dict``/``load_state_dict``, or an end-of-epoch checkpoint).
+uninterrupted job's when the train loader is resumable (Lightning's own rule: a loader with
+``state_dict``/``load_state_dict``, such as :class:`contrai.ResumableLoader`), or the checkpoint
+ends an epoch.
 
 ==================================  ==========================================  ==============================================
 Lightning event                     sent to the conductor                       what the engine does
@@ -25,10 +26,12 @@ Lightning event                     sent to the conductor                       
 ``ckpt_path=``)                                                                 ``on_train_start``
 ``on_train_start``                  the run's facts (samples, classes, weight   warns when lightning is outside ``TESTED``;
                                     names, heads) to a fresh conductor, or the  refuses what the recipe cannot run with (no
-                                    checkpoint's state on resume; then the      validation data, too few ``max_steps``, pruning
-                                    answer to each request until it asks to     under a sharding strategy); carries out the
-                                    train: ``PipelineChecked`` (validate),      turns (validate's one-batch check, the
-                                    ``RoundTripped``, ...                       checkpoint round trip, ...)
+                                    checkpoint's state on resume; then the      validation data, too few ``max_steps``,
+                                    answer to each request until it asks to     pruning under a sharding strategy) and, by the
+                                    train: ``PipelineChecked`` (validate),      pre-flight check, what would break the job
+                                    ``RoundTripped``, ...                       (``preflight=``); carries out the turns
+                                                                                (validate's one-batch check, the checkpoint
+                                                                                round trip, ...)
 ``on_before_optimizer_step``        —                                           sets the conductor's LR in every parameter
                                                                                 group; keeps the gradient norm before clipping;
                                                                                 marks the batch as ending an optimizer step
