@@ -30,6 +30,20 @@ def batch_tokens(inputs: Any) -> int | None:
     return int(mask.sum()) if isinstance(mask, torch.Tensor) else None
 
 
+def watch(dataset: Any) -> None:
+    """The rows ``dataset`` serves noted from here on, afresh — at the start of training and of
+    every epoch, where a loader starts drawing anew, so that a fetch no step trained cannot shift
+    the rows of later steps — when it can say them (a :class:`DroppableDataset`)."""
+    if isinstance(dataset, DroppableDataset):
+        dataset.watch()
+
+
+def unwatch(dataset: Any) -> None:
+    """No more rows noted (the training loop is over)."""
+    if isinstance(dataset, DroppableDataset):
+        dataset.unwatch()
+
+
 class StepBatches:
     """The rows and tokens of the micro-batches of the optimizer step under way, on this rank."""
 

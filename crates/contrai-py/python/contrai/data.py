@@ -40,8 +40,12 @@ class DroppableDataset:
     def watch(self) -> None:
         """From now on, note each row this process fetches — a training loop's, in the order its
         loader draws them — for :meth:`take` to hand out batch by batch (spike triage tells a
-        data cause by them)."""
+        data cause by them); what was noted before is forgotten."""
         self._fetched = deque()
+
+    def unwatch(self) -> None:
+        """No more noting (the training loop is over)."""
+        self._fetched = None
 
     def take(self, n: int) -> list[int] | None:
         """The next ``n`` rows fetched (a micro-batch's, in the original numbering), or ``None``

@@ -64,8 +64,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from . import _core
 from ._compat import hf as compat
 from .checkpoints import newest_verified
-from .batches import StepBatches
-from .data import DroppableDataset
+from .batches import StepBatches, unwatch, watch
 from .preempt import Preemption, stopped
 from .preflight import Mode, facts_hf, gate, under_recipe
 from .resume import Order, Resumed, fingerprint, gathered, replayed, rng_states
@@ -259,9 +258,7 @@ class ContraiCallback(TrainerCallback):
         self.engine.start(record)
         if record is not None and self.engine.failed is None:
             self._certify(trainer, record)
-        dataset = job.train_dataset()
-        if isinstance(dataset, DroppableDataset):
-            dataset.watch()  # from here on, what it serves is what the Trainer trains
+        watch(job.train_dataset())  # from here on, what it serves is what the Trainer trains
         self._preemption.install()
         return self._after(control)
 
@@ -294,6 +291,8 @@ class ContraiCallback(TrainerCallback):
         else:
             self._order.start(epoch)
         self._drops_at_epoch = self.engine.drops if self.engine is not None else 0
+        if self.engine is not None:
+            watch(self.engine.job.train_dataset())
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                       **kw: Any) -> None:
@@ -430,6 +429,7 @@ class ContraiCallback(TrainerCallback):
         """The job is over: the run directory let go, the signal handlers put back."""
         self._preemption.restore()
         if self.engine is not None:
+            unwatch(self.engine.job.train_dataset())
             self.engine.release()
 
 

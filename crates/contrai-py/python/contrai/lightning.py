@@ -67,8 +67,7 @@ from torch.utils.data import DataLoader
 from . import _core
 from ._compat import lightning as compat
 from .checkpoints import newest_verified
-from .batches import StepBatches
-from .data import DroppableDataset
+from .batches import StepBatches, unwatch, watch
 from .preempt import Preemption, stopped
 from .preflight import Mode, facts_lightning, gate, under_recipe
 from .resume import gathered, rng_states, set_rng_states
@@ -218,11 +217,13 @@ class ContraiCallback(pl.Callback):
                              turn_log=self.turn_log, job_steps=self.job_steps)
         self.engine.start(self._resume)
         self._batches = StepBatches()
-        dataset = job.train_dataset()
-        if isinstance(dataset, DroppableDataset):
-            dataset.watch()  # from here on, what it serves is what the Trainer trains
+        watch(job.train_dataset())  # from here on, what it serves is what the Trainer trains
         self._preemption.install()
         self._after(trainer)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.engine is not None:
+            watch(self.engine.job.train_dataset())
 
     def _check(self, trainer: pl.Trainer) -> None:
         """What the Trainer must give the recipe, each refusal saying what to set."""
@@ -314,6 +315,7 @@ class ContraiCallback(pl.Callback):
         """The job is over: the run directory let go, the signal handlers put back."""
         self._preemption.restore()
         if self.engine is not None:
+            unwatch(self.engine.job.train_dataset())
             self.engine.release()
 
     def state_dict(self) -> dict[str, Any]:
