@@ -4,6 +4,7 @@ applied in the running job."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
@@ -320,3 +321,39 @@ def test_a_recipe_that_leaves_main_steps_to_the_job_is_laid_on_the_trainers_max_
     assert "steps = 60" in (run / "recipe.toml").read_text(), "the run directory keeps the recipe in force"
     evaluation = json.loads((run / "final" / "eval.json").read_text())
     assert evaluation["planned_steps"] == 20 + 80 and trainer.state.global_step == 80  # validate's 20 are its own
+
+
+class NanOnce(Trainer):
+    """A Trainer whose loss is NaN on one micro-batch of optimizer step ``at`` (an fp16-style
+    overflow), once."""
+
+    def __init__(self, *a: Any, at: int, **k: Any) -> None:
+        super().__init__(*a, **k)
+        self.at, self.done = at, False
+
+    def compute_loss(self, model: Any, inputs: Any, *a: Any, **k: Any) -> Any:
+        loss = super().compute_loss(model, inputs, *a, **k)
+        if self.state.global_step + 1 == self.at and not self.done and isinstance(loss, torch.Tensor):
+            self.done = True
+            return loss * float("nan")
+        return loss
+
+
+def test_a_nan_the_trainers_log_hides_is_counted_from_the_raw_loss(tmp_path: Path, recipe_file: Path) -> None:
+    # Accumulating 2 micro-batches and logging every 10 steps with logging_nan_inf_filter on (the
+    # default), the Trainer's own log averages the NaN away; the callback sees the raw loss.
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8,
+                             gradient_accumulation_steps=2, per_device_eval_batch_size=32, max_steps=80,
+                             logging_steps=10, report_to=[], save_strategy="no", use_cpu=True, seed=0,
+                             disable_tqdm=True)
+    t = NanOnce(model=tiny_bert(), args=args, train_dataset=ServedRows(token_task(400, 1)),
+                eval_dataset=token_task(100, 2), at=35)
+    ContraiCallback(recipe_file, run_dir=tmp_path / "run", holdout_dataset=token_task(60, 3)).attach(t)
+    t.train()
+    assert all(math.isfinite(h["loss"]) for h in t.state.log_history if "loss" in h), "the Trainer's log hides it"
+    back = [d for d in rows(tmp_path / "run" / "decisions.jsonl") if d["kind"] == "rollback_nonfinite"]
+    assert [d["step"] for d in back] == [20 + 35], back
+    assert back[0]["evidence"]["train_loss"] == "NaN"
+    assert t.model is not None and all(torch.isfinite(p).all() for p in t.model.parameters()), \
+        "the NaN step's weights were replaced"
+    assert (tmp_path / "run" / "final" / "eval.json").exists()
