@@ -69,15 +69,22 @@ def recipe(tmp_path: Path, steps: int, phases: str = '["validate", "main"]', lr:
     return p
 
 
-def test_a_planted_bad_batch_spikes_is_quarantined_and_leaves(tmp_path: Path) -> None:
+def planted_job(tmp_path: Path, resume: str | None = None) -> DroppableDataset:
+    """The tiny BERT job on rows whose 10th batch is planted (the Trainer keeps every checkpoint it
+    saves); its train set."""
     rows = token_task(400, 1, noise=0.0)
     for r in PLANTED:
         rows[r]["labels"] = 1 - rows[r]["labels"]
     data = DroppableDataset(rows)
-    trainer = InOrder(model=tiny_bert(), args=args(tmp_path / "out", 200), train_dataset=data,
+    trainer = InOrder(model=tiny_bert(), args=args(tmp_path / "out", 200, save_total_limit=100), train_dataset=data,
                       eval_dataset=token_task(100, 2, noise=0.0))
     ContraiCallback(recipe(tmp_path, 150), run_dir=tmp_path / "run").attach(trainer)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
+    return data
+
+
+def test_a_planted_bad_batch_spikes_is_quarantined_and_leaves(tmp_path: Path) -> None:
+    data = planted_job(tmp_path)
 
     run = tmp_path / "run"
     decisions = jsonl(run / "decisions.jsonl")
@@ -92,6 +99,22 @@ def test_a_planted_bad_batch_spikes_is_quarantined_and_leaves(tmp_path: Path) ->
     assert spikes[1]["evidence"]["left"] == PLANTED
     main = [m for m in jsonl(run / "metrics.jsonl") if m["phase"] == "main" and "train_loss" in m]
     assert main[-1]["step"] == 20 + 150
+
+    # Resumed from the Trainer's checkpoints between the two spikes, the job ends as the whole one
+    # did: from the lifecycle's checkpoint before the second spike (its record says one entry),
+    # quarantine.jsonl is cut back to its first entry and the second is written again; from the
+    # one the Trainer saved right after the second rollback, the rows already left.
+    whole = (quarantined, [(d["step"], d["kind"]) for d in decisions])
+    saved = sorted((int(c.name.rsplit("-", 1)[1]), json.loads((c / "contrai.json").read_text()))
+                   for c in (tmp_path / "out").glob("checkpoint-*"))
+    size = (run / "quarantine.jsonl").stat().st_size
+    between = [(n, r["quarantine_len"]) for n, r in saved if r["step"] < spikes[1]["step"] and r["quarantine_len"] > 0]
+    cut_back = max(n for n, q in between if q < size)
+    after_rollback = max(n for n, q in between if q == size)
+    for n in (cut_back, after_rollback):
+        planted_job(tmp_path, resume=str(tmp_path / "out" / f"checkpoint-{n}"))
+        again = jsonl(run / "decisions.jsonl")
+        assert (jsonl(run / "quarantine.jsonl"), [(d["step"], d["kind"]) for d in again]) == whole, n
 
 
 class PlantLr(TrainerCallback):

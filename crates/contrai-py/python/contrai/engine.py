@@ -211,6 +211,8 @@ class Engine:
         self.turn_log = None if turn_log is None else open(f"{os.fspath(turn_log)}.rank{job.rank}", "a")
         # The record of the latest checkpoint (the framework saves its own beside it).
         self.last_record: dict[str, Any] | None = None
+        # A full restore happened since the last training step.
+        self.restored = False
         self.int8: torch.nn.Module | None = None
         # The run directory's one-writer lock (rank 0), held from start to the job's end.
         self.lock: _core.RunLock | None = None
@@ -270,11 +272,10 @@ class Engine:
         self.remember_dropout()
         if self.leader:
             self.lock = hold(self.run_dir)
-            # A resume cuts quarantine.jsonl back to its checkpoint (records before it had no length:
-            # kept whole).
-            quarantine = None if resume is None else resume.get("quarantine_len")
-            self.writer = _core.RunWriter(str(self.run_dir), WRITER, lens[0], lens[1],
-                                          0 if resume is None else quarantine)
+            # quarantine.jsonl: a new run starts it empty, a resume cuts it back to its checkpoint
+            # (a record written before it had a length keeps it whole).
+            quarantine = 0 if resume is None else resume.get("quarantine_len")
+            self.writer = _core.RunWriter(str(self.run_dir), WRITER, lens[0], lens[1], quarantine)
             if resume is None:
                 self.conductor = Conductor(self.recipe_toml, self.info(), self.recipe_path)
             else:
@@ -288,11 +289,27 @@ class Engine:
             self.samples = resume["samples"]
             self.lost_steps = resume.get("lost_steps", 0)
             self.masks = resume_masks(resume)
+            if self.leader:
+                self.rejoin_checkpoints(resume)
         self.run(self.next_turn())
         if resume is not None and self.failed is None:
             differs = check_lr(resume.get("next_lr"), self.plan["lr"] if self.plan is not None else None)
             if differs is not None:
                 self.failed = f"resume: {differs}"
+
+    def rejoin_checkpoints(self, record: dict[str, Any]) -> None:
+        """The rollback checkpoints as a job resumed from ``record`` needs them: those after its
+        step are another run's future (a job resumed from an older framework checkpoint) and go;
+        one of its step, when keep-last removed it, is written from the model and optimizer the
+        framework loaded — a rollback must land on this run's past."""
+        step = record["step"]
+        self.checkpoints.drop_after(step)
+        if step in self.checkpoints.steps():
+            return
+        state = record["conductor"]
+        best = [b[0] for b in (state.get("best"), state.get("contraction", {}).get("best")) if b]
+        own = {k: v for k, v in record.items() if k not in ("next_lr", "order", "rng", "masks_file", "masks_keep")}
+        self.checkpoints.write(step, unwrap(self.job.model), self.job.optimizer, self.masks, own, best)
 
     def next_turn(self, observation: Any = None) -> Turn | None:
         """Rank 0's next turn from the conductor (the first without ``observation``); ``None`` on
@@ -327,9 +344,15 @@ class Engine:
         return handler(payload)
 
     def train(self, plan: dict[str, Any]) -> None:
-        """The framework's next optimizer step runs the plan (its step, phase and LR)."""
+        """The framework's next optimizer step runs the plan (its step, phase and LR). After a full
+        restore the framework saves here (the step is the checkpoint's again): the record it keeps
+        is the conductor's state now — with what the rollback decided (rows dropped, the LR cut,
+        the triage's memory) and the journals as they are — not the restored checkpoint's."""
         self.plan = plan
         self.set_lr(plan["lr"])
+        if self.restored:
+            self.restored = False
+            self.last_record = {"step": self.step} if self.conductor is None else self.record_of(self.conductor.state())
 
     def fail(self, payload: dict[str, str]) -> None:
         """The conductor stopped the run: the framework adapter raises with the reason."""
@@ -573,6 +596,7 @@ class Engine:
                             {"checkpoint_step": ckpt.step})
         elif had_masks:
             self.sparsity_row()
+        self.restored = p["scope"] == "Everything"
         return {"Restored": {"state": record["conductor"], "history": history}}
 
     # ---- measurements -------------------------------------------------------------------------
