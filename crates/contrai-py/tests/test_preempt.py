@@ -191,3 +191,21 @@ def test_a_lightning_job_stopped_by_sigterm_resumes_from_its_sealed_checkpoint(t
     # order and passes over the batches trained, so every step trains as in the whole job.
     assert "not resumable" not in second.stderr, second.stderr[-3000:]
     assert losses(cut) == losses(whole)
+
+
+def test_a_lightning_ddp_job_signalled_on_one_rank_resumes_mid_epoch_exactly(tmp_path: Path) -> None:
+    # Two gloo ranks: Lightning rebuilds the ResumableLoader with a DistributedSampler; a SIGTERM to
+    # rank 1 alone stops both at the same step, and the resumed job trains every step as the whole.
+    whole = tmp_path / "whole"
+    done = job(whole, ranks=2, port=29561, script="preempt_lightning_job.py", recipe=LIGHTNING_RECIPE)
+    assert done.returncode == 0, done.stderr[-4000:]
+    cut = tmp_path / "cut"
+    step = random.Random(30).randint(17, 31)  # inside the second epoch (16 batches an epoch a rank)
+    first = job(cut, f"kill={step}", "rank=1", ranks=2, port=29563, script="preempt_lightning_job.py",
+                recipe=LIGHTNING_RECIPE)
+    assert first.returncode != 0 and f"stopped by SIGTERM after step {step}:" in first.stderr, first.stderr[-4000:]
+    second = job(cut, ranks=2, port=29565, script="preempt_lightning_job.py", recipe=LIGHTNING_RECIPE)
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert "not resumable" not in second.stderr, second.stderr[-3000:]
+    assert losses(cut) == losses(whole)
+    assert decisions(cut) == decisions(whole)
