@@ -209,3 +209,17 @@ def test_a_lightning_ddp_job_signalled_on_one_rank_resumes_mid_epoch_exactly(tmp
     assert "not resumable" not in second.stderr, second.stderr[-3000:]
     assert losses(cut) == losses(whole)
     assert decisions(cut) == decisions(whole)
+
+
+def test_a_lightning_job_signalled_during_an_evaluation_stops_after_it_and_resumes_exactly(tmp_path: Path) -> None:
+    whole = tmp_path / "whole"
+    assert job(whole, script="preempt_lightning_job.py", recipe=LIGHTNING_RECIPE).returncode == 0
+    cut = tmp_path / "cut"
+    # Evaluation-mode forward passes: validate's, then 4 per evaluation of main every 10 steps.
+    first = job(cut, "kill-eval=40", script="preempt_lightning_job.py", recipe=LIGHTNING_RECIPE)
+    assert first.returncode == SIGTERM_EXIT, first.stderr[-4000:]
+    assert "stopped by SIGTERM after step" in first.stderr, first.stderr[-3000:]
+    second = job(cut, script="preempt_lightning_job.py", recipe=LIGHTNING_RECIPE)
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert losses(cut) == losses(whole)
+    assert decisions(cut) == decisions(whole)
