@@ -210,8 +210,7 @@ impl Conductor {
             ) => self.on_nonfinite_restored(*state, &history, lr_scale, nan_retries),
             (Await::SpikeRestored, Observation::Restored { state, history }) => {
                 self.adopt(*state, &history);
-                let out = self.settings(false);
-                self.proceed(out)
+                self.after_rollback()
             }
             (Await::Diagnose(step), obs) => self.on_diagnose(step, obs),
             (Await::Entering(e), obs) => self.on_entering(e, obs),
@@ -252,6 +251,16 @@ impl Conductor {
             out.push(Action::SkipBatches { batches: skipped });
         }
         out
+    }
+
+    /// After a full rollback (a spike, a non-finite step): the phase's settings, and the restored
+    /// step's checkpoint written again with the state that knows the rollback (retries spent, the
+    /// LR cut, rows dropped, the triage's memory) — a resume from it continues as this run does —
+    /// then the next step.
+    pub(crate) fn after_rollback(&mut self) -> Result<Turn> {
+        let mut out = self.settings(false);
+        self.checkpoint(&mut out);
+        self.proceed(out)
     }
 
     /// After a resume or a full restore: the move to the next phase if the last one ended, else

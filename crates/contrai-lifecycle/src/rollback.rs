@@ -164,8 +164,7 @@ impl Conductor {
         self.adopt(state, history);
         self.state.lr_scale = lr_scale;
         self.state.nan_retries = nan_retries;
-        let out = self.settings(false);
-        self.proceed(out)
+        self.after_rollback()
     }
 
     /// The best checkpoint's weights are back: the next phase anneals from the LR it trained at,

@@ -42,6 +42,8 @@ struct Sim {
     dropped: Vec<usize>,
     skipped: Vec<SkippedBatch>,
     tries: BTreeMap<u64, u32>,
+    /// `tries` as each step's latest checkpoint was written (a resume from it starts there).
+    tries_at: BTreeMap<u64, BTreeMap<u64, u32>>,
     history: Vec<MetricsRow>,
     checkpoints: BTreeMap<u64, (State, usize, Cursor)>,
     /// The rows each step trained on (the last try of each step).
@@ -89,6 +91,7 @@ impl Sim {
             dropped: Vec::new(),
             skipped: Vec::new(),
             tries: BTreeMap::new(),
+            tries_at: BTreeMap::new(),
             history: Vec::new(),
             checkpoints: BTreeMap::new(),
             trained: BTreeMap::new(),
@@ -173,6 +176,7 @@ impl Sim {
                 assert_eq!(state.step, self.step);
                 let at = ((**state).clone(), self.history.len(), self.cursor);
                 self.checkpoints.insert(self.step, at);
+                self.tries_at.insert(self.step, self.tries.clone());
             }
             Action::DropSamples { rows } => self.dropped = rows.clone(),
             Action::SkipBatches { batches } => self.skipped = batches.clone(),
@@ -479,19 +483,10 @@ fn a_sawtooth_that_follows_batch_length_gets_no_action() {
     assert!(sim.restores() > 0);
 }
 
-#[test]
-fn the_state_round_trips_through_serde_mid_triage_and_the_run_continues_alike() {
-    let plant = Plant {
-        bad_rows: [bad_row()].into(),
-        once_at: vec![120],
-        ..Plant::default()
-    };
-    let whole = simulate(recipe(), plant.clone());
-    // The checkpoint after the first spike and the LR cut: the triage remembers both.
-    let at = 130;
+/// `whole` resumed from its latest checkpoint of step `at` (its state through serde, as a
+/// killed run reads it back): the resumed run, whose turns must be `whole`'s after that write.
+fn resumed_alike(whole: &Sim, plant: Plant, at: u64) -> Sim {
     let (state, rows, cursor) = whole.checkpoints[&at].clone();
-    assert_eq!(state.triage.spikes.len(), 2, "{:?}", state.triage);
-    assert_eq!(state.triage.lr_factor, 0.5);
     let json = serde_json::to_string(&state).unwrap();
     let back: State = serde_json::from_str(&json).unwrap();
     assert_eq!(back, state);
@@ -504,36 +499,73 @@ fn the_state_round_trips_through_serde_mid_triage_and_the_run_continues_alike() 
         .range(..=at)
         .map(|(k, v)| (*k, v.clone()))
         .collect();
-    sim.tries = whole.tries.range(..=at).map(|(k, v)| (*k, *v)).collect();
+    sim.tries = whole.tries_at[&at].clone();
     let mut c = Conductor::resume(recipe(), info(), back, &sim.history).unwrap();
     let first = c.begin().unwrap();
-    assert!(
-        first
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::SkipBatches { batches } if batches.len() == 2)),
-        "the resume restates the skipped batches: {first:?}"
-    );
     sim.run(&mut c, first);
-    let after = whole
+    let written = whole
         .turns
         .iter()
-        .position(|t| {
+        .rposition(|t| {
             t.actions
                 .iter()
-                .any(|a| matches!(a, Action::Checkpoint { state, .. } if state.step == at))
+                .any(|a| matches!(a, Action::Checkpoint { state: s, .. } if **s == state))
         })
         .unwrap();
-    assert_eq!(whole.turns[after].request, sim.turns[0].request);
-    let (a, b) = (&whole.turns[after + 1..], &sim.turns[1..]);
+    assert_eq!(whole.turns[written].request, sim.turns[0].request);
+    let (a, b) = (&whole.turns[written + 1..], &sim.turns[1..]);
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
         assert_eq!(x, y, "turn {i} after the resume differs");
     }
     assert_eq!(a.len(), b.len());
+    sim
+}
+
+#[test]
+fn the_state_round_trips_through_serde_mid_triage_and_the_run_continues_alike() {
+    let plant = Plant {
+        bad_rows: [bad_row()].into(),
+        once_at: vec![120],
+        ..Plant::default()
+    };
+    let whole = simulate(recipe(), plant.clone());
+    // The checkpoint after the first spike and the LR cut: the triage remembers both.
+    let at = 130;
+    let state = &whole.checkpoints[&at].0;
+    assert_eq!(state.triage.spikes.len(), 2, "{:?}", state.triage);
+    assert_eq!(state.triage.lr_factor, 0.5);
+    let sim = resumed_alike(&whole, plant, at);
+    assert!(
+        sim.turns[0]
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::SkipBatches { batches } if batches.len() == 2)),
+        "the resume restates the skipped batches: {:?}",
+        sim.turns[0]
+    );
     assert_eq!(
         sim.of_kind(DecisionKind::DropSpiking).len(),
         1,
         "the resumed run still knows the suspect rows"
+    );
+}
+
+#[test]
+fn the_checkpoint_a_rollback_lands_on_is_written_again_knowing_it() {
+    // A spike at 120 rolls back to 110 (below 119's): 110's checkpoint is written again with the
+    // spike in the triage's memory, so a run killed right after the rollback resumes as it went on.
+    let plant = Plant {
+        once_at: vec![120, 150],
+        ..Plant::default()
+    };
+    let whole = simulate(recipe(), plant.clone());
+    let state = &whole.checkpoints[&110].0;
+    assert_eq!(state.triage.spikes.len(), 1, "{:?}", state.triage);
+    let sim = resumed_alike(&whole, plant, 110);
+    assert_eq!(
+        sim.of_kind(DecisionKind::LrCutSpike).len(),
+        1,
+        "the second spike is the second"
     );
 }
 

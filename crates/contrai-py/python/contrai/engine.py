@@ -211,8 +211,6 @@ class Engine:
         self.turn_log = None if turn_log is None else open(f"{os.fspath(turn_log)}.rank{job.rank}", "a")
         # The record of the latest checkpoint (the framework saves its own beside it).
         self.last_record: dict[str, Any] | None = None
-        # A full restore happened since the last training step.
-        self.restored = False
         self.int8: torch.nn.Module | None = None
         # The run directory's one-writer lock (rank 0), held from start to the job's end.
         self.lock: _core.RunLock | None = None
@@ -344,15 +342,9 @@ class Engine:
         return handler(payload)
 
     def train(self, plan: dict[str, Any]) -> None:
-        """The framework's next optimizer step runs the plan (its step, phase and LR). After a full
-        restore the framework saves here (the step is the checkpoint's again): the record it keeps
-        is the conductor's state now — with what the rollback decided (rows dropped, the LR cut,
-        the triage's memory) and the journals as they are — not the restored checkpoint's."""
+        """The framework's next optimizer step runs the plan (its step, phase and LR)."""
         self.plan = plan
         self.set_lr(plan["lr"])
-        if self.restored:
-            self.restored = False
-            self.last_record = {"step": self.step} if self.conductor is None else self.record_of(self.conductor.state())
 
     def fail(self, payload: dict[str, str]) -> None:
         """The conductor stopped the run: the framework adapter raises with the reason."""
@@ -596,7 +588,6 @@ class Engine:
                             {"checkpoint_step": ckpt.step})
         elif had_masks:
             self.sparsity_row()
-        self.restored = p["scope"] == "Everything"
         return {"Restored": {"state": record["conductor"], "history": history}}
 
     # ---- measurements -------------------------------------------------------------------------
