@@ -14,11 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HF_RECIPE
+import torch
+from conftest import HF_RECIPE, dataset
 from test_ddp import TORCHRUN, needs_torchrun
 from test_lightning import RECIPE as LIGHTNING_RECIPE
 
 import contrai
+from contrai import ResumableLoader
 from contrai._core import CorruptCheckpoint, RunLock
 from contrai.hf import last_checkpoint
 from contrai.lightning import last_checkpoint as last_lightning_checkpoint
@@ -223,3 +225,27 @@ def test_a_lightning_job_signalled_during_an_evaluation_stops_after_it_and_resum
     assert second.returncode == 0, second.stderr[-4000:]
     assert losses(cut) == losses(whole)
     assert decisions(cut) == decisions(whole)
+
+
+@pytest.mark.parametrize("own_generator", [False, True])
+def test_a_resumable_loader_continues_its_epoch_from_its_state(own_generator: bool) -> None:
+    """Stopped three batches into its third epoch, a loader built afresh (torch's generator
+    elsewhere, as in a new process) and given its state hands out the rest of that epoch."""
+    def loader() -> ResumableLoader:
+        g = torch.Generator().manual_seed(3) if own_generator else None
+        return ResumableLoader(dataset(list(range(40))), batch_size=4, shuffle=True, generator=g)
+
+    torch.manual_seed(0)
+    first = loader()
+    for _ in range(2):
+        list(first)
+    it = iter(first)
+    trained = [next(it) for _ in range(3)]
+    state = first.state_dict()
+    rest = [b.tolist() for b in it]
+    torch.manual_seed(123)
+    second = loader()
+    second.load_state_dict(state)
+    assert state["batches"] == 3 and len(trained) == 3
+    assert [b.tolist() for b in second] == rest
+    assert len(list(second)) == 10, "the epoch after is whole"

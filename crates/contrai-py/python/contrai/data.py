@@ -95,16 +95,17 @@ class ResumableLoader(DataLoader[Any]):
     Lightning keeps its :meth:`state_dict` in every checkpoint (a loader with ``state_dict`` and
     ``load_state_dict`` is resumable to it) and hands it back on ``fit(ckpt_path=...)``; a plain
     ``DataLoader`` restarts the epoch from its first batch there. The state is the batches handed
-    out in the epoch under way and torch's generator as the epoch began (a shuffling sampler
-    draws its order from it): the resumed epoch starts from that generator, so it draws the same
-    order, and skips what was trained."""
+    out in the epoch under way and the generators as the epoch began — torch's, and the loader's
+    own ``generator=`` when it has one: a shuffling sampler draws its order from them — so the
+    resumed epoch draws the same order, and skips what was trained."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._handed = 0
-        self._epoch_rng: str | None = None
-        # Batches to pass over and the generator to start from, at the next epoch's start.
-        self._pending: tuple[int, str] | None = None
+        # The generators as the epoch under way began: torch's, the loader's own (or None).
+        self._epoch_rng: tuple[str, str | None] | None = None
+        # Batches to pass over and the generators to start from, at the next epoch's start.
+        self._pending: tuple[int, tuple[str, str | None]] | None = None
         self._skip = 0
 
     @property
@@ -113,22 +114,27 @@ class ResumableLoader(DataLoader[Any]):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         pending, self._pending = self._pending, None
+        own: torch.Generator | None = self.generator
         if pending is not None:
-            torch.random.set_rng_state(bytes_tensor(pending[1]))
-        self._epoch_rng = text_of(torch.random.get_rng_state())
+            rng, mine = pending[1]
+            torch.random.set_rng_state(bytes_tensor(rng))
+            if own is not None and mine is not None:
+                own.set_state(bytes_tensor(mine))
+        self._epoch_rng = (text_of(torch.random.get_rng_state()), None if own is None else text_of(own.get_state()))
         self._skip = self._handed = 0 if pending is None else pending[0]
         for batch in super().__iter__():
             self._handed += 1
             yield batch
 
     def state_dict(self) -> dict[str, Any]:
-        """Batches handed out in the epoch under way, and the generator it began with."""
-        return {"batches": self._handed, "rng": self._epoch_rng}
+        """Batches handed out in the epoch under way, and the generators it began with."""
+        rng, mine = self._epoch_rng if self._epoch_rng is not None else (None, None)
+        return {"batches": self._handed, "rng": rng, "generator": mine}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The next epoch's iteration continues the stopped one (nothing when it had ended)."""
         done, rng = int(state.get("batches", 0)), state.get("rng")
-        self._pending = (done, rng) if rng is not None and 0 < done < len(self) else None
+        self._pending = (done, (rng, state.get("generator"))) if rng is not None and 0 < done < len(self) else None
 
 
 class _Skipping(Sampler[Any]):
