@@ -242,8 +242,9 @@ TOKEN_LOSSES = ("ForCausalLM", "ForMaskedLM", "ForTokenClassification", "ForCond
 
 def token_level_loss(model: torch.nn.Module) -> bool | None:
     """Whether the model's own loss is a mean over tokens: the ``LOSS_MAPPING`` family its
-    ``loss_type`` names (unset or unknown: ``ForCausalLM``, where ``loss_function`` falls back).
-    ``None`` for a model outside transformers."""
+    ``loss_type`` names; unset (4.x before ``loss_type`` was filled in), the family its class name
+    ends with (``BertForSequenceClassification``); neither, ``ForCausalLM``, where
+    ``loss_function`` falls back. ``None`` for a model outside transformers."""
     from transformers import PreTrainedModel
     from transformers.loss.loss_utils import LOSS_MAPPING
 
@@ -252,7 +253,8 @@ def token_level_loss(model: torch.nn.Module) -> bool | None:
         return None
     loss_type = getattr(base, "loss_type", None)
     if loss_type not in LOSS_MAPPING:
-        loss_type = "ForCausalLM"
+        name = type(base).__name__
+        loss_type = next((k for k in LOSS_MAPPING if name.endswith(k)), "ForCausalLM")
     return loss_type in TOKEN_LOSSES
 
 
