@@ -463,9 +463,9 @@ impl Checkpoints {
         verified_state(&self.root.join(checkpoint_kind(kind)?.dir_name(step))).map_err(envelope_err)
     }
 
-    /// The newest scheduled checkpoint (of a step below `below`, when given) whose files match
-    /// their sums: `(step, state.json text, the newer steps passed over)`, or `None` with the
-    /// steps passed over.
+    /// The newest scheduled checkpoint whose files match their sums — of a step below `below`
+    /// when one is, else of the rest: `(step, state.json text, the steps passed over)`, or `None`
+    /// with the steps passed over.
     #[pyo3(signature = (below = None))]
     fn latest(&self, below: Option<u64>) -> (Option<(u64, String)>, Vec<u64>) {
         let below = below.unwrap_or(u64::MAX);

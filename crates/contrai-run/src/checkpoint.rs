@@ -369,8 +369,9 @@ pub fn latest<T, E>(
     latest_below(root, kinds, u64::MAX, open)
 }
 
-/// [`latest`] among the checkpoints of steps below `below` (a rollback that must not land on
-/// the weights a step's update just made).
+/// [`latest`] preferring the checkpoints of steps below `below` (a rollback that must not land
+/// on the weights a step's update just made): the newest of those that `open` accepts, else the
+/// newest of the rest; with each one tried before it and refused.
 pub fn latest_below<T, E>(
     root: &Path,
     kinds: &[Kind],
@@ -384,9 +385,10 @@ pub fn latest_below<T, E>(
                 .into_iter()
                 .map(move |(s, d)| (s, k == Kind::Scheduled, d))
         })
-        .filter(|(s, ..)| *s < below)
         .collect();
-    all.sort();
+    // Tried from the last: those below `below` after the rest, each group by step, and at one
+    // step a scheduled checkpoint after a stop one.
+    all.sort_by_key(|(s, scheduled, _)| (*s < below, *s, *scheduled));
     let mut refused = Vec::new();
     for (step, _, dir) in all.into_iter().rev() {
         match open(step, &dir) {
@@ -525,6 +527,12 @@ mod tests {
         // At one step, the scheduled one is tried first; the stop one is newer than nothing.
         let (found, _) = latest(root, &[Kind::Scheduled, Kind::Stop], open);
         assert_eq!(found.unwrap().dir(), root.join("stop-00000040"));
+        // Below a step: the newest below it; none below, the newest of the rest that opens.
+        let (found, _) = latest_below(root, &[Kind::Scheduled], 25, open);
+        assert_eq!(found.unwrap().dir(), root.join("step-00000020"));
+        let (found, refused) = latest_below(root, &[Kind::Scheduled], 5, open);
+        assert_eq!(found.unwrap().dir(), root.join("step-00000030"));
+        assert_eq!(refused.iter().map(|r| r.0).collect::<Vec<_>>(), [40]);
         keep_last(root, 2, &[10]).unwrap();
         let steps = |k| list(root, k).into_iter().map(|(s, _)| s).collect::<Vec<_>>();
         assert_eq!(steps(Kind::Scheduled), [10, 30, 40]);

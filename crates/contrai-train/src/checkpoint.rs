@@ -183,7 +183,8 @@ pub fn load_latest(root: &Path, kinds: &[Kind], warn: &mut dyn FnMut(String)) ->
     load_latest_below(root, kinds, u64::MAX, warn)
 }
 
-/// [`load_latest`] among the checkpoints of steps below `below`.
+/// [`load_latest`] preferring the checkpoints of steps below `below` (the newest of the rest when
+/// none of those loads).
 pub fn load_latest_below(
     root: &Path,
     kinds: &[Kind],

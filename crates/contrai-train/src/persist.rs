@@ -78,13 +78,8 @@ impl Engine<'_> {
                     _ => u64::MAX,
                 };
                 let journal = &self.journal;
-                let mut warn = |w: String| journal.warn(&w);
-                match checkpoint::load_latest_below(&root, &[Kind::Scheduled], below, &mut warn)? {
-                    Some(l) => l,
-                    // Nothing below: the newest there is.
-                    None => checkpoint::load_latest(&root, &[Kind::Scheduled], &mut warn)?
-                        .ok_or_else(|| TrainError::Diverged("no checkpoint to roll back to".into()))?,
-                }
+                checkpoint::load_latest_below(&root, &[Kind::Scheduled], below, &mut |w| journal.warn(&w))?
+                    .ok_or_else(|| TrainError::Diverged("no checkpoint to roll back to".into()))?
             }
             RestorePoint::Step(step) => checkpoint::load(&root.join(checkpoint::dir_name(step)))?,
         };

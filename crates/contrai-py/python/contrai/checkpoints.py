@@ -109,9 +109,7 @@ class Checkpoints:
         none is below)."""
         if isinstance(to, dict) and "Step" in to:
             return self.load(to["Step"], self.envelope.verify(to["Step"]), [])
-        found, skipped = (None, []) if to == "Latest" else self.envelope.latest(to["Before"])
-        if found is None:
-            found, skipped = self.envelope.latest()
+        found, skipped = self.envelope.latest(None if to == "Latest" else to["Before"])
         if found is None:
             raise RuntimeError(f"{self.root}: no checkpoint to roll back to"
                                + (f" (steps {skipped} do not match their sums)" if skipped else ""))

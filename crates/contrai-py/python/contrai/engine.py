@@ -304,10 +304,10 @@ class Engine:
         self.checkpoints.drop_after(step)
         if step in self.checkpoints.steps():
             return
-        state = record["conductor"]
-        best = [b[0] for b in (state.get("best"), state.get("contraction", {}).get("best")) if b]
         own = {k: v for k, v in record.items() if k not in ("next_lr", "order", "rng", "masks_file", "masks_keep")}
-        self.checkpoints.write(step, unwrap(self.job.model), self.job.optimizer, self.masks, own, best)
+        # Every checkpoint there stays: which are the best is the conductor's to say, at its next.
+        self.checkpoints.write(step, unwrap(self.job.model), self.job.optimizer, self.masks, own,
+                               self.checkpoints.steps())
 
     def next_turn(self, observation: Any = None) -> Turn | None:
         """Rank 0's next turn from the conductor (the first without ``observation``); ``None`` on
