@@ -19,6 +19,7 @@ use burn::backend::{
     Autodiff, AutodiffBackend, Backend, Bytes, DType, Flex, Shape, TensorMetadata, backend_extension,
 };
 
+use crate::denormals::tally;
 use crate::int8::{self, Int8Weights};
 use crate::math;
 use crate::matmul::{self, Heads};
@@ -163,14 +164,18 @@ impl Fused for Flex {
             return Flex::gelu(x);
         }
         let x = contiguous(&x);
-        flex(math::gelu_all(values(&x)), x.shape())
+        let y = math::gelu_all(values(&x));
+        tally("gelu", &[values(&x)], &[&y]);
+        flex(y, x.shape())
     }
 
     fn fused_softmax(x: FloatTensor<Self>, mask: FloatTensor<Self>, scale: f32) -> FloatTensor<Self> {
         let (x, mask) = (contiguous(&x), contiguous(&mask));
         let shape = x.shape();
         let row = shape[shape.num_dims() - 1];
-        flex(math::softmax(values(&x), values(&mask), scale, row), shape)
+        let y = math::softmax(values(&x), values(&mask), scale, row);
+        tally("softmax", &[values(&x)], &[&y]);
+        flex(y, shape)
     }
 
     fn fused_int8_linears(
@@ -209,10 +214,9 @@ impl Fused for Flex {
         let (x, w, bias) = (contiguous(&x), contiguous(&w), contiguous(&bias));
         let [d_in, d_out] = [w.shape()[0], w.shape()[1]];
         let shape = with_last(x.shape(), d_out);
-        flex(
-            matmul::linear(values(&x), values(&w), values(&bias), d_in, d_out),
-            shape,
-        )
+        let y = matmul::linear(values(&x), values(&w), values(&bias), d_in, d_out);
+        tally("linear", &[values(&x), values(&w)], &[&y]);
+        flex(y, shape)
     }
 
     fn fused_attention(
@@ -238,6 +242,7 @@ impl Fused for Flex {
         }
         let (x, gamma, beta) = (contiguous(&x), contiguous(&gamma), contiguous(&beta));
         let y = math::layer_norm(values(&x), values(&gamma), values(&beta), eps as f32);
+        tally("layer_norm", &[values(&x)], &[&y]);
         flex(y, x.shape())
     }
 }
@@ -282,6 +287,9 @@ fn attend(
         scale,
         keep,
     );
+    let inputs = [values(&q), values(&k), values(&v)];
+    tally("attention", &inputs, &[&out.context]);
+    tally("attention.probabilities", &[], &[&out.probabilities]);
     let probabilities = Shape::new([
         shape.batch,
         shape.heads,
@@ -297,7 +305,9 @@ fn attend(
 impl FusedBackward for Flex {
     fn fused_gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         let (x, g) = (contiguous(&x), contiguous(&grad));
-        flex(math::gelu_backward(values(&x), values(&g)), x.shape())
+        let dx = math::gelu_backward(values(&x), values(&g));
+        tally("gelu.backward", &[values(&g)], &[&dx]);
+        flex(dx, x.shape())
     }
 
     fn fused_softmax_backward(
@@ -308,7 +318,9 @@ impl FusedBackward for Flex {
         let (y, g) = (contiguous(&y), contiguous(&grad));
         let shape = y.shape();
         let row = shape[shape.num_dims() - 1];
-        flex(math::softmax_backward(values(&y), values(&g), row, scale), shape)
+        let dx = math::softmax_backward(values(&y), values(&g), row, scale);
+        tally("softmax.backward", &[values(&g)], &[&dx]);
+        flex(dx, shape)
     }
 
     fn fused_linear_backward(
@@ -320,9 +332,13 @@ impl FusedBackward for Flex {
         let (x, w, g) = (contiguous(&x), contiguous(&w), contiguous(&grad));
         let [d_in, d_out] = [w.shape()[0], w.shape()[1]];
         let (xs, ws, gs) = (values(&x), values(&w), values(&g));
+        let dx = need[0].then(|| matmul::linear_backward_x(gs, ws, d_in, d_out));
+        let dw = need[1].then(|| matmul::linear_backward_w(xs, gs, d_in, d_out));
+        let outputs: Vec<&[f32]> = dx.iter().chain(&dw).map(|d| d.as_slice()).collect();
+        tally("linear.backward", &[gs], &outputs);
         [
-            need[0].then(|| flex(matmul::linear_backward_x(gs, ws, d_in, d_out), x.shape())),
-            need[1].then(|| flex(matmul::linear_backward_w(xs, gs, d_in, d_out), w.shape())),
+            dx.map(|d| flex(d, x.shape())),
+            dw.map(|d| flex(d, w.shape())),
             need[2].then(|| flex(matmul::linear_backward_bias(gs, d_out), Shape::new([d_out]))),
         ]
     }
@@ -361,6 +377,11 @@ impl FusedBackward for Flex {
             values(&g),
             scale,
         );
+        tally(
+            "attention.backward",
+            &[values(&g)],
+            &grads.each_ref().map(|d| d.as_slice()),
+        );
         grads.map(|d| flex(d, q.shape()))
     }
 
@@ -372,6 +393,7 @@ impl FusedBackward for Flex {
     ) -> [FloatTensor<Self>; 3] {
         let (x, g, gamma) = (contiguous(&x), contiguous(&grad), contiguous(&gamma));
         let grads = math::layer_norm_backward(values(&x), values(&g), values(&gamma), eps as f32);
+        tally("layer_norm.backward", &[values(&g)], &[&grads.x]);
         let features = gamma.shape();
         [
             flex(grads.x, x.shape()),

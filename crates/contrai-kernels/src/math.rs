@@ -34,13 +34,17 @@ fn erf(x: f32) -> f32 {
     x * p / q
 }
 
-/// `exp(x)` for x ≤ 0 down to underflow (Cephes' polynomial, 2ⁿ built from bits); relative error
-/// about 2e-7, no branches.
+/// `exp(x)` for x ≤ 0 (Cephes' polynomial, 2ⁿ built from bits); relative error about 2e-7, no
+/// branches; exactly 0 below −87, where exp leaves the normal floats. (It used to return exp(−87)
+/// there: a padded key's attention probability, normalised, became a subnormal ~1e-40 — 23 % of
+/// the default run's probabilities, and through them of its gradients; BENCHMARKS.md
+/// "Denormals".)
 #[inline(always)]
 fn exp_neg(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5 × 2²³: adding it rounds to an integer in the low bits
-    // A comparison, not `max`, so that NaN stays NaN (a non-finite loss must be seen).
-    let x = if x < -87.0 { -87.0 } else { x };
+    // Comparisons, not `max`, so that NaN stays NaN (a non-finite loss must be seen).
+    let under = x < -87.0;
+    let x = if under { -87.0 } else { x };
     let t = x.mul_add(std::f32::consts::LOG2_E, MAGIC);
     let n = t - MAGIC;
     let k = t.to_bits() as i32 - MAGIC.to_bits() as i32;
@@ -52,7 +56,8 @@ fn exp_neg(x: f32) -> f32 {
     p = r.mul_add(p, 0.166_666_65);
     p = r.mul_add(p, 0.5);
     let e = (r * r).mul_add(p, r) + 1.0;
-    e * f32::from_bits(((k + 127) << 23) as u32)
+    let e = e * f32::from_bits(((k + 127) << 23) as u32);
+    if under { 0.0 } else { e }
 }
 
 const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
@@ -401,6 +406,25 @@ mod tests {
             let rel = ((exp_neg(x) as f64 - want) / want).abs();
             assert!(rel < 5e-7, "exp({x}) off by {rel} relative");
         }
+        // Below the normal floats' range: exactly 0, never a subnormal; NaN stays NaN.
+        for x in [-87.01, -100.0, -1e4, f32::NEG_INFINITY] {
+            assert_eq!(exp_neg(x).to_bits(), 0, "exp({x})");
+        }
+        assert!(exp_neg(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn padded_keys_get_exactly_zero_probability() {
+        // A row of 128 keys, the last 100 padding (−1e4), as the default run's batches have.
+        let x: Vec<f32> = (0..128).map(|i| (i % 7) as f32 * 0.3).collect();
+        let bias: Vec<f32> = (0..128).map(|i| if i < 28 { 0.0 } else { -1e4 }).collect();
+        let p = softmax(&x, &bias, 0.25, 128);
+        assert!(
+            p[28..].iter().all(|&v| v.to_bits() == 0),
+            "a padded key's probability is not 0"
+        );
+        assert!(p.iter().all(|v| !v.is_subnormal()));
+        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
     }
 
     #[test]

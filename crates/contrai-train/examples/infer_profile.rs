@@ -16,7 +16,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(30)
         .max(1);
-    contrai_train::alloc::keep_freed_memory();
+    contrai_train::process::setup();
     let recipe = Recipe::default();
     let spec = &recipe.model;
     let device = Device::flex();

@@ -90,6 +90,7 @@ struct Source {
 
 /// Makes the variants `opts` asks for from `run`'s best checkpoint and measures them.
 pub fn compress(run: &Path, opts: &CompressOptions, log: &dyn Log) -> Result<CompressReport> {
+    crate::process::setup();
     // One writer per run: not while it trains, not two at once (a missing run is `open`'s error).
     let lock = run
         .is_dir()

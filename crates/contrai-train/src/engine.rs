@@ -163,7 +163,7 @@ impl<'a> Engine<'a> {
     /// The engine of `setup`'s run and its conductor: fresh, or resumed from the newest valid
     /// checkpoint (journals cut back to it, the live doctor rebuilt from its metrics).
     fn start(opts: &'a Options, setup: Setup, log: &'a dyn Log) -> Result<(Engine<'a>, Conductor)> {
-        crate::alloc::keep_freed_memory();
+        crate::process::setup();
         let Setup { recipe, data } = setup;
         let device = Device::flex().autodiff();
         let classes = data.extras.classes.names.len();

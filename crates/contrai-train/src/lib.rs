@@ -14,7 +14,6 @@
 
 #![warn(missing_docs)]
 
-pub mod alloc;
 pub mod batch;
 pub mod calibrate;
 pub mod checkpoint;
@@ -37,6 +36,7 @@ pub mod options;
 mod persist;
 pub mod predict;
 mod pretrained;
+pub mod process;
 pub mod prune;
 pub mod quantize;
 pub mod setup;

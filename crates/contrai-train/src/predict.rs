@@ -71,6 +71,7 @@ pub struct Predictor {
 impl Predictor {
     /// Loads `which` of `run`'s final models with the run's encoder and classes.
     pub fn open(run: &Path, which: FinalModel) -> Result<Predictor> {
+        crate::process::setup();
         let mut recipe = crate::setup::run_recipe(run)?;
         let dir = RunDir::new(run);
         if !dir.is_finished() {
@@ -145,6 +146,7 @@ impl Predictor {
         out: &mut dyn Write,
         progress: &dyn Progress,
     ) -> Result<PredictSummary> {
+        crate::process::setup();
         let t = Instant::now();
         let name = source.name();
         progress.stage(&format!("predicting {name}"), source.progress_total());
