@@ -90,6 +90,8 @@ pub enum DiagnoseStep {
     Sensitivity {
         /// The unpruned validation loss.
         base: f32,
+        /// The validation samples the scan was asked to use.
+        samples: Option<usize>,
     },
     /// A joint check.
     Joint(Box<Search>),
@@ -100,6 +102,8 @@ pub enum DiagnoseStep {
 pub struct Search {
     /// The unpruned validation loss.
     pub base: f32,
+    /// The validation samples of the sensitivity scan (None: all) and the unpruned loss on them.
+    pub scan: (Option<usize>, f32),
     /// Each module alone at each level.
     pub sens: BTreeMap<String, Vec<Sensitivity>>,
     /// Each module's cap from its own measurement.

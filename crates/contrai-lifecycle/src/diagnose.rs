@@ -15,7 +15,7 @@ use crate::conductor::Conductor;
 use crate::error::{ConductorError, Result};
 use crate::protocol::{Action, Observation, Request, Turn};
 use crate::prune::SENSITIVITY_LEVELS;
-use crate::sensitivity::{Joint, Sensitivity, caps, relative_increase, step_down};
+use crate::sensitivity::{Joint, Sensitivity, caps, relative_increase, scan_samples, step_down};
 
 impl Conductor {
     /// Diagnose starts: the doctor's reading of main, then the unpruned evaluation.
@@ -43,19 +43,32 @@ impl Conductor {
         let by_heads = self.by_heads();
         match (step, obs) {
             (Await::Eval, Observation::Evaluated { val_loss, .. }) => {
+                let modules = self.prunable.modules();
+                let evaluations = 1 + modules.len() * SENSITIVITY_LEVELS.len();
+                let samples = Some(scan_samples(self.main_samples(), evaluations));
                 let request = Request::MeasureSensitivity {
-                    modules: self.prunable.modules(),
+                    modules,
                     levels: SENSITIVITY_LEVELS.to_vec(),
                     heads: self.prune_heads(),
                     units: self.recipe.contract.prune_units,
+                    samples,
+                    stop_above: Some(self.recipe.contract.tolerance),
                 };
-                Ok(self.ask(
-                    Vec::new(),
-                    request,
-                    Awaiting::Diagnose(Await::Sensitivity { base: val_loss }),
-                ))
+                let awaiting = Await::Sensitivity {
+                    base: val_loss,
+                    samples,
+                };
+                Ok(self.ask(Vec::new(), request, Awaiting::Diagnose(awaiting)))
             }
-            (Await::Sensitivity { base }, Observation::Sensitivity { val_loss }) => {
+            (
+                Await::Sensitivity { base, samples },
+                Observation::Sensitivity {
+                    val_loss,
+                    base: on_scan,
+                },
+            ) => {
+                // Increases are against the unpruned loss on the scan's own samples.
+                let scan = (samples, on_scan.unwrap_or(base));
                 let sens: BTreeMap<String, Vec<Sensitivity>> = val_loss
                     .into_iter()
                     .map(|(m, losses)| {
@@ -65,7 +78,7 @@ impl Conductor {
                             .map(|(&level, val_loss)| Sensitivity {
                                 level,
                                 val_loss,
-                                increase: relative_increase(val_loss, base),
+                                increase: relative_increase(val_loss, scan.1),
                             })
                             .collect();
                         (m, rows)
@@ -78,6 +91,7 @@ impl Conductor {
                     .collect();
                 let search = Search {
                     base,
+                    scan,
                     sens,
                     alone,
                     caps: planned,
@@ -138,10 +152,22 @@ impl Conductor {
                 100.0 * tolerance,
                 table.join(", ")
             ),
-            json!({"base_val_loss": s.base, "sensitivity": s.sens, "caps_alone": s.alone, "joint": s.tried, "caps": s.caps}),
+            json!({"base_val_loss": s.base, "scan_samples": s.scan.0, "scan_base_val_loss": s.scan.1, "sensitivity": s.sens, "caps_alone": s.alone, "joint": s.tried, "caps": s.caps}),
         );
         self.state.contraction.caps = s.caps;
         self.choose_next(vec![Action::Record(d)])
+    }
+
+    /// The training samples main ran (its steps, to where it ended, × the effective batch).
+    fn main_samples(&self) -> u64 {
+        let Some(main) = self.state.entered.iter().find(|e| e.phase == Phase::Main) else {
+            return 0;
+        };
+        let steps = match self.state.main_end {
+            Some((end, _)) => end.saturating_sub(main.start),
+            None => main.steps,
+        };
+        steps * self.recipe.main.effective_batch() as u64
     }
 
     /// Whether attention is pruned by whole heads.

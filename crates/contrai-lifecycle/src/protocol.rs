@@ -113,6 +113,15 @@ pub enum Request {
         /// Prune feed-forward layers by whole units.
         #[serde(default)]
         units: bool,
+        /// Evaluate on this many validation samples, evenly spread over the set (an engine that
+        /// evaluates whole batches takes evenly spread batches holding about as many), the
+        /// unpruned model first; None (or more than the set holds): all of them.
+        #[serde(default)]
+        samples: Option<usize>,
+        /// Stop a module's levels after the first whose loss is more than this share above the
+        /// unpruned loss on the same samples (None: every level).
+        #[serde(default)]
+        stop_above: Option<f64>,
     },
     /// Prune all these modules at once, on a copy, and evaluate; answered by
     /// [`Observation::JointLoss`].
@@ -345,8 +354,14 @@ pub enum Observation {
     },
     /// Validation loss of each module pruned alone to each level (in the order requested).
     Sensitivity {
-        /// Module → validation loss at each level.
+        /// Module → validation loss at each level measured (the levels from the first, up to
+        /// where `stop_above` stopped them).
         val_loss: BTreeMap<String, Vec<f32>>,
+        /// The unpruned model's loss on the samples the levels were measured on (None: not
+        /// measured; the levels were measured on the whole validation set, whose loss the last
+        /// evaluation gave).
+        #[serde(default)]
+        base: Option<f32>,
     },
     /// Validation loss with all modules pruned at once.
     JointLoss {

@@ -1,6 +1,12 @@
 //! What diagnose measures and the caps it sets from it: each module's validation-loss increase
 //! pruned alone at each level of [`SENSITIVITY_LEVELS`], the cap that keeps it within
-//! `contract.tolerance`, and the joint check's step down (`diagnose.rs` drives the measurements).
+//! `contract.tolerance`, and the joint check's step down (`diagnose.rs` drives the measurements);
+//! and what the scan may cost.
+//!
+//! | rule | value |
+//! | --- | --- |
+//! | the scan's cost | at most [`SCAN_SHARE`] of main's, counted in sample passes (a training sample is [`PASSES_PER_TRAINING_SAMPLE`] forward passes): the unpruned loss and every module at every level on one fixed, evenly spread validation subsample of [`scan_samples`] samples (never fewer than [`MIN_SCAN_SAMPLES`]) |
+//! | a module's levels | measured in rising order and stopped after the first whose increase is above `contract.tolerance` (the levels above it are not trusted by [`caps`] anyway) |
 
 use std::collections::BTreeMap;
 
@@ -30,6 +36,23 @@ pub struct Joint {
     pub val_loss: f32,
     /// Relative increase over the unpruned validation loss.
     pub increase: f64,
+}
+
+/// The share of main's compute diagnose's sensitivity scan may take.
+pub const SCAN_SHARE: f64 = 0.15;
+/// Forward passes a training sample costs (its forward and a backward of about twice that).
+pub const PASSES_PER_TRAINING_SAMPLE: f64 = 3.0;
+/// The fewest validation samples the scan evaluates on (a short main's budget would leave a
+/// handful, whose noise hides a 2 % change); the joint check, on the whole validation set,
+/// catches caps a noisy scan set too high.
+pub const MIN_SCAN_SAMPLES: usize = 32;
+
+/// The validation samples each of the scan's `evaluations` may use when main trained on
+/// `main_samples` samples: their share of [`SCAN_SHARE`] of main's passes, at least
+/// [`MIN_SCAN_SAMPLES`] (an engine uses all of its validation set when it has fewer).
+pub fn scan_samples(main_samples: u64, evaluations: usize) -> usize {
+    let budget = SCAN_SHARE * PASSES_PER_TRAINING_SAMPLE * main_samples as f64;
+    ((budget / evaluations.max(1) as f64) as usize).max(MIN_SCAN_SAMPLES)
 }
 
 /// Each module's cap: the highest level whose loss increase stays within `tolerance` (levels
@@ -109,6 +132,15 @@ mod tests {
             0.5,
             "whole heads: no single-weight cap"
         );
+    }
+
+    #[test]
+    fn the_scan_gets_its_share_of_mains_passes_and_never_fewer_than_the_floor() {
+        // 400 steps of 32: 12,800 samples, 38,400 passes; 15 % of them over 17 evaluations.
+        assert_eq!(scan_samples(12_800, 17), 338);
+        // A short main leaves the floor.
+        assert_eq!(scan_samples(960, 49), MIN_SCAN_SAMPLES);
+        assert_eq!(scan_samples(0, 0), MIN_SCAN_SAMPLES);
     }
 
     #[test]

@@ -31,6 +31,8 @@ struct Sim {
     turns: Vec<Turn>,
     /// How the run ended: `Ok` finished, `Err` failed.
     end: Option<Result<(), String>>,
+    /// The unpruned loss on the sensitivity scan's samples this engine reports (None: all of val).
+    scan_base: Option<f32>,
 }
 
 fn info() -> RunInfo {
@@ -80,6 +82,7 @@ impl Sim {
             sparsity: BTreeMap::new(),
             turns: Vec::new(),
             end: None,
+            scan_base: None,
         }
     }
 
@@ -223,6 +226,7 @@ impl Sim {
                     .iter()
                     .map(|m| (m.clone(), levels.iter().map(|l| 0.3 + 0.01 * *l as f32).collect()))
                     .collect(),
+                base: self.scan_base,
             },
             Request::MeasureJoint { .. } => Observation::JointLoss { val_loss: 0.301 },
             Request::Export => Observation::Exported {
@@ -380,6 +384,56 @@ fn a_stable_main_enters_contraction_early_and_runs_every_phase() {
         .filter(|a| matches!(a, Action::DropSamples { .. }))
         .count();
     assert_eq!(drops, 1);
+}
+
+#[test]
+fn the_sensitivity_scan_is_sized_from_mains_samples_and_judged_on_its_own_base() {
+    let mut sim = simulate(recipe(), falling(), settles(), Vec::new());
+    let asked = sim
+        .turns
+        .iter()
+        .find_map(|t| match &t.request {
+            Request::MeasureSensitivity {
+                modules,
+                samples,
+                stop_above,
+                ..
+            } => Some((modules.len(), *samples, *stop_above)),
+            _ => None,
+        })
+        .unwrap();
+    // Main ran steps 3 → 63 with batch 32: 1,920 samples, 5,760 passes; 15 % of them over the
+    // unpruned loss and 4 levels of each module.
+    let (modules, samples, stop_above) = asked;
+    let evaluations = 1 + 4 * modules;
+    assert_eq!(
+        samples,
+        Some(contrai_lifecycle::sensitivity::scan_samples(1920, evaluations))
+    );
+    assert_eq!(stop_above, Some(recipe().contract.tolerance));
+    let d = sim.decision(DecisionKind::Sensitivity);
+    assert_eq!(d.evidence["scan_samples"], serde_json::json!(samples));
+    assert_eq!(
+        d.evidence["scan_base_val_loss"], d.evidence["base_val_loss"],
+        "the whole set's"
+    );
+    // An engine that measured on a subsample gives its own unpruned loss: increases are against it.
+    sim = Sim::new(falling(), settles());
+    sim.scan_base = Some(0.2);
+    sim.run_from_start(recipe());
+    let d = sim.decision(DecisionKind::Sensitivity);
+    assert_eq!(d.evidence["scan_base_val_loss"].as_f64().unwrap() as f32, 0.2);
+    let first = &d.evidence["sensitivity"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()[0];
+    let want = (0.3 + 0.01 * 0.1f32 - 0.2) as f64 / 0.2;
+    assert!(
+        (first["increase"].as_f64().unwrap() - want).abs() < 1e-6,
+        "{first}"
+    );
 }
 
 #[test]

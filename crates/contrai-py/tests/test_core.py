@@ -11,7 +11,7 @@ import pytest
 import contrai
 from contrai import _core
 from contrai.conductor import Conductor, RunInfo, kind
-from contrai.engine import words_json
+from contrai.engine import spread_batches, words_json
 
 
 def test_a_recipe_error_names_file_line_key_and_the_nearest_key() -> None:
@@ -107,3 +107,14 @@ def test_the_engine_refuses_a_request_or_an_action_it_does_not_know(tmp_path: Pa
     engine.run({"actions": [{"SetPhase": {"phase": "contract", "restart_order": False}}],
                 "request": {"Fail": {"Diverged": "test"}}})
     assert (engine.phase, engine.failed) == ("contract", "Diverged: test"), "each table's entry carries it out"
+
+
+def test_the_sensitivity_scan_takes_evenly_spread_whole_batches() -> None:
+    import torch
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(torch.arange(40), batch_size=4)
+    picked = spread_batches(loader, 8)
+    assert [b.tolist() for b in picked] == [[0, 1, 2, 3], [20, 21, 22, 23]]
+    assert [b[0].item() for b in spread_batches(loader, 9)] == [0, 12, 24], "whole batches: 3 of 4"
+    assert spread_batches(loader, None) is loader and spread_batches(loader, 40) is loader

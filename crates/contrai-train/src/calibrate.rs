@@ -163,7 +163,7 @@ mod tests {
         recipe.main.batch = 8;
         // 40 samples of 3 classes, their tails padding (id 0) as real texts' are.
         let ids = (0..40 * 8)
-            .map(|i| if i % 8 < 5 { (i * 7 % 61 + 2) as i32 } else { 0 })
+            .map(|i| if i % 8 < 5 { i * 7 % 61 + 2 } else { 0 })
             .collect();
         let data = Encoded {
             inputs: Inputs::Tokens(ids),

@@ -355,16 +355,29 @@ impl<'a> Engine<'a> {
                 levels,
                 heads,
                 units,
-            } => Ok(Observation::Sensitivity {
-                val_loss: crate::measure::sensitivity(
+                samples,
+                stop_above,
+            } => {
+                let scan = crate::measure::Scan {
+                    levels: &levels,
+                    samples,
+                    stop_above,
+                    structure: Structure::new(heads, units),
+                };
+                let log = self.journal.log();
+                let (val_loss, base) = crate::measure::sensitivity(
                     &self.net.model.valid(),
                     &self.data.val,
                     (self.eval_batch(), &self.plain),
                     &modules,
-                    &levels,
-                    Structure::new(heads, units),
-                ),
-            }),
+                    scan,
+                    &mut |line| log.info(&line),
+                );
+                Ok(Observation::Sensitivity {
+                    val_loss,
+                    base: Some(base),
+                })
+            }
             Request::MeasureJoint {
                 sparsity,
                 heads,

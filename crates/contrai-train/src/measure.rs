@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use burn::tensor::Device;
 use contrai_lifecycle::Target;
 use contrai_lifecycle::prune::{is_attention, module_of};
+use contrai_lifecycle::sensitivity::relative_increase;
 use contrai_recipe::PruneScope;
 
 use crate::batch::Encoded;
@@ -33,33 +34,74 @@ pub fn pruned(model: &Classifier, sparsity: &BTreeMap<String, f64>, structure: S
     apply_masks(model.clone(), &masks)
 }
 
-/// The validation loss of each of `modules` pruned alone to each of `levels` (in the groups of
-/// `structure`).
+/// How diagnose's sensitivity scan is measured (the conductor's `MeasureSensitivity`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Scan<'a> {
+    /// Shares of each module's weights to zero, rising.
+    pub levels: &'a [f64],
+    /// Validation samples to evaluate on, evenly spread (None: all).
+    pub samples: Option<usize>,
+    /// A module's levels stop after the first whose loss rises more than this share.
+    pub stop_above: Option<f64>,
+    /// The groups pruning takes.
+    pub structure: Structure,
+}
+
+/// The scan's measurements: each module's loss at each level measured, and the unpruned loss on
+/// the same samples.
+pub type Scanned = (BTreeMap<String, Vec<f32>>, f32);
+
+/// The validation loss of each of `modules` pruned alone to each of the scan's levels, on its
+/// samples; `progress` hears a line for each module as it is measured.
 pub fn sensitivity(
     model: &Classifier,
     val: &Encoded,
     (batch, device): (usize, &Device),
     modules: &[String],
-    levels: &[f64],
-    structure: Structure,
-) -> BTreeMap<String, Vec<f32>> {
-    modules
+    scan: Scan,
+    progress: &mut dyn FnMut(String),
+) -> Scanned {
+    let subset = scan.samples.filter(|&n| n < val.len()).map(|n| spread(val, n));
+    let val = subset.as_ref().unwrap_or(val);
+    let base = evaluate(model, val, batch, device).0;
+    let losses = modules
         .iter()
-        .map(|module| {
+        .enumerate()
+        .map(|(i, module)| {
             let structure = Structure {
-                heads: structure.heads.filter(|_| is_attention(module)),
-                ..structure
+                heads: scan.structure.heads.filter(|_| is_attention(module)),
+                ..scan.structure
             };
-            let losses = levels
-                .iter()
-                .map(|&level| {
-                    let alone = BTreeMap::from([(module.clone(), level)]);
-                    evaluate(&pruned(model, &alone, structure), val, batch, device).0
-                })
+            let mut losses = Vec::with_capacity(scan.levels.len());
+            for &level in scan.levels {
+                let alone = BTreeMap::from([(module.clone(), level)]);
+                let loss = evaluate(&pruned(model, &alone, structure), val, batch, device).0;
+                losses.push(loss);
+                if scan.stop_above.is_some_and(|t| relative_increase(loss, base) > t) {
+                    break;
+                }
+            }
+            let rises: Vec<String> = (scan.levels.iter().zip(&losses))
+                .map(|(l, &v)| format!("{:.0} % {:+.1} %", 100.0 * l, 100.0 * relative_increase(v, base)))
                 .collect();
+            progress(format!(
+                "diagnose: {module} pruned alone on {} validation samples: {} ({} of {})",
+                val.len(),
+                rises.join(", "),
+                i + 1,
+                modules.len()
+            ));
             (module.clone(), losses)
         })
-        .collect()
+        .collect();
+    (losses, base)
+}
+
+/// `n` of `data`'s samples spread evenly over it (the split's order mixes nothing: a file sorted
+/// by label stays represented).
+fn spread(data: &Encoded, n: usize) -> Encoded {
+    let rows: Vec<usize> = (0..n).map(|i| i * data.len() / n).collect();
+    data.subset(&rows)
 }
 
 /// The validation loss with every module of `sparsity` pruned at once.
@@ -102,13 +144,22 @@ mod tests {
         let (model, val, device) = tiny();
         let (base, _) = evaluate(&model, &val, 16, &device);
         let modules = vec!["blocks.0.attn".to_string(), "blocks.0.ffn".to_string()];
-        let s = sensitivity(
-            &model,
-            &val,
-            (16, &device),
-            &modules,
-            &[0.0, 0.5],
-            Structure::default(),
+        let scan = Scan {
+            levels: &[0.0, 0.5],
+            ..Scan::default()
+        };
+        let mut heard = Vec::new();
+        let (s, on_scan) = sensitivity(&model, &val, (16, &device), &modules, scan, &mut |l| {
+            heard.push(l)
+        });
+        assert_eq!(on_scan, base, "the whole set: its loss is the evaluation's");
+        assert_eq!(heard.len(), 2);
+        assert!(
+            heard[1].starts_with(
+                "diagnose: blocks.0.ffn pruned alone on 40 validation samples: 0 % +0.0 %, 50 % "
+            ),
+            "{}",
+            heard[1]
         );
         assert_eq!(s.len(), 2);
         for losses in s.values() {
@@ -117,6 +168,34 @@ mod tests {
         }
         let none = BTreeMap::from([("blocks.0.ffn".to_string(), 0.0)]);
         assert!((joint(&model, &val, (16, &device), &none, Structure::default()) - base).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_scan_on_a_subsample_measures_its_own_base_and_stops_a_module_early() {
+        let (model, val, device) = tiny();
+        let modules = vec!["blocks.0.ffn".to_string()];
+        let scan = |stop_above| Scan {
+            levels: &[0.0, 0.5, 0.9],
+            samples: Some(10),
+            stop_above,
+            structure: Structure::default(),
+        };
+        let (s, on_scan) = sensitivity(&model, &val, (16, &device), &modules, scan(None), &mut |_| {});
+        let rows: Vec<usize> = (0..10).map(|i| i * 4).collect();
+        let (sub, _) = evaluate(&model, &val.subset(&rows), 16, &device);
+        assert_eq!(on_scan, sub, "the unpruned loss on the same ten samples");
+        assert_eq!(s["blocks.0.ffn"].len(), 3);
+        assert!((s["blocks.0.ffn"][0] - sub).abs() < 1e-6);
+        // Any rise above −100 % stops after the first level.
+        let (s, _) = sensitivity(
+            &model,
+            &val,
+            (16, &device),
+            &modules,
+            scan(Some(-1.0)),
+            &mut |_| {},
+        );
+        assert_eq!(s["blocks.0.ffn"].len(), 1);
     }
 
     #[test]

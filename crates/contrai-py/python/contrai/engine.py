@@ -725,25 +725,39 @@ class Engine:
                                 "(the model's parameter names do not show them)", {"asked": key})
 
     def measure_sensitivity(self, p: dict[str, Any]) -> dict[str, Any]:
-        """Validation loss with each module pruned alone at each level (diagnose's scan)."""
+        """Validation loss with each module pruned alone at each level (diagnose's scan), on the
+        evenly spread batches ``samples`` asks for, each module's levels stopped after the first
+        that costs more than ``stop_above``; the unpruned loss on the same batches with them."""
         model = unwrap(self.job.model)
+        batches = spread_batches(self.job.eval_batches(), p.get("samples"))
+        base, _, _ = self.evaluation(model, batches)
         out: dict[str, list[float]] = {}
         whole: set[str] = set()
-        for module in p["modules"]:
-            out[module] = [self.pruned_loss(model, {module: level}, p, whole) for level in p["levels"]]
+        stop = p.get("stop_above")
+        for i, module in enumerate(p["modules"]):
+            losses: list[float] = []
+            for level in p["levels"]:
+                losses.append(self.pruned_loss(model, {module: level}, p, whole, batches))
+                if stop is not None and (losses[-1] - base) / max(abs(base), 1e-12) > stop:
+                    break
+            out[module] = losses
+            if self.leader:
+                rises = ", ".join(f"{100 * lv:.0f} % {100 * (v - base) / max(abs(base), 1e-12):+.1f} %"
+                                  for lv, v in zip(p["levels"], losses))
+                print(f"[contrai] diagnose: {module} pruned alone: {rises} ({i + 1} of {len(p['modules'])})")
         self.structure_unavailable(p, set(p["modules"]), whole)
-        return {"Sensitivity": {"val_loss": out}}
+        return {"Sensitivity": {"val_loss": out, "base": base}}
 
     def measure_joint(self, p: dict[str, Any]) -> dict[str, Any]:
         """Validation loss with every module pruned at once to the proposed sparsity."""
         whole: set[str] = set()
-        loss = self.pruned_loss(unwrap(self.job.model), p["sparsity"], p, whole)
+        loss = self.pruned_loss(unwrap(self.job.model), p["sparsity"], p, whole, self.job.eval_batches())
         self.structure_unavailable(p, set(p["sparsity"]), whole)
         return {"JointLoss": {"val_loss": loss}}
 
     def pruned_loss(self, model: torch.nn.Module, sparsity: dict[str, float], asked: dict[str, Any],
-                    whole: set[str]) -> float:
-        """Validation loss of ``model`` with ``sparsity`` applied (whole heads and units where
+                    whole: set[str], batches: Iterable[Any]) -> float:
+        """Loss of ``model`` on ``batches`` with ``sparsity`` applied (whole heads and units where
         ``asked`` and shown), the pruned matrices put back after; ``whole`` gains the structures
         pruned whole."""
         m = Masks()
@@ -751,7 +765,7 @@ class Engine:
         params = dict(matrices(model))
         with put_back([params[path] for path in m.keep]):
             m.apply(model)
-            loss, _, _ = self.evaluation(model, self.job.eval_batches())
+            loss, _, _ = self.evaluation(model, batches)
         return loss
 
     # ---- the end ------------------------------------------------------------------------------
@@ -848,6 +862,24 @@ class Engine:
 # The run directories this process holds, by path: one writer per directory is a rule between
 # processes; a job run again in the same process (a notebook, a test) takes over its own lock.
 HELD: dict[Path, _core.RunLock] = {}
+
+
+def spread_batches(loader: Iterable[Any], samples: int | None) -> Iterable[Any]:
+    """Batches of ``loader`` holding about ``samples`` samples, evenly spread over it (a fixed
+    subsample: the same batches at every call); all of it when ``samples`` is None or not fewer
+    than it holds, or when its length or batch size is unknown."""
+    size = getattr(loader, "batch_size", None)
+    try:
+        count = len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return loader
+    if samples is None or not size or count == 0:
+        return loader
+    keep = max(1, -(-samples // size))
+    if keep >= count:
+        return loader
+    wanted = {i * count // keep for i in range(keep)}
+    return [b for i, b in enumerate(loader) if i in wanted]
 
 
 def hold(run_dir: Path) -> _core.RunLock:

@@ -273,6 +273,7 @@ class ObservationSampleLosses(TypedDict):
 
 
 class ObservationSensitivityFields(TypedDict):
+    base: NotRequired[Union[float, None]]
     val_loss: dict[str, list[float]]
 
 
@@ -449,6 +450,8 @@ class RequestMeasureSensitivityFields(TypedDict):
     heads: NotRequired[Union[int, None]]
     levels: list[float]
     modules: list[str]
+    samples: NotRequired[Union[int, None]]
+    stop_above: NotRequired[Union[float, None]]
     units: NotRequired[bool]
 
 
