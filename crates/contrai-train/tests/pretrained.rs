@@ -72,6 +72,9 @@ fn a_pretrained_encoder_fine_tunes_through_every_phase() {
     let run = tmp.path().join("run");
     let mut r = every_phase(bert_recipe(&data, 60));
     r.validate.lr = 3e-3;
+    // The tiny fixture's scan (32 validation samples) moves 2-4 % at 30 % pruning; a 5 % tolerance
+    // lets some modules reach their rule's 30 %, so both sides of `min(cap, 0.3)` are exercised.
+    r.contract.tolerance = 0.05;
     let out = train(&Options::new(r, &run), &Silent, &Collect::default()).unwrap();
     let e = out.eval.unwrap();
     assert!(e.holdout_accuracy > 0.6, "holdout {}", e.holdout_accuracy);
