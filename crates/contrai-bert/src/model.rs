@@ -214,7 +214,11 @@ impl BertClassifier {
 
     /// Class logits `[batch, classes]`.
     pub fn forward<D: Dropper>(&self, x: &Inputs, drop: Option<&D>) -> Tensor<2> {
-        let hidden = self.bert.forward(x, drop);
+        self.head(self.bert.forward(x, drop), x, drop)
+    }
+
+    /// Class logits from the last layer's hidden states: pooling, dropout, the classifier.
+    pub fn head<D: Dropper>(&self, hidden: Tensor<3>, x: &Inputs, drop: Option<&D>) -> Tensor<2> {
         let pooled = self.bert.pool(hidden, &x.mask, self.pooling);
         let pooled = match drop {
             Some(d) => d.drop(pooled, 0),
@@ -227,7 +231,13 @@ impl BertClassifier {
 impl Bert {
     /// The last layer's hidden states `[batch, seq, hidden]`.
     pub fn forward<D: Dropper>(&self, x: &Inputs, drop: Option<&D>) -> Tensor<3> {
-        let [b, s] = x.ids.dims();
+        let bias = key_bias(x);
+        (0..self.encoder.layer.len()).fold(self.embed(x, drop), |hs, i| self.layer(i, hs, &bias, drop))
+    }
+
+    /// The embeddings' output `[batch, seq, hidden]`: the first layer's input.
+    pub fn embed<D: Dropper>(&self, x: &Inputs, drop: Option<&D>) -> Tensor<3> {
+        let [_, s] = x.ids.dims();
         let e = &self.embeddings;
         let h = e.word_embeddings.weight.dims()[1];
         let pos = e
@@ -239,31 +249,32 @@ impl Bert {
         let sum = e.word_embeddings.forward(x.ids.clone())
             + pos
             + e.token_type_embeddings.forward(x.type_ids.clone());
-        let site = |i: u64| 1 + i;
-        let dr3 = |t: Tensor<3>, i: u64| match drop {
-            Some(d) => d.drop(t, site(i)),
-            None => t,
-        };
-        let eps = self.layer_norm_eps;
-        let mut hs = dr3(layer_norm(&e.layer_norm, sum, eps), 0);
-        // 0 for real keys, -10⁴ for padding, added to every head's scores.
-        let bias = x
-            .mask
-            .clone()
-            .sub_scalar(1.0)
-            .mul_scalar(1e4)
-            .reshape([b, 1, 1, s]);
-        for (i, l) in self.encoder.layer.iter().enumerate() {
-            let at = 1 + 3 * i as u64;
-            let probs = b * l.attention.self_attn.heads * s * s;
-            let mask = drop.and_then(|d| d.mask(site(at), probs));
-            let ctx = l.attention.self_attn.forward(hs.clone(), bias.clone(), mask);
-            let a = linear(&l.attention.output.dense, ctx);
-            hs = layer_norm(&l.attention.output.layer_norm, dr3(a, at + 1) + hs, eps);
-            let f = feed_forward(&l.intermediate.dense, &l.output.dense, hs.clone());
-            hs = layer_norm(&l.output.layer_norm, dr3(f, at + 2) + hs, eps);
-        }
-        hs
+        dropped(
+            layer_norm(&e.layer_norm, sum, self.layer_norm_eps),
+            drop,
+            SITE_EMBEDDINGS,
+        )
+    }
+
+    /// Layer `i` on `hs` (`[batch, seq, hidden]`), `bias` the padding's [`key_bias`].
+    pub fn layer<D: Dropper>(
+        &self,
+        i: usize,
+        hs: Tensor<3>,
+        bias: &Tensor<4>,
+        drop: Option<&D>,
+    ) -> Tensor<3> {
+        let (l, eps) = (&self.encoder.layer[i], self.layer_norm_eps);
+        let [b, s, _] = hs.dims();
+        // Three dropout sites a layer after the embeddings' one.
+        let at = SITE_EMBEDDINGS + 1 + 3 * i as u64;
+        let probs = b * l.attention.self_attn.heads * s * s;
+        let mask = drop.and_then(|d| d.mask(at, probs));
+        let ctx = l.attention.self_attn.forward(hs.clone(), bias.clone(), mask);
+        let a = linear(&l.attention.output.dense, ctx);
+        let hs = layer_norm(&l.attention.output.layer_norm, dropped(a, drop, at + 1) + hs, eps);
+        let f = feed_forward(&l.intermediate.dense, &l.output.dense, hs.clone());
+        layer_norm(&l.output.layer_norm, dropped(f, drop, at + 2) + hs, eps)
     }
 
     /// One vector a sequence `[batch, hidden]`: the pooled [CLS] state, or the real tokens' mean.
@@ -281,6 +292,27 @@ impl Bert {
             }
         }
     }
+}
+
+/// The embeddings' dropout site (site 0 is the head's).
+const SITE_EMBEDDINGS: u64 = 1;
+
+/// `t` with `drop`'s mask of `site`, unchanged in evaluation.
+fn dropped<D: Dropper>(t: Tensor<3>, drop: Option<&D>, site: u64) -> Tensor<3> {
+    match drop {
+        Some(d) => d.drop(t, site),
+        None => t,
+    }
+}
+
+/// What every head adds to its scores `[batch, 1, 1, seq]`: 0 for real keys, -10⁴ for padding.
+pub fn key_bias(x: &Inputs) -> Tensor<4> {
+    let [b, s] = x.ids.dims();
+    x.mask
+        .clone()
+        .sub_scalar(1.0)
+        .mul_scalar(1e4)
+        .reshape([b, 1, 1, s])
 }
 
 impl SelfAttention {

@@ -93,12 +93,17 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
 fn print_human(o: &Output) {
     let p = &o.plan;
     println!(
-        "{} optimizer steps (contract {:.0} % of them), eval every {}, checkpoint every {}; {} parameters\n",
+        "{} optimizer steps (contract {:.0} % of them), eval every {}, checkpoint every {}; {} parameters{}\n",
         p.total_steps,
         100.0 * p.contract_share,
         p.eval_every,
         p.checkpoint_every,
-        p.parameters
+        p.parameters,
+        if p.gradient_checkpointing {
+            "; gradient checkpointing (each block recomputed in the backward pass)"
+        } else {
+            ""
+        }
     );
     println!(
         "{:<9} {:>7} {:>7} {:>6} {:>9}  learning rate",

@@ -73,6 +73,7 @@ pub fn plan(recipe: &Recipe, train_samples: Option<u64>, entered: &[Entered]) ->
         eval_every: recipe.run.eval_every,
         checkpoint_every: recipe.run.checkpoint_every,
         parameters,
+        gradient_checkpointing: recipe.model.gradient_checkpointing,
         advice: advice(recipe, parameters, train_samples, total),
     }
 }

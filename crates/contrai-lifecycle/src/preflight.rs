@@ -184,7 +184,10 @@ impl JobFacts {
             } else {
                 Tuning::Full
             }),
-            gradient_checkpointing: Some(false),
+            // Contrai's recompute makes each block's input a leaf that requires its gradient:
+            // never the re-entrant kind that loses a frozen input's gradient.
+            gradient_checkpointing: Some(recipe.model.gradient_checkpointing),
+            reentrant: recipe.model.gradient_checkpointing.then_some(false),
             accumulation: Some(m.accumulate as u64),
             token_level_loss: Some(false),
             warmup_ratio: Some(m.warmup),

@@ -363,6 +363,12 @@ impl Recipe {
                 );
             }
         }
+        if m.gradient_checkpointing && m.kind == ModelKind::Mlp {
+            return err(
+                "model.gradient_checkpointing",
+                "is true, but model.kind is \"mlp\", which has no transformer blocks to recompute".into(),
+            );
+        }
         if !(0.0..1.0).contains(&m.dropout) {
             return err(
                 "model.dropout",
@@ -628,6 +634,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("rank"), "{err}");
+    }
+
+    #[test]
+    fn gradient_checkpointing_needs_blocks_and_round_trips() {
+        let r = parse("[model]\ngradient_checkpointing = true\n").unwrap();
+        assert!(r.model.gradient_checkpointing);
+        assert!(r.to_toml().contains("gradient_checkpointing = true"));
+        assert_eq!(parse(&r.to_toml()).unwrap(), r);
+        // Off, the key is not written: recipes written before it read and write the same.
+        assert!(
+            !crate::Recipe::default()
+                .to_toml()
+                .contains("gradient_checkpointing")
+        );
+        let err = parse("[model]\nkind = \"mlp\"\ngradient_checkpointing = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`model.gradient_checkpointing`") && err.contains("no transformer blocks"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -199,6 +199,10 @@ pub struct Model {
     /// `bert`: fine-tune through low-rank adapters instead of every weight.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lora: Option<Lora>,
+    /// Activation checkpointing: each transformer block's activations recomputed in the backward
+    /// pass instead of kept from the forward (less memory for one more forward pass a step).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub gradient_checkpointing: bool,
 }
 
 /// `[model.lora]`: LoRA adapters on a pretrained encoder's linear layers. The encoder's own weights
@@ -240,6 +244,7 @@ impl Default for Model {
             pretrained: None,
             pooling: None,
             lora: None,
+            gradient_checkpointing: false,
         }
     }
 }

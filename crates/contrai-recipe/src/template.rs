@@ -51,6 +51,8 @@ pub fn pretrained_recipe(ck: &Checkpoint, lora: bool) -> String {
          pooling = \"{pooling}\"{pad}# cls: the checkpoint's pooler | mean: the real tokens' mean (sentence encoders)\n\
          seq_len = {seq}            # tokens a sample, special tokens included (the checkpoint has {max} positions)\n\
          dropout = {dropout}            # hidden and attention dropout (the checkpoint's {dropout})\n\
+         # gradient_checkpointing = true  # recompute each layer's activations in the backward pass\n\
+         #                          (less memory for long sequences, one more forward pass a step)\n\
          # vocab, d_model, layers, heads and ffn come from the checkpoint's config.json\n{lora}",
         dir = ck.dir,
         pad = " ".repeat(13 - pooling.len()),
@@ -152,6 +154,8 @@ ffn = 512                # feed-forward width (mlp: hidden width)
 dropout = 0.1
 # pretrained = "DIR"     # kind = "bert": a Hugging Face model directory; its config sets the sizes
 # pooling = "cls"        # kind = "bert": cls (the checkpoint's pooler) or mean (sentence encoders)
+# gradient_checkpointing = true  # recompute each block's activations in the backward pass: less
+#                          memory for long sequences and big encoders, one more forward pass a step
 
 [validate]               # prove the pipeline before the main compute is spent
 steps = 30               # steps of overfitting one batch ...

@@ -108,6 +108,10 @@ pub struct ModelCard {
     pub parameters: usize,
     /// Share of zeros of each pruned module.
     pub sparsity: BTreeMap<String, f64>,
+    /// Whether training recomputed each block's activations in the backward pass
+    /// (`model.gradient_checkpointing`).
+    #[serde(default)]
+    pub gradient_checkpointing: bool,
     /// Samples a batch of the latency column.
     pub latency_batch: usize,
     /// The f32 model, the int8 model, the student ...

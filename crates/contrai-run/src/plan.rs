@@ -78,6 +78,10 @@ pub struct Plan {
     pub checkpoint_every: u64,
     /// Trainable parameters of the model (2 classes assumed when unknown).
     pub parameters: u64,
+    /// Whether each block's activations are recomputed in the backward pass instead of kept
+    /// (`model.gradient_checkpointing`): less memory, one more forward pass a step.
+    #[serde(default)]
+    pub gradient_checkpointing: bool,
     /// Advice from the rules of practice.
     pub advice: Vec<String>,
 }

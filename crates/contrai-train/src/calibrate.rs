@@ -15,7 +15,7 @@ use crate::batch::{Batcher, Cursor, Encoded};
 use crate::dropout::Dropout;
 use crate::error::{Result, TrainError};
 use crate::model::{Batch, Classifier, TextBatch, cross_entropy};
-use crate::step::{clip_grads, grad_norm, optimizer};
+use crate::step::{clip_grads, grad_norm, optimizer, step_grads};
 
 /// Steps run before timing starts (allocation and caches settle).
 const WARMUP: usize = 3;
@@ -100,10 +100,21 @@ pub fn calibrate_on(recipe: &Recipe, steps: usize, tokens: Tokens) -> Result<Cal
         };
         let t1 = Instant::now();
         let drop = Dropout::new(spec.dropout, recipe.run.seed, step as u64, 0);
-        let loss = cross_entropy(model.forward(&batch, Some(&drop)), batch.labels());
-        let _ = loss.clone().into_scalar::<f32>();
-        let t2 = Instant::now();
-        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+        let (t2, mut grads) = if spec.gradient_checkpointing {
+            // The forward runs inside the recomputing backward: its time is counted there.
+            let drops = [Some(drop)];
+            (
+                t1,
+                step_grads(&model, std::slice::from_ref(&batch), &drops, false, true).0,
+            )
+        } else {
+            let loss = cross_entropy(model.forward(&batch, Some(&drop)), batch.labels());
+            let _ = loss.clone().into_scalar::<f32>();
+            (
+                Instant::now(),
+                GradientsParams::from_grads(loss.backward(), &model),
+            )
+        };
         let t3 = Instant::now();
         if denormals::probing() {
             model.visit(&mut Subnormals { grads: &grads });

@@ -429,7 +429,8 @@ impl<'a> Engine<'a> {
         let rows = step_rows(&micros);
         let poison = self.opts.inject_nonfinite_at == Some(plan.step + 1) && !self.injected;
         self.injected |= poison;
-        let (mut grads, loss) = step_grads(&self.net.model, &batches, &drops, poison);
+        let recompute = self.recipe.model.gradient_checkpointing;
+        let (mut grads, loss) = step_grads(&self.net.model, &batches, &drops, poison, recompute);
         let norm = grad_norm(&self.net.model, &grads);
         if loss.is_finite() && norm.is_finite() {
             clip_grads(&self.net.model, &mut grads, norm, self.recipe.main.clip_norm);
@@ -550,7 +551,8 @@ impl<'a> Engine<'a> {
         let mut optim = optimizer(&self.recipe);
         let mut losses = Vec::with_capacity(steps as usize);
         for _ in 0..steps {
-            let (grads, loss) = step_grads(&model, std::slice::from_ref(&b), &[None], false);
+            let recompute = self.recipe.model.gradient_checkpointing;
+            let (grads, loss) = step_grads(&model, std::slice::from_ref(&b), &[None], false, recompute);
             model = optim.step(lr, model, grads);
             losses.push(loss);
             self.step += 1;

@@ -200,6 +200,7 @@ impl Engine<'_> {
             classes: x.classes.names.clone(),
             parameters: valid.num_params(),
             sparsity: self.net.masks.by_module(),
+            gradient_checkpointing: self.recipe.model.gradient_checkpointing,
             latency_batch: LATENCY_BATCH,
             variants,
         };

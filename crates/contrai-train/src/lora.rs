@@ -196,7 +196,7 @@ mod tests {
         assert_eq!(a(&m), a(&attach(dense.clone(), &spec, 11).unwrap()));
         assert_ne!(a(&m), a(&attach(dense.clone(), &spec, 12).unwrap()));
         // One optimizer step moves the adapters and the head only.
-        let (grads, _) = step_grads(&m, &[batch(&device)], &[None], false);
+        let (grads, _) = step_grads(&m, &[batch(&device)], &[None], false, false);
         let mut optim = crate::step::optimizer(&contrai_recipe::Recipe::default());
         let stepped = optim.step(1e-2, m.clone(), grads);
         assert_eq!(values(query(&stepped).base()), values(query(&m).base()));

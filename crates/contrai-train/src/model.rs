@@ -333,33 +333,48 @@ impl TextClassifier {
 
     /// Class logits `[batch, classes]`; `drop` is `None` in evaluation.
     pub fn forward(&self, batch: &TextBatch, drop: Option<&Dropout>) -> Tensor<2> {
-        let device = batch.keep.device();
-        let [b, s] = batch.tokens.dims();
+        let x = (0..self.blocks.len()).fold(self.embed(batch, drop), |x, i| self.block(i, x, batch, drop));
+        self.head(x, batch)
+    }
+
+    /// Token and position embeddings `[batch, seq, d]`: the first block's input.
+    pub fn embed(&self, batch: &TextBatch, drop: Option<&Dropout>) -> Tensor<3> {
+        let [_, s] = batch.tokens.dims();
         let d = self.pos.weight.dims()[1];
         let pos = self.pos.weight.val().narrow(0, 0, s).reshape([1, s, d]);
-        let mut x = self.embed.forward(batch.tokens.clone()) + pos;
-        let evaluating = drop.is_none();
-        let drop = |x: Tensor<3>, site: u64| match drop {
-            Some(dr) => dr.apply(x, site, &device),
-            None => x,
-        };
-        x = drop(x, 0);
-        for (i, block) in self.blocks.iter().enumerate() {
-            let site = 1 + 2 * i as u64;
-            let a = block.attn.forward(&block.ln1, x.clone(), batch.key_bias.clone());
-            x = x + drop(a, site);
-            let (ffn, norm) = (&block.ffn, &block.ln2);
-            x = if evaluating {
-                // One operation (in int8, one pass over blocks of rows).
-                residual_feed_forward(norm, LN_EPS, &ffn.up, &ffn.down, x)
-            } else {
-                let f = feed_forward(&ffn.up, &ffn.down, layer_norm(norm, x.clone(), LN_EPS));
-                x + drop(f, site + 1)
-            };
+        dropped(self.embed.forward(batch.tokens.clone()) + pos, batch, drop, 0)
+    }
+
+    /// Block `i` on the residual stream `x` (`[batch, seq, d]`).
+    pub fn block(&self, i: usize, x: Tensor<3>, batch: &TextBatch, drop: Option<&Dropout>) -> Tensor<3> {
+        let block = &self.blocks[i];
+        let site = 1 + 2 * i as u64;
+        let a = block.attn.forward(&block.ln1, x.clone(), batch.key_bias.clone());
+        let x = x + dropped(a, batch, drop, site);
+        let (ffn, norm) = (&block.ffn, &block.ln2);
+        if drop.is_none() {
+            // One operation (in int8, one pass over blocks of rows).
+            residual_feed_forward(norm, LN_EPS, &ffn.up, &ffn.down, x)
+        } else {
+            let f = feed_forward(&ffn.up, &ffn.down, layer_norm(norm, x.clone(), LN_EPS));
+            x + dropped(f, batch, drop, site + 1)
         }
+    }
+
+    /// Class logits from the last block's output: final norm, mean over real tokens, the head.
+    pub fn head(&self, x: Tensor<3>, batch: &TextBatch) -> Tensor<2> {
+        let [b, _, d] = x.dims();
         let x = layer_norm(&self.norm, x, LN_EPS);
         let pooled = (x * batch.keep.clone()).sum_dim(1).reshape([b, d]) / batch.count.clone();
         linear(&self.head, pooled)
+    }
+}
+
+/// `x` with `drop`'s mask of `site`, unchanged in evaluation.
+fn dropped(x: Tensor<3>, batch: &TextBatch, drop: Option<&Dropout>, site: u64) -> Tensor<3> {
+    match drop {
+        Some(d) => d.apply(x, site, &batch.keep.device()),
+        None => x,
     }
 }
 

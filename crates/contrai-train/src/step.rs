@@ -8,6 +8,7 @@ use contrai_recipe::Recipe;
 
 use crate::dropout::Dropout;
 use crate::model::{Batch, Classifier, cross_entropy};
+use crate::recompute::Blocks;
 
 struct SqNorm<'a> {
     grads: &'a GradientsParams,
@@ -63,26 +64,39 @@ pub fn scale_grads<M: Module>(model: &M, grads: &mut GradientsParams, factor: f6
 
 /// One optimizer step's gradients: `accumulate` micro-batches, each loss scaled so the sum is
 /// the mean over the effective batch. Returns the gradients and the mean loss. `poison` multiplies
-/// the loss by NaN (the test hook of the non-finite guard).
+/// the loss by NaN (the test hook of the non-finite guard); `recompute` keeps only each block's
+/// input for the backward pass ([`crate::recompute`]; models without blocks ignore it).
 pub fn step_grads(
     model: &Classifier,
     batches: &[Batch],
     drops: &[Option<Dropout>],
     poison: bool,
+    recompute: bool,
 ) -> (GradientsParams, f32) {
     let total: usize = batches.iter().map(Batch::len).sum();
     let mut acc = GradientsAccumulator::<Classifier>::new();
     let mut single = None;
     let mut loss_sum = 0f64;
     for (b, d) in batches.iter().zip(drops) {
-        let logits = model.forward(b, d.as_ref());
-        let loss = cross_entropy(logits, b.labels());
         let w = if poison {
             f64::NAN
         } else {
             b.len() as f64 / total as f64
         };
-        let scaled = loss.mul_scalar(w);
+        let blocks = Blocks::of(model).filter(|_| recompute);
+        if let (Some(blocks), Batch::Text(text)) = (blocks, b) {
+            loss_sum += f64::from(crate::recompute::accumulate(
+                model,
+                blocks,
+                text,
+                d.as_ref(),
+                w,
+                &mut acc,
+            ));
+            continue;
+        }
+        let logits = model.forward(b, d.as_ref());
+        let scaled = cross_entropy(logits, b.labels()).mul_scalar(w);
         let grads = GradientsParams::from_grads(scaled.backward(), model);
         loss_sum += f64::from(scaled.into_scalar::<f32>());
         if batches.len() == 1 {

@@ -232,6 +232,37 @@ fn a_lora_fine_tune_trains_only_its_adapters_and_head_then_exports_them_merged()
 }
 
 #[test]
+fn gradient_checkpointing_trains_the_same_run_on_a_lora_encoder_and_says_so() {
+    // LoRA through main (the adapters' gradients through the recomputed layers), the merged
+    // encoder in contract: the recomputed backward trains what the plain one trains.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = word_file(tmp.path(), 300);
+    let mut r = every_phase(lora_recipe(&data, 20));
+    r.model.dropout = 0.1;
+    let plain = tmp.path().join("plain");
+    train(&Options::new(r.clone(), &plain), &Silent, &Collect::default()).unwrap();
+    r.model.gradient_checkpointing = true;
+    let recomputed = tmp.path().join("recomputed");
+    train(&Options::new(r, &recomputed), &Silent, &Collect::default()).unwrap();
+    let losses = |run: &std::path::Path| -> Vec<f64> {
+        common::rows(&run.join("metrics.jsonl"))
+            .iter()
+            .filter_map(|row| row["train_loss"].as_f64())
+            .collect()
+    };
+    let (a, b) = (losses(&plain), losses(&recomputed));
+    assert!(a.len() > 20, "{} training rows", a.len());
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!((x - y).abs() <= 1e-4 * x.abs().max(1e-3), "row {i}: {x} vs {y}");
+    }
+    let card: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(recomputed.join("final/model-card.json")).unwrap())
+            .unwrap();
+    assert_eq!(card["gradient_checkpointing"], true, "{card}");
+}
+
+#[test]
 fn a_lora_fine_tune_contracts_its_merged_encoder_through_every_phase() {
     let tmp = tempfile::tempdir().unwrap();
     let data = word_file(tmp.path(), 400);

@@ -9,6 +9,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor};
 use common::{Collect, demo_file, tiny_recipe};
 use contrai_data::Silent;
+use contrai_train::dropout::Dropout;
 use contrai_train::model::{Batch, Classifier, TextBatch};
 use contrai_train::step::{grad_norm, optimizer, step_grads};
 use contrai_train::{Options, TrainError, train};
@@ -77,8 +78,8 @@ fn eight_times_four_accumulated_equals_one_batch_of_32() {
             ))
         })
         .collect();
-    let (g1, l1) = step_grads(&model, &whole, &[None], false);
-    let (g4, l4) = step_grads(&model, &parts, &[None; 4], false);
+    let (g1, l1) = step_grads(&model, &whole, &[None], false, false);
+    let (g4, l4) = step_grads(&model, &parts, &[None; 4], false, false);
     assert!((l1 - l4).abs() < 1e-5, "loss {l1} vs {l4}");
     let (n1, n4) = (grad_norm(&model, &g1), grad_norm(&model, &g4));
     assert!((n1 - n4).abs() < 1e-5 * n1.max(1.0), "grad norm {n1} vs {n4}");
@@ -112,6 +113,51 @@ fn eight_times_four_accumulated_equals_one_batch_of_32() {
     );
     assert!(worst < 1e-5, "updated weights differ by {worst}");
     assert!(skipped * 100 < total, "{skipped} of {total} entries left out");
+}
+
+#[test]
+fn recomputed_blocks_give_the_gradients_of_the_plain_backward() {
+    let device = Device::flex().autodiff();
+    let mut recipe = tiny_recipe(std::path::Path::new("unused"), 1);
+    recipe.model.dropout = 0.2;
+    let model = Classifier::new(&recipe.model, 3, 0, 5, &device).unwrap();
+    let seq = recipe.model.seq_len;
+    let batch = |k: usize| {
+        let ids: Vec<i32> = (0..8 * seq)
+            .map(|i| {
+                if i % seq < 3 + (i / seq + k) % 9 {
+                    ((i * 31 + k) % 500 + 2) as i32
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let labels: Vec<i32> = (0..8).map(|i| ((i + k) % 3) as i32).collect();
+        Batch::Text(TextBatch::new(&ids, &labels, seq, &device))
+    };
+    let batches = [batch(0), batch(1)];
+    // Dropout masks of two micro-batches, drawn again in the recomputed blocks.
+    let drops = [0, 1].map(|m| Some(Dropout::new(0.2, 7, 3, m)));
+    let (plain, l1) = step_grads(&model, &batches, &drops, false, false);
+    let (recomputed, l2) = step_grads(&model, &batches, &drops, false, true);
+    assert!((l1 - l2).abs() <= 1e-6 * l1.abs(), "loss {l1} vs {l2}");
+    let (mut a, mut b) = (Grads(&plain, Vec::new()), Grads(&recomputed, Vec::new()));
+    model.visit(&mut a);
+    model.visit(&mut b);
+    assert!(
+        a.1.iter().all(|g| !g.is_empty()),
+        "every parameter has a gradient"
+    );
+    assert_eq!(
+        a.1.iter().map(Vec::len).collect::<Vec<_>>(),
+        b.1.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    let scale = a.1.iter().flatten().fold(0f32, |m, g| m.max(g.abs()));
+    let diff = max_diff(&a.1, &b.1);
+    assert!(
+        diff <= 1e-5 * scale,
+        "gradients differ by {diff} (largest {scale})"
+    );
 }
 
 #[test]

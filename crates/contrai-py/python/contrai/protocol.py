@@ -535,6 +535,7 @@ class RunPlan(TypedDict):
     checkpoint_steps: list[int]
     contract_share: float
     eval_every: int
+    gradient_checkpointing: NotRequired[bool]
     keep_last: int
     parameters: int
     phases: list["PhasePlan"]
