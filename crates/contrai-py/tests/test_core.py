@@ -111,10 +111,21 @@ def test_the_engine_refuses_a_request_or_an_action_it_does_not_know(tmp_path: Pa
 
 def test_the_sensitivity_scan_takes_evenly_spread_whole_batches() -> None:
     import torch
-    from torch.utils.data import DataLoader
+    from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
-    loader = DataLoader(torch.arange(40), batch_size=4)
+    class Numbers(Dataset[torch.Tensor]):
+        def __len__(self) -> int:
+            return 40
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            return torch.tensor(i)
+
+    loader: DataLoader[torch.Tensor] = DataLoader(Numbers(), batch_size=4)
     picked = spread_batches(loader, 8)
     assert [b.tolist() for b in picked] == [[0, 1, 2, 3], [20, 21, 22, 23]]
     assert [b[0].item() for b in spread_batches(loader, 9)] == [0, 12, 24], "whole batches: 3 of 4"
     assert spread_batches(loader, None) is loader and spread_batches(loader, 40) is loader
+    # The batch size of a loader built on a batch sampler (accelerate's in a Trainer) is the sampler's.
+    sampled = DataLoader(Numbers(), batch_sampler=BatchSampler(SequentialSampler(range(40)), 4, False))
+    assert sampled.batch_size is None
+    assert [b.tolist() for b in spread_batches(sampled, 8)] == [[0, 1, 2, 3], [20, 21, 22, 23]]

@@ -867,8 +867,9 @@ HELD: dict[Path, _core.RunLock] = {}
 def spread_batches(loader: Iterable[Any], samples: int | None) -> Iterable[Any]:
     """Batches of ``loader`` holding about ``samples`` samples, evenly spread over it (a fixed
     subsample: the same batches at every call); all of it when ``samples`` is None or not fewer
-    than it holds, or when its length or batch size is unknown."""
-    size = getattr(loader, "batch_size", None)
+    than it holds, or when its length or batch size is unknown. A loader built on a batch
+    sampler (accelerate's, in a Trainer) has its batch size there."""
+    size = getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
     try:
         count = len(loader)  # type: ignore[arg-type]
     except TypeError:
