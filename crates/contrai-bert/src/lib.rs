@@ -18,5 +18,5 @@ pub mod tokenize;
 pub use config::BertConfig;
 pub use error::{BertError, Result};
 pub use load::ModelDir;
-pub use model::{BertClassifier, Dropper, Inputs, NoDropout, Pooling, key_bias};
+pub use model::{BertClassifier, Dropper, Inputs, NoDropout, Pooling};
 pub use tokenize::{BertTokenizer, Tokens};

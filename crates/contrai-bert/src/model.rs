@@ -220,11 +220,7 @@ impl BertClassifier {
     /// Class logits from the last layer's hidden states: pooling, dropout, the classifier.
     pub fn head<D: Dropper>(&self, hidden: Tensor<3>, x: &Inputs, drop: Option<&D>) -> Tensor<2> {
         let pooled = self.bert.pool(hidden, &x.mask, self.pooling);
-        let pooled = match drop {
-            Some(d) => d.drop(pooled, 0),
-            None => pooled,
-        };
-        linear(&self.classifier, pooled)
+        linear(&self.classifier, dropped(pooled, drop, SITE_HEAD))
     }
 }
 
@@ -294,11 +290,13 @@ impl Bert {
     }
 }
 
-/// The embeddings' dropout site (site 0 is the head's).
+/// The head's dropout site.
+const SITE_HEAD: u64 = 0;
+/// The embeddings' dropout site.
 const SITE_EMBEDDINGS: u64 = 1;
 
 /// `t` with `drop`'s mask of `site`, unchanged in evaluation.
-fn dropped<D: Dropper>(t: Tensor<3>, drop: Option<&D>, site: u64) -> Tensor<3> {
+fn dropped<Dr: Dropper, const R: usize>(t: Tensor<R>, drop: Option<&Dr>, site: u64) -> Tensor<R> {
     match drop {
         Some(d) => d.drop(t, site),
         None => t,
@@ -306,7 +304,7 @@ fn dropped<D: Dropper>(t: Tensor<3>, drop: Option<&D>, site: u64) -> Tensor<3> {
 }
 
 /// What every head adds to its scores `[batch, 1, 1, seq]`: 0 for real keys, -10⁴ for padding.
-pub fn key_bias(x: &Inputs) -> Tensor<4> {
+fn key_bias(x: &Inputs) -> Tensor<4> {
     let [b, s] = x.ids.dims();
     x.mask
         .clone()

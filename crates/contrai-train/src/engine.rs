@@ -550,8 +550,8 @@ impl<'a> Engine<'a> {
         let mut model = self.net.model.clone();
         let mut optim = optimizer(&self.recipe);
         let mut losses = Vec::with_capacity(steps as usize);
+        let recompute = self.recipe.model.gradient_checkpointing;
         for _ in 0..steps {
-            let recompute = self.recipe.model.gradient_checkpointing;
             let (grads, loss) = step_grads(&model, std::slice::from_ref(&b), &[None], false, recompute);
             model = optim.step(lr, model, grads);
             losses.push(loss);

@@ -11,9 +11,9 @@ use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::Tensor;
 
-use crate::dropout::Dropout;
 use contrai_bert::BertClassifier;
 
+use crate::dropout::Dropout;
 use crate::model::{Classifier, TextBatch, TextClassifier, cross_entropy};
 use crate::pretrained::{Drop as BertDrop, inputs};
 
@@ -76,11 +76,8 @@ impl<'a> Blocks<'a> {
     fn block(self, i: usize, x: Tensor<3>, batch: &TextBatch, drop: Option<&Dropout>) -> Tensor<3> {
         match self {
             Blocks::Transformer(m) => m.block(i, x, batch, drop),
-            Blocks::Bert(m) => {
-                let inputs = inputs(batch);
-                let bias = contrai_bert::key_bias(&inputs);
-                m.bert.layer(i, x, &bias, drop.map(BertDrop).as_ref())
-            }
+            // The batch's key bias is the encoder's (0 for real keys, -10⁴ for padding).
+            Blocks::Bert(m) => m.bert.layer(i, x, &batch.key_bias, drop.map(BertDrop).as_ref()),
         }
     }
 

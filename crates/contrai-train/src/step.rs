@@ -77,13 +77,13 @@ pub fn step_grads(
     let mut acc = GradientsAccumulator::<Classifier>::new();
     let mut single = None;
     let mut loss_sum = 0f64;
+    let blocks = Blocks::of(model).filter(|_| recompute);
     for (b, d) in batches.iter().zip(drops) {
         let w = if poison {
             f64::NAN
         } else {
             b.len() as f64 / total as f64
         };
-        let blocks = Blocks::of(model).filter(|_| recompute);
         if let (Some(blocks), Batch::Text(text)) = (blocks, b) {
             loss_sum += f64::from(crate::recompute::accumulate(
                 model,
