@@ -2,17 +2,18 @@
 //! fly (symmetric, its own scale: PyTorch's dynamic quantization), the products are summed in
 //! 32-bit integers, and one multiplication per output turns the sum back into f32.
 //!
-//! The inner loop multiplies unsigned 8-bit inputs by signed 8-bit weights, adding adjacent pairs
-//! into 16 bits (`vpmaddubsw`, 32 products an AVX2 instruction; AVX-512 machines run the same
-//! AVX2 code — a 512-bit path is for a session that can measure it), adds two such 16-bit results
-//! (eight products) and only then widens them into 32-bit sums (`vpmaddwd`): three multiplying
-//! instructions for 64 products instead of four, the pipes that bound the kernel on CPUs without
-//! VNNI. For that the four products a 16-bit lane sums must stay within ±32767: inputs are
+//! The inner loop multiplies unsigned 8-bit inputs by signed 8-bit weights. With VNNI (AVX-512
+//! VNNI, or AVX-VNNI) one `vpdpbusd` adds four such products into each 32-bit lane. Without it,
+//! adjacent pairs are added into 16 bits (`vpmaddubsw`, 32 products an AVX2 instruction), two such
+//! 16-bit results (eight products) are added and only then widened into 32-bit sums (`vpmaddwd`):
+//! three multiplying instructions for 64 products instead of four, the pipes that bound the kernel
+//! there. For that the four products a 16-bit lane sums must stay within ±32767: inputs are
 //! quantized to 7 bits (±63, stored shifted by 64 as 1…127, PyTorch's `reduce_range` on x86) and
 //! each output's weights to at most ±63 ([`WMAX`]): a column of the per-tensor int8 weights that
 //! uses more is re-quantized with its own scale, which loses one bit on that column only. The
-//! shift is taken back out with each output's weight sum. The sums are exact integers, so both
-//! paths (AVX2, plain Rust for other CPUs) give the same bits.
+//! shift is taken back out with each output's weight sum. The VNNI paths take the same quantized
+//! values and packing. The sums are exact integers, so every path (AVX-512 VNNI, AVX-VNNI, AVX2,
+//! plain Rust for other CPUs), chosen at run time, gives the same bits.
 
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
@@ -301,10 +302,10 @@ fn padded(k: usize) -> usize {
 /// One task's rows (quantized) times one layer's weights: every output of every row.
 fn rows(q: &[u8], scales: &[f32], w: &Int8Weights, bias: &[f32], y: &mut [MaybeUninit<f32>]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked above); `q` holds whole padded rows, one per row of
-        // `y` and entry of `scales`.
-        return unsafe { x86::rows_avx2(q, scales, w, bias, y) };
+    if let Some(kernel) = x86::Kernel::best() {
+        // SAFETY: the CPU has the kernel's instructions (`best` checked them); `q` holds whole
+        // padded rows, one per row of `y` and entry of `scales`.
+        return unsafe { kernel.rows(q, scales, w, bias, y) };
     }
     rows_portable(q, scales, w, bias, y);
 }
@@ -369,32 +370,195 @@ mod x86 {
 
     use super::{GROUP, Int8Weights, LANES, MaybeUninit, SHIFT};
 
-    /// Rows a pass of the kernel computes (each packed weight load feeds this many).
-    const R: usize = 4;
+    /// The x86 kernels, best first; [`Kernel::best`] picks the first this CPU runs.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(super) enum Kernel {
+        /// `vpdpbusd` on 256-bit registers, EVEX-encoded (AVX-512 VNNI with VL): 32 registers,
+        /// eight rows a pass.
+        Avx512Vnni,
+        /// `vpdpbusd` VEX-encoded (AVX-VNNI, on CPUs without AVX-512): 16 registers, four rows.
+        AvxVnni,
+        /// `vpmaddubsw` + `vpmaddwd`, two groups summed in 16 bits.
+        Avx2,
+    }
 
-    /// [`super::rows`] with AVX2: for sixteen outputs and four rows at a time, each group of four
-    /// input bytes broadcast and multiplied with two packed weight registers (`vpmaddubsw`), two
-    /// groups' 16-bit results added, widened into 32-bit lanes (`vpmaddwd` by ones), then
-    /// dequantized with bias and stored.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn rows_avx2(
+    impl Kernel {
+        /// Every kernel, best first.
+        pub(super) const ALL: [Kernel; 3] = [Kernel::Avx512Vnni, Kernel::AvxVnni, Kernel::Avx2];
+
+        /// Whether this CPU has the kernel's instructions.
+        pub(super) fn runs_here(self) -> bool {
+            match self {
+                Kernel::Avx512Vnni => {
+                    is_x86_feature_detected!("avx512vnni")
+                        && is_x86_feature_detected!("avx512vl")
+                        && is_x86_feature_detected!("fma")
+                }
+                Kernel::AvxVnni => is_x86_feature_detected!("avxvnni") && is_x86_feature_detected!("fma"),
+                Kernel::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            }
+        }
+
+        /// The best kernel this CPU runs, if any (detected once).
+        pub(super) fn best() -> Option<Kernel> {
+            static BEST: std::sync::OnceLock<Option<Kernel>> = std::sync::OnceLock::new();
+            *BEST.get_or_init(|| Kernel::ALL.into_iter().find(|k| k.runs_here()))
+        }
+
+        /// [`super::rows`] with this kernel.
+        ///
+        /// # Safety
+        /// The CPU runs the kernel ([`Kernel::runs_here`]); `q` holds whole padded rows, one per
+        /// entry of `scales` and row of `y`.
+        pub(super) unsafe fn rows(
+            self,
+            q: &[u8],
+            scales: &[f32],
+            w: &Int8Weights,
+            bias: &[f32],
+            y: &mut [MaybeUninit<f32>],
+        ) {
+            // SAFETY: the caller's contract.
+            unsafe {
+                match self {
+                    Kernel::Avx512Vnni => rows_avx512vnni(q, scales, w, bias, y),
+                    Kernel::AvxVnni => rows_avxvnni(q, scales, w, bias, y),
+                    Kernel::Avx2 => rows_avx2(q, scales, w, bias, y),
+                }
+            }
+        }
+    }
+
+    /// How a kernel adds one group of four input bytes (broadcast in `x`) times a packed weight
+    /// register into 32-bit sums, for sixteen outputs (two weight registers) at once.
+    trait Dot {
+        /// `acc += x · w` lane by lane, four byte products a lane.
+        unsafe fn dot(acc: __m256i, x: __m256i, w: __m256i) -> __m256i;
+    }
+
+    struct Evex;
+    impl Dot for Evex {
+        #[inline(always)]
+        unsafe fn dot(acc: __m256i, x: __m256i, w: __m256i) -> __m256i {
+            // SAFETY: called only from `rows_avx512vnni`, compiled for AVX-512 VNNI and VL.
+            unsafe { _mm256_dpbusd_epi32(acc, x, w) }
+        }
+    }
+
+    struct Vex;
+    impl Dot for Vex {
+        #[inline(always)]
+        unsafe fn dot(acc: __m256i, x: __m256i, w: __m256i) -> __m256i {
+            // SAFETY: called only from `rows_avxvnni`, compiled for AVX-VNNI.
+            unsafe { _mm256_dpbusd_avx_epi32(acc, x, w) }
+        }
+    }
+
+    #[target_feature(enable = "avx512vnni,avx512vl,avx512f,avx2,fma")]
+    unsafe fn rows_avx512vnni(
         q: &[u8],
         scales: &[f32],
         w: &Int8Weights,
         bias: &[f32],
         y: &mut [MaybeUninit<f32>],
     ) {
-        let (n, groups) = (w.n, w.groups);
-        let kp = groups * GROUP;
-        let m = scales.len();
+        // SAFETY: forwarded from `Kernel::rows`.
+        unsafe { rows_dpbusd::<Evex, 8>(q, scales, w, bias, y) }
+    }
+
+    #[target_feature(enable = "avxvnni,avx2,fma")]
+    unsafe fn rows_avxvnni(
+        q: &[u8],
+        scales: &[f32],
+        w: &Int8Weights,
+        bias: &[f32],
+        y: &mut [MaybeUninit<f32>],
+    ) {
+        // SAFETY: forwarded from `Kernel::rows`.
+        unsafe { rows_dpbusd::<Vex, 4>(q, scales, w, bias, y) }
+    }
+
+    /// The VNNI kernels: for sixteen outputs and `R` rows at a time (as many as the vector
+    /// registers hold accumulators for), each group of four input bytes broadcast and added into
+    /// two accumulators by `D::dot`.
+    #[inline(always)]
+    unsafe fn rows_dpbusd<D: Dot, const R: usize>(
+        q: &[u8],
+        scales: &[f32],
+        w: &Int8Weights,
+        bias: &[f32],
+        y: &mut [MaybeUninit<f32>],
+    ) {
+        // SAFETY: each broadcast reads four bytes of a group inside a row, each weight load 32
+        // bytes of group `g` inside its block (`passes`' pointers).
+        unsafe {
+            passes::<R>(q, scales, w, bias, y, |rp, w0, w1| {
+                let mut acc = [[_mm256_setzero_si256(); 2]; R];
+                for g in 0..w.groups {
+                    let b0 = _mm256_loadu_si256(w0.add(g * 32).cast());
+                    let b1 = _mm256_loadu_si256(w1.add(g * 32).cast());
+                    for i in 0..R {
+                        let x = _mm256_set1_epi32(rp[i].add(g * GROUP).cast::<i32>().read_unaligned());
+                        acc[i][0] = D::dot(acc[i][0], x, b0);
+                        acc[i][1] = D::dot(acc[i][1], x, b1);
+                    }
+                }
+                acc
+            })
+        }
+    }
+
+    /// [`super::rows`] with AVX2: for sixteen outputs and four rows at a time, each group of four
+    /// input bytes broadcast and multiplied with two packed weight registers (`vpmaddubsw`), two
+    /// groups' 16-bit results added, widened into 32-bit lanes (`vpmaddwd` by ones).
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_avx2(q: &[u8], scales: &[f32], w: &Int8Weights, bias: &[f32], y: &mut [MaybeUninit<f32>]) {
         let ones = _mm256_set1_epi16(1);
-        let shift = _mm256_set1_epi32(SHIFT);
-        let block = groups * LANES * GROUP;
-        // SAFETY: row pointers stay below `m` rows of `kp` bytes of `q`; each broadcast reads four
-        // bytes of a group inside a row (`groups` is even, so `g + 1` is a group); each weight
-        // load reads 32 bytes inside block `b`'s `block` bytes (`b` < `w.blocks`); the scales
-        // are padded to whole blocks; outputs are written through a bounds-checked temporary
-        // when a block runs past `n`.
+        // SAFETY: each broadcast reads four bytes of a group inside a row (`groups` is even, so
+        // `g + 1` is a group), each weight load 32 bytes of group `g` or `g + 1` inside its block.
+        unsafe {
+            passes::<4>(q, scales, w, bias, y, |rp, w0, w1| {
+                let mut acc = [[_mm256_setzero_si256(); 2]; 4];
+                for g in (0..w.groups).step_by(2) {
+                    let (a0, a1) = (w0.add(g * 32), w1.add(g * 32));
+                    let b0 = _mm256_loadu_si256(a0.cast());
+                    let b1 = _mm256_loadu_si256(a1.cast());
+                    let c0 = _mm256_loadu_si256(a0.add(32).cast());
+                    let c1 = _mm256_loadu_si256(a1.add(32).cast());
+                    for (acc, p) in acc.iter_mut().zip(rp) {
+                        let p = p.add(g * GROUP);
+                        let x = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
+                        let z = _mm256_set1_epi32(p.add(GROUP).cast::<i32>().read_unaligned());
+                        // Each 16-bit lane: four products of at most 127 · 63, exact.
+                        let s0 = _mm256_add_epi16(_mm256_maddubs_epi16(x, b0), _mm256_maddubs_epi16(z, c0));
+                        let s1 = _mm256_add_epi16(_mm256_maddubs_epi16(x, b1), _mm256_maddubs_epi16(z, c1));
+                        acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(s0, ones));
+                        acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(s1, ones));
+                    }
+                }
+                acc
+            })
+        }
+    }
+
+    /// The kernels' outer loops: for each pair of packed output blocks (sixteen outputs) and each
+    /// `R` rows, `sums` adds up the rows' products with the two blocks' weights (given each row's
+    /// and each block's first byte; a short pass repeats its last row), which are then
+    /// dequantized and stored.
+    #[inline(always)]
+    unsafe fn passes<const R: usize>(
+        q: &[u8],
+        scales: &[f32],
+        w: &Int8Weights,
+        bias: &[f32],
+        y: &mut [MaybeUninit<f32>],
+        sums: impl Fn([*const u8; R], *const i8, *const i8) -> [[__m256i; 2]; R],
+    ) {
+        let kp = w.groups * GROUP;
+        let m = scales.len();
+        let block = w.groups * LANES * GROUP;
+        // SAFETY: row pointers stay below `m` rows of `kp` bytes of `q`; blocks come in pairs, so
+        // block `b + 1` is inside the packing when `b` is.
         unsafe {
             let qp = q.as_ptr();
             let mut b = 0;
@@ -407,57 +571,57 @@ mod x86 {
                 while r < m {
                     let rows = R.min(m - r);
                     let rp: [*const u8; R] = std::array::from_fn(|i| qp.add((r + i.min(rows - 1)) * kp));
-                    let mut acc = [[_mm256_setzero_si256(); 2]; R];
-                    let mut g = 0;
-                    while g < groups {
-                        let (a0, a1) = (w0.add(g * 32), w1.add(g * 32));
-                        let b0 = _mm256_loadu_si256(a0.cast());
-                        let b1 = _mm256_loadu_si256(a1.cast());
-                        let c0 = _mm256_loadu_si256(a0.add(32).cast());
-                        let c1 = _mm256_loadu_si256(a1.add(32).cast());
-                        for i in 0..R {
-                            let p = rp[i].add(g * GROUP);
-                            let x = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
-                            let z = _mm256_set1_epi32(p.add(GROUP).cast::<i32>().read_unaligned());
-                            // Each 16-bit lane: four products of at most 127 · 63, exact.
-                            let s0 =
-                                _mm256_add_epi16(_mm256_maddubs_epi16(x, b0), _mm256_maddubs_epi16(z, c0));
-                            let s1 =
-                                _mm256_add_epi16(_mm256_maddubs_epi16(x, b1), _mm256_maddubs_epi16(z, c1));
-                            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(s0, ones));
-                            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(s1, ones));
-                        }
-                        g += 2;
-                    }
-                    for (h, j0) in [b * LANES, (b + 1) * LANES].into_iter().enumerate() {
-                        if j0 >= n {
-                            continue;
-                        }
-                        let live = LANES.min(n - j0);
-                        let mut sums = [0i32; LANES];
-                        let mut bs = [0f32; LANES];
-                        sums[..live].copy_from_slice(&w.sums[j0..j0 + live]);
-                        bs[..live].copy_from_slice(&bias[j0..j0 + live]);
-                        let corr = _mm256_mullo_epi32(_mm256_loadu_si256(sums.as_ptr().cast()), shift);
-                        let bv = _mm256_loadu_ps(bs.as_ptr());
-                        let ws = _mm256_loadu_ps(w.scales.as_ptr().add(j0));
-                        for (i, acc) in acc.iter().enumerate().take(rows) {
-                            let exact = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[h], corr));
-                            let s = _mm256_mul_ps(_mm256_set1_ps(scales[r + i]), ws);
-                            let v = _mm256_fmadd_ps(exact, s, bv);
-                            let out = y.as_mut_ptr().add((r + i) * n + j0).cast::<f32>();
-                            if live == LANES {
-                                _mm256_storeu_ps(out, v);
-                            } else {
-                                let mut tmp = [0f32; LANES];
-                                _mm256_storeu_ps(tmp.as_mut_ptr(), v);
-                                std::ptr::copy_nonoverlapping(tmp.as_ptr(), out, live);
-                            }
-                        }
-                    }
+                    store(&sums(rp, w0, w1)[..rows], r, b, scales, w, bias, y);
                     r += rows;
                 }
                 b += 2;
+            }
+        }
+    }
+
+    /// Rows `r…` of blocks `b` and `b + 1` from their exact sums `acc`: the inputs' shift taken out
+    /// with the weight sums, scaled by the row's and the output's scale, the bias added; a block
+    /// running past the outputs written through a bounds-checked temporary.
+    #[inline(always)]
+    unsafe fn store(
+        acc: &[[__m256i; 2]],
+        r: usize,
+        b: usize,
+        scales: &[f32],
+        w: &Int8Weights,
+        bias: &[f32],
+        y: &mut [MaybeUninit<f32>],
+    ) {
+        let n = w.n;
+        // SAFETY: the callers are compiled for AVX2 and FMA; rows `r..r + acc.len()` are rows of
+        // `y`, and the output scales are padded to whole blocks.
+        unsafe {
+            let shift = _mm256_set1_epi32(SHIFT);
+            for (h, j0) in [b * LANES, (b + 1) * LANES].into_iter().enumerate() {
+                if j0 >= n {
+                    continue;
+                }
+                let live = LANES.min(n - j0);
+                let mut sums = [0i32; LANES];
+                let mut bs = [0f32; LANES];
+                sums[..live].copy_from_slice(&w.sums[j0..j0 + live]);
+                bs[..live].copy_from_slice(&bias[j0..j0 + live]);
+                let corr = _mm256_mullo_epi32(_mm256_loadu_si256(sums.as_ptr().cast()), shift);
+                let bv = _mm256_loadu_ps(bs.as_ptr());
+                let ws = _mm256_loadu_ps(w.scales.as_ptr().add(j0));
+                for (i, acc) in acc.iter().enumerate() {
+                    let exact = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[h], corr));
+                    let s = _mm256_mul_ps(_mm256_set1_ps(scales[r + i]), ws);
+                    let v = _mm256_fmadd_ps(exact, s, bv);
+                    let out = y.as_mut_ptr().add((r + i) * n + j0).cast::<f32>();
+                    if live == LANES {
+                        _mm256_storeu_ps(out, v);
+                    } else {
+                        let mut tmp = [0f32; LANES];
+                        _mm256_storeu_ps(tmp.as_mut_ptr(), v);
+                        std::ptr::copy_nonoverlapping(tmp.as_ptr(), out, live);
+                    }
+                }
             }
         }
     }
@@ -519,6 +683,33 @@ mod tests {
         // A zero row gives the bias exactly.
         let zero = linear(&vec![0.0; k], &w, Some(&bias));
         assert_eq!(zero, bias);
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn every_x86_kernel_this_cpu_runs_gives_the_bits_of_the_portable_one() {
+        // Rows off every kernel's pass (8, 4), outputs off its blocks (16), inputs off its groups;
+        // weights and inputs at their extremes among ordinary values.
+        let (k, n, m) = (203, 45, 29);
+        let vals: Vec<i8> = (0..k * n).map(|i| ((i * 97 % 256) as i32 - 128) as i8).collect();
+        let w = Int8Weights::new(&vals, k, n, 0.004);
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 53 % 41) as f32 - 20.0) / 5.0).collect();
+        let bias: Vec<f32> = (0..n).map(|j| j as f32 * -0.25).collect();
+        let (q, scales) = quantized(&x, k);
+        let run = |f: &dyn Fn(&mut [MaybeUninit<f32>])| -> Vec<f32> {
+            let mut y = vec![MaybeUninit::uninit(); m * n];
+            f(&mut y);
+            // SAFETY: every kernel writes every output.
+            y.into_iter().map(|v| unsafe { v.assume_init() }).collect()
+        };
+        let portable = run(&|y| rows_portable(&q, &scales, &w, &bias, y));
+        let here: Vec<_> = x86::Kernel::ALL.into_iter().filter(|k| k.runs_here()).collect();
+        eprintln!("int8 kernels this CPU runs: {here:?}");
+        for kernel in here {
+            // SAFETY: the CPU runs the kernel (filtered above); `q` holds `m` padded rows.
+            let got = run(&|y| unsafe { kernel.rows(&q, &scales, &w, &bias, y) });
+            assert_eq!(got, portable, "{kernel:?}");
+        }
     }
 
     #[test]
