@@ -6,8 +6,8 @@
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
-use std::sync::Arc;
 
+use contrai_kernels::dropout::Mask;
 use contrai_kernels::{attention, feed_forward, layer_norm, linear, linears};
 use serde::{Deserialize, Serialize};
 
@@ -29,9 +29,9 @@ pub enum Pooling {
 pub trait Dropper {
     /// `x` with the mask of `site` applied.
     fn drop<const D: usize>(&self, x: Tensor<D>, site: u64) -> Tensor<D>;
-    /// The multipliers (0 or 1 / (1 − p)) of `site`'s mask over `n` attention probabilities;
+    /// The mask of `site` over the attention probabilities, drawn inside the attention kernel;
     /// `None` keeps them all.
-    fn mask(&self, site: u64, n: usize) -> Option<Arc<[f32]>>;
+    fn mask(&self, site: u64) -> Option<Mask>;
 }
 
 /// No dropout: evaluation.
@@ -43,7 +43,7 @@ impl Dropper for NoDropout {
         x
     }
 
-    fn mask(&self, _site: u64, _n: usize) -> Option<Arc<[f32]>> {
+    fn mask(&self, _site: u64) -> Option<Mask> {
         None
     }
 }
@@ -261,11 +261,9 @@ impl Bert {
         drop: Option<&D>,
     ) -> Tensor<3> {
         let (l, eps) = (&self.encoder.layer[i], self.layer_norm_eps);
-        let [b, s, _] = hs.dims();
         // Three dropout sites a layer after the embeddings' one.
         let at = SITE_EMBEDDINGS + 1 + 3 * i as u64;
-        let probs = b * l.attention.self_attn.heads * s * s;
-        let mask = drop.and_then(|d| d.mask(at, probs));
+        let mask = drop.and_then(|d| d.mask(at));
         let ctx = l.attention.self_attn.forward(hs.clone(), bias.clone(), mask);
         let a = linear(&l.attention.output.dense, ctx);
         let hs = layer_norm(&l.attention.output.layer_norm, dropped(a, drop, at + 1) + hs, eps);
@@ -314,9 +312,9 @@ fn key_bias(x: &Inputs) -> Tensor<4> {
 }
 
 impl SelfAttention {
-    /// The heads' context vectors `[batch, seq, hidden]`; `drop` multiplies the attention
-    /// probabilities (`[batch, heads, seq, seq]` values).
-    pub fn forward(&self, x: Tensor<3>, bias: Tensor<4>, drop: Option<Arc<[f32]>>) -> Tensor<3> {
+    /// The heads' context vectors `[batch, seq, hidden]`; `drop`'s mask multiplies the attention
+    /// probabilities (`[batch, heads, seq, seq]`).
+    pub fn forward(&self, x: Tensor<3>, bias: Tensor<4>, drop: Option<Mask>) -> Tensor<3> {
         let [q, k, v] = linears([&self.query, &self.key, &self.value], x);
         attention(q, k, v, bias, self.heads, drop)
     }

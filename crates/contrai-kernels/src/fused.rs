@@ -20,6 +20,7 @@ use burn::backend::{
 };
 
 use crate::denormals::tally;
+use crate::dropout::Mask;
 use crate::int8::{self, Int8Weights};
 use crate::math;
 use crate::matmul::{self, Heads};
@@ -60,15 +61,15 @@ pub trait Fused: Backend {
     fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, bias: FloatTensor<Self>)
     -> FloatTensor<Self>;
     /// Multi-head attention over `[batch, seq, heads · dim]` f32 projections
-    /// ([`crate::matmul::attention`]); `key_bias` is `[batch, 1, 1, seq]`, `drop` the dropout
-    /// multiplier of the probabilities (`[batch, heads, seq, seq]` values, data, not differentiated).
+    /// ([`crate::matmul::attention`]); `key_bias` is `[batch, 1, 1, seq]` (data, not
+    /// differentiated), `drop` the dropout mask of the probabilities (`[batch, heads, seq, seq]`).
     #[allow(clippy::too_many_arguments)]
     fn fused_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         key_bias: FloatTensor<Self>,
-        drop: Option<std::sync::Arc<[f32]>>,
+        drop: Option<Mask>,
         heads: usize,
         scale: f32,
     ) -> FloatTensor<Self>;
@@ -103,7 +104,7 @@ pub trait FusedBackward: Backend {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         key_bias: FloatTensor<Self>,
-        drop: Option<std::sync::Arc<[f32]>>,
+        drop: Option<Mask>,
         heads: usize,
         scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
@@ -114,7 +115,7 @@ pub trait FusedBackward: Backend {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         probabilities: FloatTensor<Self>,
-        drop: Option<std::sync::Arc<[f32]>>,
+        drop: Option<Mask>,
         grad: FloatTensor<Self>,
         heads: usize,
         scale: f32,
@@ -224,7 +225,7 @@ impl Fused for Flex {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         key_bias: FloatTensor<Self>,
-        drop: Option<std::sync::Arc<[f32]>>,
+        drop: Option<Mask>,
         heads: usize,
         scale: f32,
     ) -> FloatTensor<Self> {
@@ -265,7 +266,7 @@ fn attend(
     k: FlexTensor,
     v: FlexTensor,
     key_bias: FlexTensor,
-    drop: Option<std::sync::Arc<[f32]>>,
+    drop: Option<Mask>,
     heads: usize,
     scale: f32,
     keep: bool,
@@ -283,7 +284,7 @@ fn attend(
         values(&k),
         values(&v),
         values(&key_bias),
-        drop.as_deref(),
+        drop,
         scale,
         keep,
     );
@@ -348,7 +349,7 @@ impl FusedBackward for Flex {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         key_bias: FloatTensor<Self>,
-        drop: Option<std::sync::Arc<[f32]>>,
+        drop: Option<Mask>,
         heads: usize,
         scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
@@ -360,7 +361,7 @@ impl FusedBackward for Flex {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         probabilities: FloatTensor<Self>,
-        drop: Option<std::sync::Arc<[f32]>>,
+        drop: Option<Mask>,
         grad: FloatTensor<Self>,
         heads: usize,
         scale: f32,
@@ -373,7 +374,7 @@ impl FusedBackward for Flex {
             values(&k),
             values(&v),
             values(&p),
-            drop.as_deref(),
+            drop,
             values(&g),
             scale,
         );
@@ -523,14 +524,14 @@ impl<B: Fused + FusedBackward, C: CheckpointStrategy> Fused for Autodiff<B, C> {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         key_bias: FloatTensor<Self>,
-        drop: Option<std::sync::Arc<[f32]>>,
+        drop: Option<Mask>,
         heads: usize,
         scale: f32,
     ) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct Attention;
 
-        type Saved<B> = ([FloatTensor<B>; 4], Option<std::sync::Arc<[f32]>>, usize, f32);
+        type Saved<B> = ([FloatTensor<B>; 4], Option<Mask>, usize, f32);
 
         impl<B: FusedBackward> Backward<B, 3> for Attention {
             type State = Saved<B>;
@@ -549,15 +550,8 @@ impl<B: Fused + FusedBackward, C: CheckpointStrategy> Fused for Autodiff<B, C> {
         match Attention.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let [q, k, v] = [q, k, v].map(|t| t.into_primitive());
-                let (ctx, p) = B::fused_attention_keep(
-                    q.clone(),
-                    k.clone(),
-                    v.clone(),
-                    key_bias,
-                    drop.clone(),
-                    heads,
-                    scale,
-                );
+                let (ctx, p) =
+                    B::fused_attention_keep(q.clone(), k.clone(), v.clone(), key_bias, drop, heads, scale);
                 prep.finish(([q, k, v, p], drop, heads, scale), ctx)
             }
             OpsKind::UnTracked(prep) => {

@@ -8,6 +8,7 @@
 //! autodiff they run the forward kernel alone.
 
 pub mod denormals;
+pub mod dropout;
 pub mod fused;
 pub mod int8;
 pub mod math;
@@ -21,6 +22,7 @@ use burn::nn::{LayerNorm, Linear};
 use burn::tensor::quantization::QuantizedBytes;
 use burn::tensor::{DType, Tensor};
 
+use dropout::Mask;
 use fused::{Fused, Int8Layer, NormValues};
 use int8::Int8Weights;
 use xxhash_rust::xxh3::Xxh3;
@@ -226,19 +228,19 @@ fn int8_layer(layer: &Linear) -> Option<Int8Layer> {
 /// (`[batch, seq, heads · dim]` each, as the linear layers give them), in one operation with its
 /// own backward pass ([`matmul::attention`]): `softmax(q kᵀ / √dim + key_bias) ⊙ drop · v` for
 /// each head, the heads read from and written to the projections' layout in place. `key_bias` is
-/// `[batch, 1, 1, seq]` (0 for real keys, −1e4 for padding); `drop`, when given, multiplies the
-/// probabilities (`[batch, heads, seq, seq]` values: 0 or 1 / (1 − p)). Both are data.
+/// `[batch, 1, 1, seq]` (0 for real keys, −1e4 for padding), data; `drop`'s mask, when given,
+/// multiplies the probabilities (`[batch, heads, seq, seq]`), drawn head by head inside the kernel.
 ///
 /// # Panics
 /// When the width is not a multiple of `heads`, the three projections differ in shape, or the
-/// key bias or dropout mask does not fit.
+/// key bias does not fit.
 pub fn attention(
     q: Tensor<3>,
     k: Tensor<3>,
     v: Tensor<3>,
     key_bias: Tensor<4>,
     heads: usize,
-    drop: Option<Arc<[f32]>>,
+    drop: Option<Mask>,
 ) -> Tensor<3> {
     let [b, s, width] = q.dims();
     assert!(
@@ -276,7 +278,7 @@ fn unfused_attention(
     v: Tensor<3>,
     key_bias: Tensor<4>,
     heads: usize,
-    drop: Option<Arc<[f32]>>,
+    drop: Option<Mask>,
     scale: f32,
 ) -> Tensor<3> {
     let [b, s, width] = q.dims();
@@ -284,7 +286,7 @@ fn unfused_attention(
     let (q, k, v) = (split(q), split(k), split(v));
     let mut probs = attention_softmax(q.matmul(k.swap_dims(2, 3)), scale, key_bias);
     if let Some(d) = drop {
-        let mask = burn::tensor::TensorData::new(d.to_vec(), probs.dims());
+        let mask = burn::tensor::TensorData::new(d.values(probs.shape().num_elements()), probs.dims());
         probs = probs.clone() * Tensor::from_data(mask, &probs.device());
     }
     probs.matmul(v).swap_dims(1, 2).reshape([b, s, width])

@@ -16,6 +16,7 @@
 
 use rayon::prelude::*;
 
+use crate::dropout::Mask;
 use crate::math;
 
 /// Below this many multiply-adds a product runs on one core (Burn flex's threshold).
@@ -285,8 +286,8 @@ impl Heads {
         b * self.seq * self.width() + h * self.dim
     }
 
-    /// Panics unless the projections and the dropout mask fit these sizes.
-    fn check(&self, [q, k, v]: [&[f32]; 3], drop: Option<&[f32]>) {
+    /// Panics unless the projections fit these sizes.
+    fn check(&self, [q, k, v]: [&[f32]; 3]) {
         let n = self.elements();
         assert!(
             q.len() == n && k.len() == n && v.len() == n,
@@ -295,13 +296,6 @@ impl Heads {
             self.seq,
             self.width()
         );
-        if let Some(d) = drop {
-            assert_eq!(
-                d.len(),
-                self.probabilities(),
-                "attention: the dropout mask is [batch, heads, seq, seq]"
-            );
-        }
     }
 }
 
@@ -316,8 +310,8 @@ pub struct Attended {
 /// Multi-head attention: for each sample and head, `softmax(q kᵀ · scale + key_bias) ⊙ drop · v`.
 /// `q`, `k`, `v` and the context are `[batch, seq, heads · dim]` (the projections' own layout);
 /// `key_bias` is `[batch, seq]` (0 for real keys, −1e4 for padding); `drop`, when given, is the
-/// dropout multiplier of the probabilities, `[batch, heads, seq, seq]`. The probabilities are
-/// returned when `keep` is set (the backward pass needs them).
+/// dropout mask of the probabilities, `[batch, heads, seq, seq]`, each head's block drawn inside
+/// its task. The probabilities are returned when `keep` is set (the backward pass needs them).
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     shape: Heads,
@@ -325,11 +319,11 @@ pub fn attention(
     k: &[f32],
     v: &[f32],
     key_bias: &[f32],
-    drop: Option<&[f32]>,
+    drop: Option<Mask>,
     scale: f32,
     keep: bool,
 ) -> Attended {
-    shape.check([q, k, v], drop);
+    shape.check([q, k, v]);
     assert_eq!(
         key_bias.len(),
         shape.batch * shape.seq,
@@ -373,7 +367,7 @@ fn attend_units(
     shape: Heads,
     [q, k, v]: [&[f32]; 3],
     key_bias: &[f32],
-    drop: Option<&[f32]>,
+    drop: Option<Mask>,
     scale: f32,
     out: Out,
     kept: Option<Out>,
@@ -407,10 +401,7 @@ fn attend_units(
                 unsafe { std::ptr::copy_nonoverlapping(probs.as_ptr(), kept.at(at), s * s) };
             }
             if let Some(d) = drop {
-                probs
-                    .iter_mut()
-                    .zip(&d[at..at + s * s])
-                    .for_each(|(p, m)| *p *= m);
+                d.apply(at, probs);
             }
             // SAFETY: task `unit` alone writes head `unit` of the context (`s × dim`, rows
             // `width` apart); `probs` is `s × s` and head `unit` of v is `s × dim`.
@@ -440,11 +431,11 @@ pub fn attention_backward(
     k: &[f32],
     v: &[f32],
     probabilities: &[f32],
-    drop: Option<&[f32]>,
+    drop: Option<Mask>,
     grad: &[f32],
     scale: f32,
 ) -> [Vec<f32>; 3] {
-    shape.check([q, k, v], drop);
+    shape.check([q, k, v]);
     assert_eq!(
         probabilities.len(),
         shape.probabilities(),
@@ -462,11 +453,18 @@ pub fn attention_backward(
     }
     let [dq, dk, dv] = grads.each_mut().map(|g| Out(g.as_mut_ptr()));
     (0..units).into_par_iter().for_each_init(
-        || (vec![0f32; s * s], vec![0f32; s * s]),
-        |(a, da), unit| {
+        || (vec![0f32; s * s], vec![0f32; s * s], vec![0f32; s * s]),
+        |(a, da, mask), unit| {
             let at = unit * s * s;
             let p = &probabilities[at..at + s * s];
-            let m = drop.map(|d| &d[at..at + s * s]);
+            // The head's block of the forward's mask, drawn again.
+            let m = match drop {
+                Some(d) => {
+                    d.fill(at, mask);
+                    Some(&mask[..])
+                }
+                None => None,
+            };
             // a = p ⊙ drop: what multiplied v.
             match m {
                 Some(m) => a.iter_mut().zip(p).zip(m).for_each(|((a, p), m)| *a = p * m),

@@ -7,6 +7,7 @@ use burn::module::Param;
 use burn::nn::{LayerNorm, LayerNormConfig};
 use burn::tensor::activation;
 use burn::tensor::{Device, Tensor, TensorData};
+use contrai_kernels::dropout::Mask;
 
 const TOL: f32 = 1e-5;
 
@@ -376,12 +377,9 @@ fn attention_matches_burn_with_padding_and_dropout() {
             })
             .collect();
         let bias = tensor(bias, [b, 1, 1, s], &device);
-        let drop: Option<Vec<f32>> = dropout.then(|| {
-            values(b * heads * s * s, 21, 1.0)
-                .into_iter()
-                .map(|u| if u < -0.8 { 0.0 } else { 1.0 / 0.9 })
-                .collect()
-        });
+        // The kernel draws each head's block of the mask itself (heads of s² elements start
+        // inside a draw and a stream when s is odd); the reference multiplies the whole mask.
+        let drop = dropout.then(|| Mask::new(0.1, 21, 5).unwrap());
         let inputs = [31, 32, 33].map(|seed| values(n, seed, 3.0));
         let weights = tensor(values(n, 96, 1.0), [b, s, w], &device);
         let run = |fused: bool| {
@@ -389,10 +387,9 @@ fn attention_matches_burn_with_padding_and_dropout() {
                 .clone()
                 .map(|x| tensor(x, [b, s, w], &device).require_grad());
             let y = if fused {
-                let d = drop.clone().map(Into::into);
-                contrai_kernels::attention(q.clone(), k.clone(), v.clone(), bias.clone(), heads, d)
+                contrai_kernels::attention(q.clone(), k.clone(), v.clone(), bias.clone(), heads, drop)
             } else {
-                let d = drop.clone().map(|d| tensor(d, [b, heads, s, s], &device));
+                let d = drop.map(|d| tensor(d.values(b * heads * s * s), [b, heads, s, s], &device));
                 attention_reference([q.clone(), k.clone(), v.clone()], bias.clone(), heads, d)
             };
             let grads = (y.clone() * weights.clone()).sum().backward();

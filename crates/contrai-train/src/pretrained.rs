@@ -8,7 +8,7 @@ use burn::tensor::{Device, Int, Tensor};
 use contrai_bert::{BertClassifier, Dropper, Inputs, ModelDir, Pooling};
 use contrai_recipe::recipe::Model as ModelSpec;
 
-use crate::dropout::Dropout;
+use crate::dropout::{Dropout, Mask};
 use crate::error::{Result, TrainError};
 use crate::model::{Init, TextBatch};
 
@@ -71,8 +71,8 @@ impl Dropper for Drop<'_> {
         self.0.apply(x, site, &device)
     }
 
-    fn mask(&self, site: u64, n: usize) -> Option<std::sync::Arc<[f32]>> {
-        (self.0.p > 0.0).then(|| self.0.mask_values(site, n).into())
+    fn mask(&self, site: u64) -> Option<Mask> {
+        self.0.mask(site)
     }
 }
 
