@@ -40,6 +40,11 @@ pub struct RunInfo {
     /// ([`crate::budget::main_for_job`]).
     #[serde(default)]
     pub job_steps: Option<u64>,
+    /// Whether the job recomputes activations in its backward pass (a PyTorch job's gradient
+    /// checkpointing, on by its own settings or turned on by the engine for the recipe's
+    /// `model.gradient_checkpointing`), when the engine knows: the plan says what runs.
+    #[serde(default)]
+    pub gradient_checkpointing: Option<bool>,
 }
 
 /// The lifecycle of one run.
@@ -79,6 +84,9 @@ impl Conductor {
     fn with_state(mut recipe: Recipe, info: RunInfo, state: State) -> Conductor {
         if let Some(job) = info.job_steps {
             recipe.main.steps = crate::budget::main_for_job(&recipe, job);
+        }
+        if let Some(on) = info.gradient_checkpointing {
+            recipe.model.gradient_checkpointing = on;
         }
         let steps = PhaseSteps::new(&recipe);
         let watch = Watch::new(&recipe, steps.validate + steps.main, info.classes as u32);

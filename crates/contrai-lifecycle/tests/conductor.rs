@@ -52,6 +52,7 @@ fn info() -> RunInfo {
         weights: weights.map(String::from).to_vec(),
         heads: Some(2),
         job_steps: None,
+        gradient_checkpointing: None,
     }
 }
 
@@ -677,6 +678,22 @@ fn the_state_round_trips_through_serde_mid_phase_and_the_run_continues_alike() {
 /// The rows a checkpoint recorded (`rows` of them).
 fn whole_history(sim: &Sim, rows: usize) -> Vec<MetricsRow> {
     sim.history[..rows].to_vec()
+}
+
+#[test]
+fn the_plan_says_whether_the_job_recomputes_activations_when_the_engine_knows() {
+    let plan = |recipe: bool, job: Option<bool>| {
+        let mut r = Recipe::default();
+        r.model.gradient_checkpointing = recipe;
+        let info = RunInfo {
+            gradient_checkpointing: job,
+            ..info()
+        };
+        Conductor::new(r, info).plan().plan.gradient_checkpointing
+    };
+    assert!(plan(false, Some(true)), "the job's own checkpointing");
+    assert!(!plan(true, Some(false)), "what runs, whatever the recipe asked");
+    assert!(plan(true, None) && !plan(false, None), "unknown: the recipe's");
 }
 
 #[test]

@@ -60,6 +60,7 @@ fn info() -> RunInfo {
         weights: vec!["layers.0.weight".into(), "head.weight".into()],
         heads: None,
         job_steps: None,
+        gradient_checkpointing: None,
     }
 }
 

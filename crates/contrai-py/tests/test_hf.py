@@ -19,7 +19,8 @@ from transformers import (BertForSequenceClassification, Trainer, TrainerCallbac
 import contrai
 from contrai._compat import UntestedVersion
 from contrai._compat import hf as compat
-from contrai.engine import job_steps, planned_steps
+from contrai.conductor import Conductor, RunInfo
+from contrai.engine import Engine, job_steps, planned_steps
 from contrai.hf import ContraiCallback
 
 if TYPE_CHECKING:
@@ -365,3 +366,21 @@ def test_a_nan_the_trainers_log_hides_is_counted_from_the_raw_loss(tmp_path: Pat
     assert t.model is not None and all(torch.isfinite(p).all() for p in t.model.parameters()), \
         "the NaN step's weights were replaced"
     assert (tmp_path / "run" / "final" / "eval.json").exists()
+
+
+def test_the_recipes_gradient_checkpointing_runs_in_the_job_and_the_plan_says_what_runs(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text("[model]\ngradient_checkpointing = true\n" + HF_RECIPE)
+    trainer, _, _ = train(tmp_path, recipe, max_steps=80)
+    run = tmp_path / "run"
+    assert trainer.model is not None and compat.checkpointing_on(trainer.model), "the engine turned it on"
+    assert json.loads((run / "plan.json").read_text())["gradient_checkpointing"] is True
+    assert json.loads((run / "final" / "eval.json").read_text())["planned_steps"] == 100, "every phase ran"
+    # A job that checkpoints by its own settings: the plan says so though the recipe does not.
+    on = Conductor(HF_RECIPE, RunInfo(train_samples=400, classes=2, gradient_checkpointing=True)).plan()
+    off = Conductor(HF_RECIPE, RunInfo(train_samples=400, classes=2, gradient_checkpointing=False)).plan()
+    assert on.get("gradient_checkpointing") is True and not off.get("gradient_checkpointing", False)
+    # A model with nothing that can recompute: refused, saying what to do instead.
+    job = cast(Any, SimpleNamespace(model=torch.nn.Sequential(torch.nn.Linear(2, 2)), rank=0))
+    with pytest.raises(ValueError, match=r"model.gradient_checkpointing = true, but Sequential"):
+        Engine(job, tmp_path / "other", recipe.read_text(), str(recipe), 2).checkpointing()

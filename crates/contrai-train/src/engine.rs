@@ -189,6 +189,7 @@ impl<'a> Engine<'a> {
             weights: matrix_paths(&model),
             heads: (recipe.model.kind != contrai_recipe::ModelKind::Mlp).then_some(recipe.model.heads),
             job_steps: None,
+            gradient_checkpointing: None,
         };
         let model = match &recipe.model.lora {
             Some(l) => {

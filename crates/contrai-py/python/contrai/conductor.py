@@ -27,6 +27,8 @@ class RunInfo:
     heads: int | None = None
     # The job's own optimizer-step budget, when the recipe leaves main.steps to it.
     job_steps: int | None = None
+    # Whether the job recomputes activations (gradient checkpointing): the plan says what runs.
+    gradient_checkpointing: bool | None = None
 
 
 def kind(item: Any) -> tuple[str, Any]:

@@ -30,7 +30,8 @@ from .compact import Cut, save_compacted, units_removed
 from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
 from .masks import Masks, head_count, matrices
-from .model import class_names, cpu_batches, cpu_copy, dropout_sites, first_device, set_dropout, state_bytes, unwrap
+from .model import (class_names, cpu_batches, cpu_copy, dropout_sites, first_device, recompute, recomputes, set_dropout,
+                    state_bytes, unwrap)
 from .protocol import State, Turn
 from .resume import check_lr
 
@@ -195,6 +196,7 @@ class Engine:
         self.dropout_scale = 1.0
         self.base_dropout: dict[str, float] = {}
         self.plan: dict[str, Any] | None = None
+        self.recomputing: bool | None = None
         self.finished: dict[str, Any] | None = None
         self.failed: str | None = None
         self.started = time.time()
@@ -261,13 +263,30 @@ class Engine:
             weights=[name for name, _ in matrices(m)],
             heads=head_count(m),
             job_steps=self.job_steps,
+            gradient_checkpointing=self.recomputing,
         )
+
+    def checkpointing(self) -> bool:
+        """Gradient checkpointing as the run trains: the job's own, or turned on here (on every
+        rank) for the recipe's ``model.gradient_checkpointing``; a model that cannot is refused."""
+        if recomputes(self.job.model):
+            return True
+        recipe = json.loads(_core.recipe_json(self.recipe_toml, self.recipe_path))
+        if not recipe["model"].get("gradient_checkpointing", False):
+            return False
+        if recompute(self.job.model):
+            return True
+        raise ValueError(
+            f"{self.recipe_path}: model.gradient_checkpointing = true, but {type(unwrap(self.job.model)).__name__} "
+            "holds no transformers model that supports it (supports_gradient_checkpointing): wrap its blocks in "
+            "torch.utils.checkpoint.checkpoint(..., use_reentrant=False) yourself, or set it to false")
 
     def start(self, resume: dict[str, Any] | None = None) -> None:
         """Opens the run directory and the conductor (fresh, or resumed from a checkpoint's
         record), then carries out the first turn."""
         lens = (0, 0) if resume is None else (resume["metrics_len"], resume["decisions_len"])
         self.remember_dropout()
+        self.recomputing = self.checkpointing()
         if self.leader:
             self.lock = hold(self.run_dir)
             # quarantine.jsonl: a new run starts it empty, a resume cuts it back to its checkpoint

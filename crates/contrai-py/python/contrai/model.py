@@ -1,6 +1,7 @@
 """What the PyTorch engine reads from and sets on a running ``torch.nn.Module``, whatever the
 framework: the model inside its wrappers, its device and class names, its bytes, every dropout
-probability it reads, and batches moved to the CPU (for the int8 model)."""
+probability it reads, whether it recomputes activations, and batches moved to the CPU (for the
+int8 model)."""
 
 from __future__ import annotations
 
@@ -99,3 +100,33 @@ def set_dropout(model: torch.nn.Module, values: dict[str, float]) -> None:
             setattr(cfg, attr, v)
         elif owner in modules or owner == "":
             setattr(modules[owner], attr, v)
+
+
+def recomputes(model: torch.nn.Module) -> bool:
+    """Whether gradient checkpointing is on somewhere in ``model``: transformers marks each layer it
+    checkpoints (``gradient_checkpointing = True``), whoever turned it on (the Trainer, the user)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+
+
+def recompute(model: torch.nn.Module) -> bool:
+    """Turns non-reentrant gradient checkpointing on in every transformers model inside ``model``
+    (itself, the one a PEFT wrapper or a LightningModule holds) that supports it, the KV cache off
+    (a causal LM's cache is useless in training and clashes with recomputation); ``False`` when
+    there is none. Non-reentrant: frozen embeddings (LoRA) need no input-gradient hook."""
+    done = False
+    for m in model.modules():
+        if not getattr(m, "supports_gradient_checkpointing", False) or recomputes(m):
+            continue
+        # transformers 5.x names it activation checkpointing (the old name a deprecated alias).
+        enable = getattr(m, "activation_checkpointing_enable", None)
+        key = "activation_checkpointing_kwargs"
+        if not callable(enable):
+            enable, key = getattr(m, "gradient_checkpointing_enable", None), "gradient_checkpointing_kwargs"
+        if not callable(enable):
+            continue
+        enable(**{key: {"use_reentrant": False}})
+        config = getattr(m, "config", None)
+        if getattr(config, "use_cache", None):
+            config.use_cache = False  # type: ignore[union-attr]
+        done = True
+    return done

@@ -521,6 +521,7 @@ class RunInfo(TypedDict):
     """What the conductor knows of the run before it starts."""
 
     classes: int
+    gradient_checkpointing: NotRequired[Union[bool, None]]
     heads: NotRequired[Union[int, None]]
     job_steps: NotRequired[Union[int, None]]
     train_samples: int
