@@ -454,6 +454,7 @@ mod x86 {
         }
     }
 
+    /// The VNNI kernel compiled for AVX-512 VNNI (the target features are what differs).
     #[target_feature(enable = "avx512vnni,avx512vl,avx512f,avx2,fma")]
     unsafe fn rows_avx512vnni(
         q: &[u8],
@@ -466,6 +467,7 @@ mod x86 {
         unsafe { rows_dpbusd::<Evex, 8>(q, scales, w, bias, y) }
     }
 
+    /// The VNNI kernel compiled for AVX-VNNI.
     #[target_feature(enable = "avxvnni,avx2,fma")]
     unsafe fn rows_avxvnni(
         q: &[u8],
