@@ -22,6 +22,7 @@ from contrai._compat import hf as compat
 from contrai.conductor import Conductor, RunInfo
 from contrai.engine import Engine, job_steps, planned_steps
 from contrai.hf import ContraiCallback
+from contrai.model import recompute, recomputes
 
 if TYPE_CHECKING:
     from transformers.models.bert.modeling_bert import BertLayer
@@ -380,6 +381,9 @@ def test_the_recipes_gradient_checkpointing_runs_in_the_job_and_the_plan_says_wh
     on = Conductor(HF_RECIPE, RunInfo(train_samples=400, classes=2, gradient_checkpointing=True)).plan()
     off = Conductor(HF_RECIPE, RunInfo(train_samples=400, classes=2, gradient_checkpointing=False)).plan()
     assert on.get("gradient_checkpointing") is True and not off.get("gradient_checkpointing", False)
+    # A transformers model inside another module (a LightningModule's attribute) is found and turned on.
+    holder = torch.nn.ModuleDict({"encoder": tiny_bert(), "head": torch.nn.Linear(2, 2)})
+    assert not recomputes(holder) and recompute(holder) and recomputes(holder)
     # A model with nothing that can recompute: refused, saying what to do instead.
     job = cast(Any, SimpleNamespace(model=torch.nn.Sequential(torch.nn.Linear(2, 2)), rank=0))
     with pytest.raises(ValueError, match=r"model.gradient_checkpointing = true, but Sequential"):

@@ -337,3 +337,8 @@ def test_the_tested_lightning_range_is_the_declared_one_and_checked(tmp_path: Pa
     with pytest.warns(UntestedVersion, match=r"tested with lightning<1, and lightning \S+ is installed"):
         with pytest.raises(ValueError, match="needs validation data"):
             cb.on_train_start(SimpleNamespace(val_dataloaders=None), Mlp())  # type: ignore[arg-type]
+
+
+def test_the_recipes_gradient_checkpointing_is_refused_for_a_module_that_cannot_recompute(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"model.gradient_checkpointing = true, but Mlp holds no transformers model"):
+        fit_once(tmp_path, Mlp(), "[model]\ngradient_checkpointing = true\n" + RECIPE)
