@@ -299,6 +299,20 @@ fn padded(k: usize) -> usize {
     k.div_ceil(2 * GROUP) * 2 * GROUP
 }
 
+/// The environment variable that picks the int8 kernel (`avx512vnni`, `avxvnni`, `avx2` or
+/// `portable`; one this CPU does not run is passed over for the best it does), so that the paths
+/// can be measured side by side with one binary. They give the same bits.
+pub const KERNEL_VAR: &str = "CONTRAI_INT8_KERNEL";
+
+/// The int8 kernel this process runs (see [`KERNEL_VAR`]).
+pub fn kernel() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k) = x86::Kernel::best() {
+        return k.name();
+    }
+    "portable"
+}
+
 /// One task's rows (quantized) times one layer's weights: every output of every row.
 fn rows(q: &[u8], scales: &[f32], w: &Int8Weights, bias: &[f32], y: &mut [MaybeUninit<f32>]) {
     #[cfg(target_arch = "x86_64")]
@@ -399,10 +413,30 @@ mod x86 {
             }
         }
 
-        /// The best kernel this CPU runs, if any (detected once).
+        /// The name [`super::kernel`] gives it.
+        pub(super) fn name(self) -> &'static str {
+            match self {
+                Kernel::Avx512Vnni => "avx512vnni",
+                Kernel::AvxVnni => "avxvnni",
+                Kernel::Avx2 => "avx2",
+            }
+        }
+
+        /// The kernel this process runs, if any (chosen once): the one [`super::KERNEL_VAR`]
+        /// names when this CPU runs it (none for `portable`), else the best this CPU runs.
         pub(super) fn best() -> Option<Kernel> {
             static BEST: std::sync::OnceLock<Option<Kernel>> = std::sync::OnceLock::new();
-            *BEST.get_or_init(|| Kernel::ALL.into_iter().find(|k| k.runs_here()))
+            *BEST.get_or_init(|| {
+                let here = || Kernel::ALL.into_iter().find(|k| k.runs_here());
+                match std::env::var(super::KERNEL_VAR).ok().as_deref() {
+                    Some("portable") => None,
+                    Some(name) => Kernel::ALL
+                        .into_iter()
+                        .find(|k| k.name() == name && k.runs_here())
+                        .or_else(here),
+                    None => here(),
+                }
+            })
         }
 
         /// [`super::rows`] with this kernel.
@@ -706,7 +740,16 @@ mod tests {
         };
         let portable = run(&|y| rows_portable(&q, &scales, &w, &bias, y));
         let here: Vec<_> = x86::Kernel::ALL.into_iter().filter(|k| k.runs_here()).collect();
-        eprintln!("int8 kernels this CPU runs: {here:?}");
+        eprintln!(
+            "int8 kernels this CPU runs: {here:?}; this process runs {}",
+            kernel()
+        );
+        assert!(
+            here.iter()
+                .map(|k| k.name())
+                .chain(["portable"])
+                .any(|n| n == kernel())
+        );
         for kernel in here {
             // SAFETY: the CPU runs the kernel (filtered above); `q` holds `m` padded rows.
             let got = run(&|y| unsafe { kernel.rows(&q, &scales, &w, &bias, y) });

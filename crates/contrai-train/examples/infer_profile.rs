@@ -3,7 +3,8 @@
 //! run; medians in milliseconds.
 //!
 //! `cargo run --release --example infer_profile -p contrai-train [RUNS] [f32|int8]` (one model
-//! alone, for a profiler)
+//! alone, for a profiler); `CONTRAI_INT8_KERNEL=avx2` (or `avx512vnni`, `avxvnni`, `portable`)
+//! times another int8 kernel than the best this CPU runs. The line says which ran.
 
 use burn::tensor::Device;
 use contrai_recipe::Recipe;
@@ -54,7 +55,8 @@ fn main() {
         contrai_stats::median(&q).unwrap(),
     );
     println!(
-        "f32 {a:.2} ms, int8 {q:.2} ms a batch of {b}: int8 / f32 = {:.2}",
-        q / a
+        "f32 {a:.2} ms, int8 {q:.2} ms a batch of {b}: int8 / f32 = {:.2} (int8 kernel {})",
+        q / a,
+        contrai_kernels::int8::kernel()
     );
 }
