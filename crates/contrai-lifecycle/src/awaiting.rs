@@ -9,7 +9,7 @@ use contrai_recipe::Phase;
 use contrai_run::{Decision, Int8Eval};
 
 use crate::protocol::Int8Verdict;
-use crate::sensitivity::{Joint, Sensitivity};
+use crate::sensitivity::{Joint, Scan, Sensitivity};
 
 /// A phase's end decided during a step, recorded once the step's rules have all run.
 #[derive(Debug)]
@@ -88,10 +88,11 @@ pub enum DiagnoseStep {
     Eval,
     /// Each module's sensitivity, against the unpruned validation loss.
     Sensitivity {
-        /// The unpruned validation loss.
-        base: f32,
-        /// The validation samples the scan was asked to use.
-        samples: Option<usize>,
+        /// The unpruned loss on the whole validation set (None: not evaluated, a linearized
+        /// scan's own samples stand for it).
+        base: Option<f32>,
+        /// How the scan was asked to be taken.
+        plan: Scan,
     },
     /// A joint check.
     Joint(Box<Search>),
@@ -104,6 +105,8 @@ pub struct Search {
     pub base: f32,
     /// The validation samples of the sensitivity scan (None: all) and the unpruned loss on them.
     pub scan: (Option<usize>, f32),
+    /// How the scan was taken (a linearized scan's joint checks use its samples).
+    pub plan: Scan,
     /// Each module alone at each level.
     pub sens: BTreeMap<String, Vec<Sensitivity>>,
     /// Each module's cap from its own measurement.

@@ -15,7 +15,7 @@ use crate::conductor::Conductor;
 use crate::error::{ConductorError, Result};
 use crate::protocol::{Action, Observation, Request, Turn};
 use crate::prune::SENSITIVITY_LEVELS;
-use crate::sensitivity::{Joint, Sensitivity, caps, relative_increase, scan_samples, step_down};
+use crate::sensitivity::{Joint, Scan, Sensitivity, caps, plan, relative_increase, step_down};
 
 impl Conductor {
     /// Diagnose starts: the doctor's reading of main, then the unpruned evaluation.
@@ -33,42 +33,65 @@ impl Conductor {
             format!("the doctor on main: {}", labels.join(", ")),
             json!({"findings": rows}),
         )));
+        let plan = self.scan_plan();
+        if let Scan::Linearized { .. } = plan {
+            // The whole validation set's evaluation alone would cost more than the budget: the
+            // scan and the joint checks compare with the unpruned loss on the scan's samples.
+            return self.scan(out, plan, None);
+        }
         let request = Request::Evaluate {
             record: Some(Phase::Diagnose),
         };
         self.ask(out, request, Awaiting::Diagnose(Await::Eval))
     }
 
+    /// How the scan is taken for this run's main ([`crate::sensitivity::plan`]).
+    fn scan_plan(&self) -> Scan {
+        let evaluations = 1 + self.prunable.modules().len() * SENSITIVITY_LEVELS.len();
+        plan(self.main_samples(), evaluations)
+    }
+
+    /// Asks for the sensitivity scan; `base` is the whole validation set's unpruned loss when
+    /// it was evaluated.
+    fn scan(&mut self, out: Vec<Action>, plan: Scan, base: Option<f32>) -> Turn {
+        let request = Request::MeasureSensitivity {
+            modules: self.prunable.modules(),
+            levels: SENSITIVITY_LEVELS.to_vec(),
+            heads: self.prune_heads(),
+            units: self.recipe.contract.prune_units,
+            samples: Some(plan.samples()),
+            stop_above: Some(self.recipe.contract.tolerance),
+            linearized: matches!(plan, Scan::Linearized { .. }),
+        };
+        self.ask(
+            out,
+            request,
+            Awaiting::Diagnose(Await::Sensitivity { base, plan }),
+        )
+    }
+
     pub(crate) fn on_diagnose(&mut self, step: Await, obs: Observation) -> Result<Turn> {
         let by_heads = self.by_heads();
         match (step, obs) {
             (Await::Eval, Observation::Evaluated { val_loss, .. }) => {
-                let modules = self.prunable.modules();
-                let evaluations = 1 + modules.len() * SENSITIVITY_LEVELS.len();
-                let samples = Some(scan_samples(self.main_samples(), evaluations));
-                let request = Request::MeasureSensitivity {
-                    modules,
-                    levels: SENSITIVITY_LEVELS.to_vec(),
-                    heads: self.prune_heads(),
-                    units: self.recipe.contract.prune_units,
-                    samples,
-                    stop_above: Some(self.recipe.contract.tolerance),
-                };
-                let awaiting = Await::Sensitivity {
-                    base: val_loss,
-                    samples,
-                };
-                Ok(self.ask(Vec::new(), request, Awaiting::Diagnose(awaiting)))
+                Ok(self.scan(Vec::new(), self.scan_plan(), Some(val_loss)))
             }
             (
-                Await::Sensitivity { base, samples },
+                Await::Sensitivity { base, plan },
                 Observation::Sensitivity {
                     val_loss,
                     base: on_scan,
                 },
             ) => {
-                // Increases are against the unpruned loss on the scan's own samples.
-                let scan = (samples, on_scan.unwrap_or(base));
+                // Increases are against the unpruned loss on the scan's own samples; a linearized
+                // scan's joint checks run on those samples too.
+                let Some(on_scan) = on_scan.or(base) else {
+                    return Err(ConductorError::Protocol(
+                        "a linearized sensitivity scan must give the unpruned loss on its samples".into(),
+                    ));
+                };
+                let scan = (Some(plan.samples()), on_scan);
+                let base = base.unwrap_or(on_scan);
                 let sens: BTreeMap<String, Vec<Sensitivity>> = val_loss
                     .into_iter()
                     .map(|(m, losses)| {
@@ -92,6 +115,7 @@ impl Conductor {
                 let search = Search {
                     base,
                     scan,
+                    plan,
                     sens,
                     alone,
                     caps: planned,
@@ -124,6 +148,10 @@ impl Conductor {
             sparsity: search.caps.clone(),
             heads: self.prune_heads(),
             units: self.recipe.contract.prune_units,
+            samples: match search.plan {
+                Scan::Measured { .. } => None,
+                Scan::Linearized { samples } => Some(samples),
+            },
         };
         self.ask(
             Vec::new(),
@@ -141,18 +169,30 @@ impl Conductor {
             .map(|(m, c)| format!("{m} {:.0} %", 100.0 * c))
             .collect();
         let last = s.tried.last().map_or(0.0, |j| j.increase);
+        let mut evidence = json!({"base_val_loss": s.base, "scan_samples": s.scan.0, "scan_base_val_loss": s.scan.1, "sensitivity": s.sens, "caps_alone": s.alone, "joint": s.tried, "caps": s.caps});
+        let how = match s.plan {
+            Scan::Measured { .. } => {
+                "one-shot magnitude pruning per module (10/20/30/50 % on a copy)".to_string()
+            }
+            Scan::Linearized { samples } => {
+                evidence["scan"] = json!("linearized");
+                format!(
+                    "magnitude pruning per module (10/20/30/50 %) estimated from {samples} validation samples' logit gradients (main too short to pay for measuring each)"
+                )
+            }
+        };
         let d = Decision::new(
             self.state.step,
             Phase::Diagnose,
             DecisionKind::Sensitivity,
             format!(
-                "one-shot magnitude pruning per module (10/20/30/50 % on a copy), then the planned sparsities all at once ({:+.1} % validation loss after {} check(s)): caps within {:.0} %: {}",
+                "{how}, then the planned sparsities all at once ({:+.1} % validation loss after {} check(s)): caps within {:.0} %: {}",
                 100.0 * last,
                 s.tried.len(),
                 100.0 * tolerance,
                 table.join(", ")
             ),
-            json!({"base_val_loss": s.base, "scan_samples": s.scan.0, "scan_base_val_loss": s.scan.1, "sensitivity": s.sens, "caps_alone": s.alone, "joint": s.tried, "caps": s.caps}),
+            evidence,
         );
         self.state.contraction.caps = s.caps;
         self.choose_next(vec![Action::Record(d)])

@@ -122,6 +122,12 @@ pub enum Request {
         /// unpruned loss on the same samples (None: every level).
         #[serde(default)]
         stop_above: Option<f64>,
+        /// Estimate every level instead of evaluating pruned copies
+        /// ([`crate::sensitivity::Scan::Linearized`]): each sample's logits moved by the
+        /// gradients of their margins times the weights a level removes, the cross-entropy of
+        /// the moved logits averaged (`stop_above` does not apply: all levels come at once).
+        #[serde(default)]
+        linearized: bool,
     },
     /// Prune all these modules at once, on a copy, and evaluate; answered by
     /// [`Observation::JointLoss`].
@@ -133,6 +139,10 @@ pub enum Request {
         /// Prune feed-forward layers by whole units.
         #[serde(default)]
         units: bool,
+        /// Evaluate on this many validation samples, evenly spread, as `MeasureSensitivity` does
+        /// (None: all of them).
+        #[serde(default)]
+        samples: Option<usize>,
     },
     /// Write the final weights (masks applied), the tokenizer or scaler and the classes, and
     /// evaluate them on validation; answered by [`Observation::Exported`].

@@ -5,7 +5,8 @@
 //!
 //! | rule | value |
 //! | --- | --- |
-//! | the scan's cost | at most [`SCAN_SHARE`] of main's, counted in sample passes (a training sample is [`PASSES_PER_TRAINING_SAMPLE`] forward passes): the unpruned loss and every module at every level on one fixed, evenly spread validation subsample of [`scan_samples`] samples (never fewer than [`MIN_SCAN_SAMPLES`]) |
+//! | the scan's cost | at most [`SCAN_SHARE`] of main's, counted in sample passes (a training sample is [`PASSES_PER_TRAINING_SAMPLE`] forward passes) |
+//! | how it is taken ([`plan`]) | measured when that budget gives every evaluation (the unpruned loss, every module at every level) at least [`MIN_SCAN_SAMPLES`] samples of one fixed, evenly spread validation subsample; otherwise linearized ([`Scan::Linearized`]): every module and level estimated at once from each sample's logit gradients, and the joint check run on the same subsample |
 //! | a module's levels | measured in rising order and stopped after the first whose increase is above `contract.tolerance` (the levels above it are not trusted by [`caps`] anyway) |
 
 use std::collections::BTreeMap;
@@ -47,12 +48,55 @@ pub const PASSES_PER_TRAINING_SAMPLE: f64 = 3.0;
 /// catches caps a noisy scan set too high.
 pub const MIN_SCAN_SAMPLES: usize = 32;
 
-/// The validation samples each of the scan's `evaluations` may use when main trained on
-/// `main_samples` samples: their share of [`SCAN_SHARE`] of main's passes, at least
-/// [`MIN_SCAN_SAMPLES`] (an engine uses all of its validation set when it has fewer).
-pub fn scan_samples(main_samples: u64, evaluations: usize) -> usize {
-    let budget = SCAN_SHARE * PASSES_PER_TRAINING_SAMPLE * main_samples as f64;
-    ((budget / evaluations.max(1) as f64) as usize).max(MIN_SCAN_SAMPLES)
+/// Sample passes a linearized scan spends on each of its samples: the forward and the backward
+/// of its logit margins (two classes: one margin) on the sample alone, which cost about twice a
+/// training sample's share of a batched step (BENCHMARKS.md), and the joint checks on the same
+/// samples.
+pub const LINEARIZED_PASSES_PER_SAMPLE: f64 = 2.0 * PASSES_PER_TRAINING_SAMPLE + 2.0;
+
+/// How diagnose's sensitivity scan is taken, on how many evenly spread validation samples (an
+/// engine uses all of its validation set when it has fewer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// Each module pruned to each level on a copy and evaluated (the unpruned loss first); the
+    /// joint check on the whole validation set.
+    Measured {
+        /// Validation samples each evaluation uses.
+        samples: usize,
+    },
+    /// Each sample's logits and the gradients of their margins taken once; every module's loss
+    /// at every level estimated from the logits moved by the gradient times the weights the
+    /// level removes (cross-entropy itself computed exactly); the joint check on these samples.
+    Linearized {
+        /// Validation samples the gradients are taken on.
+        samples: usize,
+    },
+}
+
+impl Scan {
+    /// The validation samples the scan uses.
+    pub fn samples(self) -> usize {
+        match self {
+            Scan::Measured { samples } | Scan::Linearized { samples } => samples,
+        }
+    }
+}
+
+/// How the scan is taken when main trained on `main_samples` samples and a measured scan needs
+/// `evaluations` evaluations: measured if [`SCAN_SHARE`] of main's passes gives each at least
+/// [`MIN_SCAN_SAMPLES`] samples, linearized on the samples the same budget pays for otherwise
+/// (at least [`MIN_SCAN_SAMPLES`]).
+pub fn plan(main_samples: u64, evaluations: usize) -> Scan {
+    // Whole passes: 0.15 × 3 is a hair under 0.45 in binary.
+    let budget = (SCAN_SHARE * PASSES_PER_TRAINING_SAMPLE * main_samples as f64).round();
+    let each = (budget / evaluations.max(1) as f64) as usize;
+    if each >= MIN_SCAN_SAMPLES {
+        return Scan::Measured { samples: each };
+    }
+    let samples = (budget / LINEARIZED_PASSES_PER_SAMPLE) as usize;
+    Scan::Linearized {
+        samples: samples.max(MIN_SCAN_SAMPLES),
+    }
 }
 
 /// Each module's cap: the highest level whose loss increase stays within `tolerance` (levels
@@ -135,12 +179,15 @@ mod tests {
     }
 
     #[test]
-    fn the_scan_gets_its_share_of_mains_passes_and_never_fewer_than_the_floor() {
+    fn the_scan_gets_its_share_of_mains_passes_measured_or_linearized() {
         // 400 steps of 32: 12,800 samples, 38,400 passes; 15 % of them over 17 evaluations.
-        assert_eq!(scan_samples(12_800, 17), 338);
-        // A short main leaves the floor.
-        assert_eq!(scan_samples(960, 49), MIN_SCAN_SAMPLES);
-        assert_eq!(scan_samples(0, 0), MIN_SCAN_SAMPLES);
+        assert_eq!(plan(12_800, 17), Scan::Measured { samples: 338 });
+        // 60 steps of 16 (the MiniLM case): 432 passes, 4 samples an evaluation over 97;
+        // linearized, 432 / 8 passes a sample.
+        assert_eq!(plan(960, 97), Scan::Linearized { samples: 54 });
+        // Nothing trained: the floor.
+        assert_eq!(plan(0, 0).samples(), MIN_SCAN_SAMPLES);
+        assert!(matches!(plan(0, 0), Scan::Linearized { .. }));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use contrai_lifecycle::sensitivity::{MIN_SCAN_SAMPLES, Scan};
 use contrai_lifecycle::{
     Action, Conductor, Observation, Request, RestorePoint, RestoreScope, RunInfo, State, Turn,
 };
@@ -407,10 +408,9 @@ fn the_sensitivity_scan_is_sized_from_mains_samples_and_judged_on_its_own_base()
     // unpruned loss and 4 levels of each module.
     let (modules, samples, stop_above) = asked;
     let evaluations = 1 + 4 * modules;
-    assert_eq!(
-        samples,
-        Some(contrai_lifecycle::sensitivity::scan_samples(1920, evaluations))
-    );
+    let plan = contrai_lifecycle::sensitivity::plan(1920, evaluations);
+    assert!(matches!(plan, Scan::Measured { .. }), "{plan:?}");
+    assert_eq!(samples, Some(plan.samples()));
     assert_eq!(stop_above, Some(recipe().contract.tolerance));
     let d = sim.decision(DecisionKind::Sensitivity);
     assert_eq!(d.evidence["scan_samples"], serde_json::json!(samples));
@@ -434,6 +434,60 @@ fn the_sensitivity_scan_is_sized_from_mains_samples_and_judged_on_its_own_base()
     assert!(
         (first["increase"].as_f64().unwrap() - want).abs() < 1e-6,
         "{first}"
+    );
+}
+
+#[test]
+fn a_main_too_short_to_pay_for_measuring_gets_a_linearized_scan_and_joint_checks_on_its_samples() {
+    let mut r = recipe();
+    r.main.batch = 4;
+    let mut sim = Sim::new(falling(), settles());
+    sim.scan_base = Some(0.25);
+    sim.run_from_start(r);
+    // Main ran 60 steps of 4: 240 samples, 720 passes, 108 for the scan: too few for a measured
+    // scan's floor of 32 samples an evaluation; linearized, 108 / 8 = 13, the floor.
+    let diagnose: Vec<&Request> = sim
+        .turns
+        .iter()
+        .map(|t| &t.request)
+        .skip_while(|r| !matches!(r, Request::MeasureSensitivity { .. }))
+        .take_while(|r| {
+            matches!(
+                r,
+                Request::MeasureSensitivity { .. } | Request::MeasureJoint { .. }
+            )
+        })
+        .collect();
+    let Some(Request::MeasureSensitivity {
+        samples, linearized, ..
+    }) = diagnose.first()
+    else {
+        panic!("{diagnose:?}")
+    };
+    assert!(*linearized);
+    assert_eq!(*samples, Some(MIN_SCAN_SAMPLES));
+    assert!(diagnose[1..].iter().all(|r| matches!(
+        r,
+        Request::MeasureJoint {
+            samples: Some(MIN_SCAN_SAMPLES),
+            ..
+        }
+    )));
+    // The whole set is not evaluated in diagnose: the scan's samples stand for it.
+    assert!(!sim.turns.iter().any(|t| matches!(
+        t.request,
+        Request::Evaluate {
+            record: Some(Phase::Diagnose)
+        }
+    )));
+    let d = sim.decision(DecisionKind::Sensitivity);
+    assert_eq!(d.evidence["scan"], "linearized");
+    assert_eq!(d.evidence["base_val_loss"].as_f64().unwrap() as f32, 0.25);
+    assert!(
+        d.reason
+            .contains("estimated from 32 validation samples' logit gradients"),
+        "{}",
+        d.reason
     );
 }
 

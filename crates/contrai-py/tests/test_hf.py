@@ -123,13 +123,13 @@ def test_every_phase_happens_and_each_decision_is_applied(tmp_path: Path, recipe
     # final share within diagnose's cap.
     scan = next(d for d in decisions if d["kind"] == "sensitivity")["evidence"]
     caps = scan["caps"]
-    # Diagnose's scan ran on its budgeted subsample (whole evaluation batches of 32 spread over the
-    # 100 samples), against the unpruned loss on those batches, each module's levels stopped
-    # after the first that cost more than the tolerance.
-    assert scan["scan_samples"] < 100 and scan["scan_base_val_loss"] != scan["base_val_loss"]
+    # Main is too short to pay for measuring each module: diagnose's scan was linearized on its
+    # budgeted subsample (whole evaluation batches of 32 spread over the 100 samples), every level
+    # at once, against the unpruned loss on those batches (the whole set not evaluated).
+    assert scan["scan"] == "linearized"
+    assert scan["scan_samples"] < 100 and scan["scan_base_val_loss"] == scan["base_val_loss"]
     for module, levels in scan["sensitivity"].items():
-        assert levels and all(r["increase"] <= 0.02 for r in levels[:-1]), (module, levels)
-        assert len(levels) == 4 or levels[-1]["increase"] > 0.02, (module, levels)
+        assert [r["level"] for r in levels] == [0.1, 0.2, 0.3, 0.5], (module, levels)
     final = {"intermediate": 0.5, "attention.self": 0.2}
     model = trainer.model
     assert model is not None

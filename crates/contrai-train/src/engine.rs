@@ -358,6 +358,7 @@ impl<'a> Engine<'a> {
                 units,
                 samples,
                 stop_above,
+                linearized,
             } => {
                 let scan = crate::measure::Scan {
                     levels: &levels,
@@ -366,14 +367,26 @@ impl<'a> Engine<'a> {
                     structure: Structure::new(heads, units),
                 };
                 let log = self.journal.log();
-                let (val_loss, base) = crate::measure::sensitivity(
-                    &self.net.model.valid(),
-                    &self.data.val,
-                    (self.eval_batch(), &self.plain),
-                    &modules,
-                    scan,
-                    &mut |line| log.info(&line),
-                );
+                let mut progress = |line: String| log.info(&line);
+                let (val_loss, base) = if linearized {
+                    crate::measure::linearized(
+                        &self.net.model,
+                        &self.data.val,
+                        &self.device,
+                        &modules,
+                        scan,
+                        &mut progress,
+                    )
+                } else {
+                    crate::measure::sensitivity(
+                        &self.net.model.valid(),
+                        &self.data.val,
+                        (self.eval_batch(), &self.plain),
+                        &modules,
+                        scan,
+                        &mut progress,
+                    )
+                };
                 Ok(Observation::Sensitivity {
                     val_loss,
                     base: Some(base),
@@ -383,13 +396,14 @@ impl<'a> Engine<'a> {
                 sparsity,
                 heads,
                 units,
+                samples,
             } => Ok(Observation::JointLoss {
                 val_loss: crate::measure::joint(
                     &self.net.model.valid(),
                     &self.data.val,
                     (self.eval_batch(), &self.plain),
                     &sparsity,
-                    Structure::new(heads, units),
+                    (Structure::new(heads, units), samples),
                 ),
             }),
             Request::Export => self.export(),

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use contrai_lifecycle::Target;
 use contrai_lifecycle::prune::{is_attention, module_of};
@@ -99,10 +100,12 @@ impl Masks {
     }
 }
 
-/// The values of the weight matrices whose paths `select` accepts, by path, with their shapes.
+/// The values of the weight matrices whose paths `select` accepts (or of their gradients in
+/// `grads`), by path, with their shapes.
 struct Weights<'a> {
     path: Path,
     select: &'a dyn Fn(&str) -> bool,
+    grads: Option<&'a GradientsParams>,
     out: Vec<(String, [usize; 2], Vec<f32>)>,
 }
 
@@ -116,7 +119,13 @@ impl ModuleVisitor for Weights<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let path = self.path.0.join(".");
         if D == 2 && (self.select)(&path) {
-            let t = param.val();
+            let t = match self.grads {
+                None => param.val(),
+                Some(g) => match g.get::<D>(param.id) {
+                    Some(g) => g,
+                    None => return,
+                },
+            };
             let t = match t.dtype() {
                 burn::tensor::DType::QFloat(_) => t.dequantize(),
                 _ => t,
@@ -163,10 +172,56 @@ pub fn weights<M: Module>(model: &M, select: &dyn Fn(&str) -> bool) -> Vec<(Stri
     let mut v = Weights {
         path: Path::default(),
         select,
+        grads: None,
         out: Vec::new(),
     };
     model.visit(&mut v);
     v.out
+}
+
+/// The gradients in `grads` of the weight matrices `select` accepts: (path, shape, values); a
+/// matrix without a gradient (frozen) is left out.
+pub fn gradients<M: Module>(
+    model: &M,
+    grads: &GradientsParams,
+    select: &dyn Fn(&str) -> bool,
+) -> Vec<(String, [usize; 2], Vec<f32>)> {
+    let mut v = Weights {
+        path: Path::default(),
+        select,
+        grads: Some(grads),
+        out: Vec::new(),
+    };
+    model.visit(&mut v);
+    v.out
+}
+
+/// Tracks gradients for the weight matrices `select` accepts and for nothing else.
+struct Tracked<'a> {
+    path: Path,
+    select: &'a dyn Fn(&str) -> bool,
+}
+
+impl ModuleMapper for Tracked<'_> {
+    fn enter_module(&mut self, name: &str, container: &str) {
+        self.path.enter(name, container);
+    }
+    fn exit_module(&mut self, _: &str, container: &str) {
+        self.path.exit(container);
+    }
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let keep = D == 2 && (self.select)(&self.path.0.join("."));
+        param.set_require_grad(keep)
+    }
+}
+
+/// `model` with gradients tracked only for the weight matrices `select` accepts (a backward pass
+/// then skips every other weight's gradient, the embeddings' among them).
+pub fn tracking_only<M: Module>(model: M, select: &dyn Fn(&str) -> bool) -> M {
+    model.map(&mut Tracked {
+        path: Path::default(),
+        select,
+    })
 }
 
 /// Multiplies every masked weight matrix by its mask, leaving a trainable leaf.

@@ -117,7 +117,9 @@ fn a_pretrained_encoder_fine_tunes_through_every_phase() {
             exported[module]
         );
     }
-    assert!(e.sparsity.values().any(|s| *s > 0.25), "{:?}", e.sparsity);
+    // Main is too short to pay for measuring each module: the scan was linearized, and its
+    // joint check stepped the caps down once on this tiny, sensitive encoder.
+    assert!(e.sparsity.values().any(|s| *s > 0.15), "{:?}", e.sparsity);
     let emb = &w["bert.embeddings.word_embeddings.weight"].1;
     assert!(emb.iter().all(|x| *x != 0.0));
     predictions_match_the_card(&run);

@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -58,10 +58,14 @@ class Job:
     rank: int = 0
     world: int = 1
 
-    def outputs(self, model: torch.nn.Module, batch: Any) -> Outputs:
-        """The model's per-sample losses and correct predictions on a batch (no dropout here:
-        the caller sets eval mode)."""
+    def logits(self, model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's logits on a batch (``[B, C]``, or ``[B, T, V]`` for a token model) and
+        the batch's labels (no dropout here: the caller sets eval mode)."""
         raise NotImplementedError
+
+    def outputs(self, model: torch.nn.Module, batch: Any) -> Outputs:
+        """The model's per-sample losses and correct predictions on a batch."""
+        return per_sample(*self.logits(model, batch))
 
     def train_batch(self) -> Any:
         """One training batch (validate's check overfits it)."""
@@ -746,9 +750,18 @@ class Engine:
     def measure_sensitivity(self, p: dict[str, Any]) -> dict[str, Any]:
         """Validation loss with each module pruned alone at each level (diagnose's scan), on the
         evenly spread batches ``samples`` asks for, each module's levels stopped after the first
-        that costs more than ``stop_above``; the unpruned loss on the same batches with them."""
+        that costs more than ``stop_above``; the unpruned loss on the same batches with them.
+        ``linearized``: every level estimated at once (``linearized``) where the model is a
+        classifier; a token model's are measured (recorded)."""
         model = unwrap(self.job.model)
-        batches = spread_batches(self.job.eval_batches(), p.get("samples"))
+        batches = list(spread_batches(self.job.eval_batches(), p.get("samples")))
+        if p.get("linearized"):
+            estimated = self.linearized(model, p, batches)
+            if estimated is not None:
+                return estimated
+            self.substitute("estimate each module's pruning sensitivity from logit gradients",
+                            "a token model's vocabulary has too many logits to take each one's gradient: "
+                            "each module is pruned and evaluated on the same samples instead", {"asked": "diagnose"})
         base, _, _ = self.evaluation(model, batches)
         out: dict[str, list[float]] = {}
         whole: set[str] = set()
@@ -767,10 +780,78 @@ class Engine:
         self.structure_unavailable(p, set(p["modules"]), whole)
         return {"Sensitivity": {"val_loss": out, "base": base}}
 
-    def measure_joint(self, p: dict[str, Any]) -> dict[str, Any]:
-        """Validation loss with every module pruned at once to the proposed sparsity."""
+    def linearized(self, model: torch.nn.Module, p: dict[str, Any],
+                   batches: list[Any]) -> dict[str, Any] | None:
+        """Each module's loss at each level estimated as the Burn engine does
+        (``measure::linearized``): for each sample alone, the gradient of every logit's margin
+        over class 0 times the weights a level removes moves that margin; the cross-entropy of
+        the moved logits, averaged (over ranks too), is the level's loss. None for a token model."""
+        modules, levels = p["modules"], p["levels"]
+        params = dict(matrices(model))
+        first: dict[str, torch.Tensor] = {}
+        owner: dict[str, int] = {}
         whole: set[str] = set()
-        loss = self.pruned_loss(unwrap(self.job.model), p["sparsity"], p, whole, self.job.eval_batches())
+        for i, module in enumerate(modules):
+            for li in reversed(range(len(levels))):
+                m = Masks()
+                whole |= m.prune_modules(model, {module: levels[li]}, p.get("heads"), bool(p.get("units")))
+                for path, keep in m.keep.items():
+                    f = first.setdefault(path, torch.full(keep.shape, math.inf, device=params[path].device))
+                    f[~keep.to(f.device)] = li
+                    owner[path] = i
+        paths = list(first)
+        sums = torch.zeros(len(modules), len(levels), dtype=torch.float64)
+        base, n = 0.0, 0
+        was, tracked = model.training, [params[q].requires_grad for q in paths]
+        model.eval()
+        for q in paths:
+            params[q].requires_grad_(True)
+        try:
+            for one in (x for b in batches for x in single_samples(b)):
+                logits, labels = self.job.logits(model, one)
+                if logits.dim() != 2:
+                    return None
+                z, y = logits[0].float(), int(labels[0])
+                moves = torch.zeros(len(modules), len(levels), z.numel(), dtype=torch.float64)
+                for c in range(1, z.numel()):
+                    grads = torch.autograd.grad(z[c] - z[0], [params[q] for q in paths],
+                                                retain_graph=c < z.numel() - 1, allow_unused=True)
+                    for q, g in zip(paths, grads):
+                        if g is not None:
+                            prod = (g * params[q].detach()).flatten().double()
+                            code = first[q].flatten()
+                            for li in range(len(levels)):
+                                # Removing w moves the margin by −g·w.
+                                moves[owner[q], li, c] -= float(prod[code <= li].sum())
+                z0 = z.detach().double().cpu()
+                moved = z0 + moves
+                sums += torch.logsumexp(moved, -1) - moved[..., y]
+                base += float(torch.logsumexp(z0, -1) - z0[y])
+                n += 1
+        finally:
+            model.train(was)
+            for q, t in zip(paths, tracked):
+                params[q].requires_grad_(t)
+        total = self.job.all_reduce([base, float(n), *sums.flatten().tolist()])
+        count = max(total[1], 1.0)
+        base = total[0] / count
+        losses = torch.tensor(total[2:], dtype=torch.float64).view(len(modules), len(levels)) / count
+        out = {m: [float(v) for v in losses[i]] for i, m in enumerate(modules)}
+        self.structure_unavailable(p, set(modules), whole)
+        if self.leader:
+            for i, m in enumerate(modules):
+                rises = ", ".join(f"{100 * lv:.0f} % {100 * (v - base) / max(abs(base), 1e-12):+.1f} %"
+                                  for lv, v in zip(levels, out[m]))
+                print(f"[contrai] diagnose: {m} pruned alone, estimated on {int(count)} validation samples: "
+                      f"{rises} ({i + 1} of {len(modules)})")
+        return {"Sensitivity": {"val_loss": out, "base": base}}
+
+    def measure_joint(self, p: dict[str, Any]) -> dict[str, Any]:
+        """Validation loss with every module pruned at once to the proposed sparsity (on the
+        evenly spread batches ``samples`` asks for, all when None)."""
+        whole: set[str] = set()
+        batches = spread_batches(self.job.eval_batches(), p.get("samples"))
+        loss = self.pruned_loss(unwrap(self.job.model), p["sparsity"], p, whole, batches)
         self.structure_unavailable(p, set(p["sparsity"]), whole)
         return {"JointLoss": {"val_loss": loss}}
 
@@ -881,6 +962,28 @@ class Engine:
 # The run directories this process holds, by path: one writer per directory is a rule between
 # processes; a job run again in the same process (a notebook, a test) takes over its own lock.
 HELD: dict[Path, _core.RunLock] = {}
+
+
+def single_samples(batch: Any) -> Iterator[Any]:
+    """Each sample of a batch as a batch of one: every tensor with the batch's first dimension
+    sliced, dicts, lists and tuples rebuilt around them, anything else as it is."""
+    def size(x: Any) -> int | None:
+        if isinstance(x, torch.Tensor):
+            return x.shape[0] if x.dim() > 0 else None
+        items = x.values() if isinstance(x, Mapping) else x if isinstance(x, (list, tuple)) else ()
+        return next((s for s in map(size, items) if s is not None), None)
+
+    def take(x: Any, i: int) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x[i:i + 1] if x.dim() > 0 else x
+        if isinstance(x, Mapping):
+            return {k: take(v, i) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(take(v, i) for v in x) if type(x) in (list, tuple) else type(x)(*(take(v, i) for v in x))
+        return x
+
+    for i in range(size(batch) or 0):
+        yield take(batch, i)
 
 
 def spread_batches(loader: Iterable[Any], samples: int | None) -> Iterable[Any]:

@@ -68,7 +68,7 @@ from .batches import StepBatches, unwatch, watch
 from .preempt import Preemption, stopped
 from .preflight import Mode, facts_hf, gate, under_recipe
 from .resume import Order, Resumed, fingerprint, gathered, replayed, rng_states
-from .engine import (KEEP_LAST, Engine, Job, OriginalRows, Outputs, job_steps, per_sample, planned_steps,
+from .engine import (KEEP_LAST, Engine, Job, OriginalRows, job_steps, planned_steps,
                      refuse_sharded_pruning)
 
 
@@ -96,10 +96,9 @@ class HfJob(Job):
     def optimizer(self) -> torch.optim.Optimizer | None:  # type: ignore[override]
         return self.trainer.optimizer
 
-    def outputs(self, model: torch.nn.Module, batch: Any) -> Outputs:
+    def logits(self, model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = {k: v for k, v in batch.items() if k != "labels"}
-        logits = model(**inputs).logits
-        return per_sample(logits, batch["labels"])
+        return model(**inputs).logits, batch["labels"]
 
     def train_batch(self) -> Any:
         return next(iter(self.loader))

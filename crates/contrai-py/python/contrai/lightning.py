@@ -71,7 +71,7 @@ from .batches import StepBatches, unwatch, watch
 from .preempt import Preemption, stopped
 from .preflight import Mode, facts_lightning, gate, under_recipe
 from .resume import gathered, rng_states, set_rng_states
-from .engine import Engine, Job, OriginalRows, Outputs, job_steps, per_sample, planned_steps, refuse_sharded_pruning
+from .engine import Engine, Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning
 
 Forward = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
@@ -119,9 +119,8 @@ class LightningJob(Job):
         opts = self.trainer.optimizers
         return opts[0] if opts else None
 
-    def outputs(self, model: torch.nn.Module, batch: Any) -> Outputs:
-        logits, labels = self.forward(model, _to(batch, self.module.device))
-        return per_sample(logits, labels)
+    def logits(self, model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.forward(model, _to(batch, self.module.device))
 
     def loader(self) -> DataLoader[Any]:
         """The Trainer's train data loader."""

@@ -449,6 +449,7 @@ class RequestPrune(TypedDict):
 class RequestMeasureSensitivityFields(TypedDict):
     heads: NotRequired[Union[int, None]]
     levels: list[float]
+    linearized: NotRequired[bool]
     modules: list[str]
     samples: NotRequired[Union[int, None]]
     stop_above: NotRequired[Union[float, None]]
@@ -463,6 +464,7 @@ class RequestMeasureSensitivity(TypedDict):
 
 class RequestMeasureJointFields(TypedDict):
     heads: NotRequired[Union[int, None]]
+    samples: NotRequired[Union[int, None]]
     sparsity: dict[str, float]
     units: NotRequired[bool]
 
