@@ -26,7 +26,8 @@ class Mlp(Job):
         opt = torch.optim.Adam(self.model.parameters(), lr=1e-2)
         for _ in range(200):
             opt.zero_grad()
-            torch.nn.functional.cross_entropy(self.model(x[:512]), y[:512]).backward()
+            loss = torch.nn.functional.cross_entropy(self.model(x[:512]), y[:512])
+            torch.autograd.backward(loss)
             opt.step()
         self.val = [(x[i:i + 16], y[i:i + 16]) for i in range(512, 640, 16)]
 
@@ -48,7 +49,7 @@ def test_a_batch_splits_into_batches_of_one_sample() -> None:
 def test_the_linearized_scan_estimates_what_the_measured_scan_measures(tmp_path: Path) -> None:
     job = Mlp()
     engine = Engine(job, tmp_path / "run", contrai.default_recipe(), "r.toml", classes=3)
-    asked = {"modules": ["0", "2"], "levels": [0.0, 0.1, 0.3, 0.5], "heads": None, "units": False,
+    asked: dict[str, Any] = {"modules": ["0", "2"], "levels": [0.0, 0.1, 0.3, 0.5], "heads": None, "units": False,
              "samples": None, "stop_above": None}
     before = [p.detach().clone() for p in job.model.parameters()]
     measured = engine.measure_sensitivity({**asked, "linearized": False})["Sensitivity"]
