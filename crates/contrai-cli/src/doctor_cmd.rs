@@ -171,10 +171,11 @@ fn text_report(runs: &[Run], reports: &[Report]) -> String {
     };
     for (run, rep) in runs.iter().zip(reports) {
         out.push_str(&format!(
-            "\n== {} [{}] {}\n  verdict: {}\n",
+            "\n== {} [{}] {}\n  task: {}\n  verdict: {}\n",
             rep.name,
             run.format,
             rep.source,
+            rep.task_line(),
             verdict_line(rep)
         ));
         for f in &rep.findings {

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::detect::{self, Ctx, Trigger};
 use crate::finding::{Finding, Label};
-use crate::series::{LogOrder, Point, Run, RunHints, Series};
+use crate::series::{LogOrder, Point, Run, RunHints, Series, Task};
 
 /// Thresholds of the detectors. Defaults follow general practice, not any one log.
 #[derive(Clone, Debug, PartialEq)]
@@ -295,8 +295,30 @@ pub struct Report {
     pub source: String,
     /// `healthy` or `action needed`.
     pub verdict: String,
+    /// What the run trains, as its files or metric names say.
+    pub task: Task,
+    /// Its class count when known.
+    pub classes: Option<u32>,
+    /// Where the task was read ("config.json", "hparams.yaml", "metric names").
+    pub task_source: Option<String>,
     /// Findings, most severe first.
     pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// "classification, 10 classes (hparams.yaml)", "language model (config.json)", "unknown".
+    pub fn task_line(&self) -> String {
+        let what = match (self.task, self.classes) {
+            (Task::Unknown, _) => return "unknown (no config, hparams or accuracy beside the log)".into(),
+            (Task::Classification, Some(k)) => format!("classification, {k} classes"),
+            (Task::Classification, None) => "classification".into(),
+            (Task::LanguageModel, _) => "language model".into(),
+        };
+        match &self.task_source {
+            Some(from) => format!("{what} ({from})"),
+            None => what,
+        }
+    }
 }
 
 impl Report {
@@ -329,6 +351,9 @@ pub fn report_of(run: &Run, doctor: &Doctor) -> Report {
         name: run.name.clone(),
         source: run.source.clone(),
         verdict: verdict.to_string(),
+        task: run.hints.task,
+        classes: run.hints.num_classes,
+        task_source: run.hints.task_source.clone(),
         findings,
     }
 }

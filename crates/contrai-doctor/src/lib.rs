@@ -17,4 +17,4 @@ pub mod tags;
 pub use doctor::{Doctor, DoctorConfig, Report, diagnose, report_of};
 pub use finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
 pub use read::{Format, ReadError, read_path};
-pub use series::{Cut, LogOrder, Marker, Point, Run, RunHints, Series, SeriesData, XUnit};
+pub use series::{Cut, LogOrder, Marker, Point, Run, RunHints, Series, SeriesData, Task, XUnit};

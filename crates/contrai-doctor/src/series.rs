@@ -132,9 +132,26 @@ pub enum XUnit {
     Epoch,
 }
 
+/// What a run trains, as its files say.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Task {
+    /// Nothing says.
+    #[default]
+    Unknown,
+    /// A classifier (its loss has a chance level, ln K).
+    Classification,
+    /// A language model (token-level loss: no class count, no chance level of a few classes).
+    LanguageModel,
+}
+
 /// Facts about a run that are not series but help the detectors.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RunHints {
+    /// What the run trains.
+    pub task: Task,
+    /// The file (or "metric names") the task was read from.
+    pub task_source: Option<String>,
     /// The x-axis unit.
     pub x_unit: XUnit,
     /// Total planned steps when the log says so (HF `max_steps`, LLaMA-Factory `total_steps`).
@@ -261,6 +278,12 @@ impl RawRun {
                 }
             }
         }
+        let mut hints = self.hints;
+        let lm = |(t, p): &(String, Vec<Point>)| !p.is_empty() && crate::read::names_a_language_model(t);
+        if hints.task == Task::Unknown && self.tags.iter().any(lm) {
+            hints.task = Task::LanguageModel;
+            hints.task_source = Some("metric names".into());
+        }
         let mut tags_vec: Vec<Option<(String, Vec<Point>)>> = self.tags.into_iter().map(Some).collect();
         let mut series = BTreeMap::new();
         for (s, (_, i)) in best {
@@ -279,7 +302,7 @@ impl RawRun {
             source: self.source,
             format: self.format,
             series,
-            hints: self.hints,
+            hints,
         }
     }
 }

@@ -166,8 +166,21 @@ fn stuck_at_chance_and_control() {
     let stuck: Vec<(u64, f64)> = (1..=100)
         .map(|i| (i * 10, 10f64.ln() * (1.0 + 0.002 * n.next())))
         .collect();
-    let l = labels(&run(vec![(Series::TrainLoss, stuck)], XUnit::Step));
+    // A bare loss at ln 10 is a chance level only for a run known to classify 10 classes.
+    let mut r = run(vec![(Series::TrainLoss, stuck.clone())], XUnit::Step);
+    assert!(
+        !labels(&r).contains(&Label::StuckAtChance),
+        "no class count, no accuracy: no guess"
+    );
+    r.hints.num_classes = Some(10);
+    let l = labels(&r);
     assert!(l.contains(&Label::StuckAtChance), "{l:?}");
+    r.hints.task = contrai_doctor::Task::LanguageModel;
+    r.hints.num_classes = None;
+    assert!(
+        !labels(&r).contains(&Label::StuckAtChance),
+        "a language model's loss has no chance level"
+    );
     let learning: Vec<(u64, f64)> = (1..=100)
         .map(|i| (i * 10, 0.3 + (10f64.ln() - 0.3) * (-(i as f64) / 20.0).exp()))
         .collect();

@@ -3,7 +3,7 @@
 //! (once a cooldown); overfitting ends main and restores the best checkpoint; every other
 //! finding is recorded. A second doctor watches for plateaus only since the last cut.
 
-use contrai_doctor::{Doctor, DoctorConfig, Finding, Label, RunHints, Series, XUnit};
+use contrai_doctor::{Doctor, DoctorConfig, Finding, Label, RunHints, Series, Task, XUnit};
 use contrai_recipe::{Phase, Recipe};
 use contrai_run::{Decision, DecisionKind, MetricsRow};
 use serde_json::json;
@@ -56,6 +56,8 @@ impl Watch {
         let hints = RunHints {
             x_unit: XUnit::Step,
             total_steps: Some(total_steps),
+            task: Task::Classification,
+            task_source: Some("the recipe".into()),
             num_classes: Some(classes),
             clip_norm: Some(recipe.main.clip_norm).filter(|c| *c > 0.0),
         };

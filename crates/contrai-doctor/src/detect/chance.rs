@@ -5,7 +5,7 @@
 
 use super::{Ctx, finite, rel_drop};
 use crate::finding::{Finding, Label, Severity};
-use crate::series::{Point, Series, XUnit};
+use crate::series::{Point, Series, Task, XUnit};
 use crate::stats::median;
 
 /// Validation evaluations needed to call a whole run stuck on validation.
@@ -43,14 +43,15 @@ fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
     Some(finding(pts[0].step, loss, end, classes, dist))
 }
 
-/// Every validation loss within [`VAL_TOLERANCE`] of ln K, and validation accuracy (when logged)
-/// never clearly above 1/K.
+/// Every validation loss of the run's later half within [`VAL_TOLERANCE`] of ln K (the early
+/// ones may come down to it from above: an untrained head is worse than uniform), and validation
+/// accuracy (when logged) never clearly above 1/K.
 fn on_validation(ctx: &Ctx) -> Option<Finding> {
     let pts: Vec<Point> = finite(ctx.st.points(Series::ValLoss));
     if pts.len() < MIN_VAL_EVALS || !long_enough(ctx, &pts) {
         return None;
     }
-    let vals: Vec<f64> = pts.iter().map(|p| p.value).collect();
+    let vals: Vec<f64> = pts[pts.len() / 2..].iter().map(|p| p.value).collect();
     let level = median(&vals)?;
     let classes = classes(ctx, level)?;
     let chance = classes.ln();
@@ -64,26 +65,40 @@ fn on_validation(ctx: &Ctx) -> Option<Finding> {
     Some(finding(pts[0].step, Series::ValLoss, level, classes, dist))
 }
 
-/// The evaluations span the patience (300 steps, or 3 epochs) and, when the run's length is
-/// known, reach half of it: a run's first evaluations at chance are no verdict on the run.
+/// The evaluations span the patience (300 steps, or 3 epochs; a short run in steps: three times
+/// the patience in evaluations) and, when the run's length is known, reach half of it: a run's
+/// first evaluations at chance are no verdict on the run.
 fn long_enough(ctx: &Ctx, pts: &[Point]) -> bool {
     let (first, last) = (pts[0].step as f64, pts[pts.len() - 1].step as f64);
     let patience = match ctx.st.hints.x_unit {
         XUnit::Epoch => ctx.cfg.patience_evals as f64,
         XUnit::Step => ctx.cfg.patience_steps,
     };
+    let many = pts.len() >= 3 * ctx.cfg.patience_evals;
     let half = ctx.st.hints.total_steps.map_or(0.0, |t| t as f64 / 2.0);
-    last - first >= patience && last >= half
+    (last - first >= patience || many) && last >= half
 }
 
-/// K: the run's class count when known, else the one whose ln K the loss sits at.
+/// K: the run's class count when known, else, for a run known to classify (its files or its
+/// accuracy say so), the one whose ln K the loss sits at. A language model has none (its token
+/// loss near ln 5 is no chance level), nor a run nothing shows to classify.
 fn classes(ctx: &Ctx, level: f64) -> Option<f64> {
-    let k = match ctx.st.hints.num_classes {
-        Some(c) if c >= 2 => c as f64,
-        _ if level > 0.0 => level.exp().round(),
+    let hints = &ctx.st.hints;
+    let k = match (hints.task, hints.num_classes) {
+        (Task::LanguageModel, _) => return None,
+        (_, Some(c)) if c >= 2 => c as f64,
+        _ if level > 0.0 && classifies(ctx, hints.task) => level.exp().round(),
         _ => return None,
     };
     (2.0..=1000.0).contains(&k).then_some(k)
+}
+
+/// Whether the run is known to classify: its files say so, or it logs accuracy.
+fn classifies(ctx: &Ctx, task: Task) -> bool {
+    task == Task::Classification
+        || [Series::TrainAccuracy, Series::ValAccuracy]
+            .iter()
+            .any(|s| !ctx.st.points(*s).is_empty())
 }
 
 /// Whether the accuracy series (the last point, or any point when `whole`) lies clearly above

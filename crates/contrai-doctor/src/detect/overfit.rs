@@ -59,12 +59,24 @@ fn past_patience(ctx: &Ctx) -> Option<Finding> {
     let best_p = val[best];
     let after: Vec<f64> = val[best + 1..].iter().map(|p| p.value).collect();
     let after_med = median(&after)?;
-    // The validation loss must sit clearly above its best: by 1 % and by twice its own
-    // eval-to-eval noise (a small validation set is noisy).
-    if after_med <= best_p.value * (1.0 + 0.01_f64.max(2.0 * noise)) {
+    // The validation loss must sit clearly above its best: by 1 % and by twice the noise of the
+    // median of the evaluations since (one evaluation's noise over √k: a noisy curve that stays
+    // up for many evaluations is as clear as a smooth one that rises a little).
+    // The noise is the curve's own since its best when that is long enough to tell (the descent
+    // before it is trend, not noise).
+    let since_best: Vec<f64> = raw_val(ctx).into_iter().skip(best).collect();
+    let noise = if since_best.len() >= 5 {
+        relative_noise(&since_best)
+    } else {
+        noise
+    };
+    let noise_of_median = noise / (after.len() as f64).sqrt();
+    if after_med <= best_p.value * (1.0 + 0.01_f64.max(2.0 * noise_of_median)) {
         return None;
     }
     let (at_best, at_end, fall) = train_fall_since(ctx, best_p.step)?;
+    // The checkpoint to resume from is the raw best evaluation (the smoothed curve only judges).
+    let best_p = raw_best(ctx).unwrap_or(best_p);
     if fall < ctx.cfg.train_fall_min {
         return None;
     }
@@ -206,6 +218,22 @@ fn finding(
         .with("train_loss_at_best", at_best)
         .with("train_loss_last", at_end)
         .with("train_fall", fall)
+}
+
+/// The raw validation losses, in step order.
+fn raw_val(ctx: &Ctx) -> Vec<f64> {
+    finite(ctx.st.points(Series::ValLoss))
+        .iter()
+        .map(|p| p.value)
+        .collect()
+}
+
+/// The evaluation with the lowest raw validation loss (the earliest of equals): the checkpoint a
+/// user keeps as the best (a smoothed curve's best can be a step whose own loss was not).
+fn raw_best(ctx: &Ctx) -> Option<Point> {
+    finite(ctx.st.points(Series::ValLoss))
+        .into_iter()
+        .reduce(|b, p| if p.value < b.value { p } else { b })
 }
 
 /// Relative noise of a series, as the sigma of one point: the robust spread of its second

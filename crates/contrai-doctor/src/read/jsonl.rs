@@ -73,6 +73,12 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
                 .or_else(|| obj.get("max_steps"))
                 .and_then(Value::as_u64);
         }
+        // LLaMA-Factory's `trainer_log.jsonl` (`current_steps` and `total_steps` on each line):
+        // every one of its stages trains a language model.
+        if obj.contains_key("current_steps") && obj.contains_key("total_steps") {
+            run.hints.task = crate::series::Task::LanguageModel;
+            run.hints.task_source = Some("LLaMA-Factory's trainer_log.jsonl".into());
+        }
         for (k, val) in obj {
             if let Some(x) = value_f64(val) {
                 run.push(k, step, x);

@@ -1,6 +1,7 @@
 //! Readers for every log format, with format detection from the path and content.
 
 mod burn;
+mod context;
 mod csv_log;
 mod hf;
 mod json_tolerant;
@@ -13,6 +14,8 @@ mod wandb;
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
+
+pub(crate) use context::names_a_language_model;
 
 use crate::series::Run;
 
@@ -237,7 +240,11 @@ pub fn read_path(path: &Path, format: Option<Format>) -> Result<Vec<Run>, ReadEr
         };
         read_as(path, fmt)?
     };
-    let runs: Vec<Run> = runs.into_iter().filter(|r| !r.series.is_empty()).collect();
+    let mut runs: Vec<Run> = runs.into_iter().filter(|r| !r.series.is_empty()).collect();
+    for r in &mut runs {
+        let log = PathBuf::from(&r.source);
+        context::infer(r, if log.exists() { &log } else { path });
+    }
     if runs.is_empty() {
         return Err(ReadError::NoMetrics {
             path: path.to_path_buf(),
@@ -285,6 +292,24 @@ fn recipe_clip_norm(root: &Path) -> Option<f64> {
     (clip.is_finite() && clip > 0.0).then_some(clip)
 }
 
+/// Runs of one name (a W&B export a metric a file: `train_loss.csv`, `val_loss.csv` of the same
+/// run) as one run: the series of each, the first file's where two give the same one.
+fn merged_by_name(runs: Vec<Run>) -> Vec<Run> {
+    let mut out: Vec<Run> = Vec::new();
+    for r in runs {
+        match out.iter_mut().find(|o| o.name == r.name) {
+            Some(o) => {
+                for (s, data) in r.series {
+                    o.series.entry(s).or_insert(data);
+                }
+                o.source = format!("{} + {}", o.source, r.source);
+            }
+            None => out.push(r),
+        }
+    }
+    out
+}
+
 fn read_dir(root: &Path) -> Result<Vec<Run>, ReadError> {
     let metrics = root.join("metrics.jsonl");
     if metrics.is_file() {
@@ -315,6 +340,7 @@ fn read_dir(root: &Path) -> Result<Vec<Run>, ReadError> {
             .collect();
         entries.sort();
         let mut has_events = false;
+        let mut wandb_runs = Vec::new();
         for p in &entries {
             if p.is_dir() {
                 // Keras-style train/ and validation/ event folders belong to this run.
@@ -331,15 +357,21 @@ fn read_dir(root: &Path) -> Result<Vec<Run>, ReadError> {
                 has_events = true;
             } else if name == "trainer_state.json" {
                 runs.extend(read_as(p, Format::HfTrainerState)?);
+            } else if name == "trainer_log.jsonl" && dir.join("trainer_state.json").is_file() {
+                // LLaMA-Factory writes both for one run: the Trainer's state is the fuller record
+                // (the log tells the task, `context::from_folder`).
+                continue;
             } else if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") {
                 runs.extend(read_as(p, Format::Jsonl)?);
             } else if lower.ends_with(".csv") || lower == "training.log" {
-                let fmt = detect_format(p)?;
-                if matches!(fmt, Format::Csv | Format::WandbCsv) {
-                    runs.extend(read_as(p, fmt)?);
+                match detect_format(p)? {
+                    Format::Csv => runs.extend(read_as(p, Format::Csv)?),
+                    Format::WandbCsv => wandb_runs.extend(read_as(p, Format::WandbCsv)?),
+                    _ => {}
                 }
             }
         }
+        runs.extend(merged_by_name(std::mem::take(&mut wandb_runs)));
         if has_events {
             runs.extend(read_as(&dir, Format::Tensorboard)?);
         }

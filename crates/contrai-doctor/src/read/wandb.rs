@@ -6,9 +6,17 @@ use std::path::Path;
 use super::{ReadError, parse_num, read_bytes, to_step};
 use crate::series::RawRun;
 
-/// True when a header line looks like a W&B export.
+/// True when a header line looks like a W&B export: `__MIN`/`__MAX` companions, or a `Step`
+/// column (quoted or not) followed only by `<run> - <metric>` columns.
 pub fn is_wandb_header(line: &str) -> bool {
-    line.contains(" - ") && (line.contains("__MIN") || line.contains("__MAX") || line.starts_with("\"Step\""))
+    if !line.contains(" - ") {
+        return false;
+    }
+    if line.contains("__MIN") || line.contains("__MAX") {
+        return true;
+    }
+    let mut cols = line.split(',').map(|c| c.trim().trim_matches('"'));
+    cols.next() == Some("Step") && cols.all(|c| c.contains(" - "))
 }
 
 /// Reads a W&B CSV export into one run per W&B run.

@@ -1,0 +1,168 @@
+//! What the files beside a log say about its run: the task (a classifier and its class count, or
+//! a language model) from Hugging Face's `config.json` / `adapter_config.json`, Lightning's
+//! `hparams.yaml` and LLaMA-Factory's `training_args.yaml`, in the log's folder or up to
+//! [`UP`] folders above it; then, when they say nothing, from the metric names.
+
+use std::fs;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::series::{Run, Series, Task};
+
+/// Folders above the log's own that may hold its context (`checkpoint-500/` under the output
+/// directory, `version_0/` under `lightning_logs/`).
+const UP: usize = 2;
+
+/// Keys of a Lightning `hparams.yaml` that give a classifier's class count.
+const CLASS_KEYS: [&str; 6] = [
+    "num_classes",
+    "n_classes",
+    "num_labels",
+    "n_labels",
+    "nclasses",
+    "classes",
+];
+
+/// Sets `run.hints.task` (and the class count, when known) from the files beside `log`, else
+/// from the run's metric names; a task the reader already knew stays.
+pub fn infer(run: &mut Run, log: &Path) {
+    if run.hints.task == Task::Unknown {
+        let start = if log.is_dir() { Some(log) } else { log.parent() };
+        let found = start
+            .into_iter()
+            .flat_map(Path::ancestors)
+            .take(UP + 1)
+            .find_map(from_folder);
+        if let Some((task, classes, from)) = found {
+            run.hints.task = task;
+            run.hints.task_source = Some(from);
+            run.hints.num_classes = run.hints.num_classes.or(classes);
+        }
+    }
+    if run.hints.task == Task::Unknown {
+        from_metric_names(run);
+    }
+}
+
+/// The task the files of `dir` name, with the class count and the file that said it.
+fn from_folder(dir: &Path) -> Option<(Task, Option<u32>, String)> {
+    let read = |name: &str| fs::read_to_string(dir.join(name)).ok();
+    if let Some(text) = read("config.json")
+        && let Some((task, k)) = hf_config(&text)
+    {
+        return Some((task, k, "config.json".into()));
+    }
+    if let Some(text) = read("adapter_config.json")
+        && let Ok(v) = serde_json::from_str::<Value>(&text)
+    {
+        match v.get("task_type").and_then(Value::as_str) {
+            Some("CAUSAL_LM" | "SEQ_2_SEQ_LM") => {
+                return Some((Task::LanguageModel, None, "adapter_config.json".into()));
+            }
+            Some("SEQ_CLS" | "TOKEN_CLS") => {
+                return Some((Task::Classification, None, "adapter_config.json".into()));
+            }
+            _ => {}
+        }
+    }
+    if let Some(text) = read("hparams.yaml")
+        && let Some(k) = yaml_count(&text, &CLASS_KEYS)
+    {
+        return Some((Task::Classification, Some(k), "hparams.yaml".into()));
+    }
+    // LLaMA-Factory's arguments or log: every stage (pt, sft, rm, ppo, dpo, kto) trains a
+    // language model.
+    if read("training_args.yaml").is_some_and(|t| t.lines().any(|l| l.trim_start().starts_with("stage:"))) {
+        return Some((Task::LanguageModel, None, "training_args.yaml".into()));
+    }
+    if read("trainer_log.jsonl")
+        .is_some_and(|t| t.lines().next().is_some_and(|l| l.contains("\"current_steps\"")))
+    {
+        return Some((
+            Task::LanguageModel,
+            None,
+            "LLaMA-Factory's trainer_log.jsonl".into(),
+        ));
+    }
+    None
+}
+
+/// A Hugging Face model config's task: a `…ForCausalLM` / `…LMHeadModel` / generation
+/// architecture is a language model; `…ForSequenceClassification` and the like a classifier with
+/// `id2label`'s (or `num_labels`') classes.
+fn hf_config(text: &str) -> Option<(Task, Option<u32>)> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let archs: Vec<&str> = v
+        .get("architectures")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let lm = [
+        "ForCausalLM",
+        "LMHeadModel",
+        "ForConditionalGeneration",
+        "ForMaskedLM",
+    ];
+    if archs.iter().any(|a| lm.iter().any(|s| a.ends_with(s))) {
+        return Some((Task::LanguageModel, None));
+    }
+    if archs.iter().any(|a| a.contains("Classification")) {
+        // transformers' default when the config names neither: two labels.
+        let k = v
+            .get("id2label")
+            .and_then(Value::as_object)
+            .map(|m| m.len() as u64)
+            .or_else(|| v.get("num_labels").and_then(Value::as_u64))
+            .unwrap_or(2);
+        return Some((Task::Classification, u32::try_from(k).ok().filter(|k| *k >= 2)));
+    }
+    None
+}
+
+/// The first of `keys` a YAML file sets at its top level to an integer of 2 or more.
+fn yaml_count(text: &str, keys: &[&str]) -> Option<u32> {
+    text.lines()
+        .filter(|l| !l.starts_with(' ') && !l.starts_with('\t'))
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(k, _)| keys.contains(&k.trim()))
+        .find_map(|(_, v)| v.trim().parse::<u32>().ok().filter(|k| *k >= 2))
+}
+
+/// Whether a metric's name is a language model's (perplexity, DPO's rewards and log-probs).
+pub(crate) fn names_a_language_model(tag: &str) -> bool {
+    let t = tag.to_ascii_lowercase();
+    ["perplexity", "ppl", "rewards/", "logps/"]
+        .iter()
+        .any(|s| t.contains(s))
+}
+
+/// A run that logs accuracy is a classifier (a language model's metric names were read with
+/// its tags, `RawRun::into_run`).
+fn from_metric_names(run: &mut Run) {
+    if run.series.contains_key(&Series::TrainAccuracy) || run.series.contains_key(&Series::ValAccuracy) {
+        run.hints.task = Task::Classification;
+        run.hints.task_source = Some("metric names".into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_names_the_task_and_the_class_count() {
+        let cls = r#"{"architectures": ["BertForSequenceClassification"], "id2label": {"0": "a", "1": "b", "2": "c"}}"#;
+        assert_eq!(hf_config(cls), Some((Task::Classification, Some(3))));
+        let lm = r#"{"architectures": ["LlamaForCausalLM"], "vocab_size": 32000}"#;
+        assert_eq!(hf_config(lm), Some((Task::LanguageModel, None)));
+        assert_eq!(hf_config(r#"{"model_type": "bert"}"#), None);
+    }
+
+    #[test]
+    fn hparams_give_the_class_count_at_their_top_level() {
+        let text = "lr: 0.001\nmodel:\n  num_classes: 7\nnum_classes: 200\n";
+        assert_eq!(yaml_count(text, &CLASS_KEYS), Some(200));
+        assert_eq!(yaml_count("num_classes: 1\n", &CLASS_KEYS), None);
+    }
+}

@@ -1,0 +1,196 @@
+//! Patterns of real published runs the doctor missed (issue 30), each written as files a
+//! framework writes, read through `read_path`: the task from the files beside a log, W&B exports
+//! split a metric a file, LLaMA-Factory's two logs of one run, a noisy rise after the minimum, a
+//! short classifier's validation settling at ln 2.
+
+use std::fs;
+use std::path::Path;
+
+use contrai_doctor::{DoctorConfig, Label, Report, Task, diagnose, read_path};
+
+fn reports(dir: &Path) -> Vec<Report> {
+    let runs = read_path(dir, None).unwrap();
+    runs.iter()
+        .map(|r| diagnose(r, &DoctorConfig::default()))
+        .collect()
+}
+
+fn labels(r: &Report) -> Vec<Label> {
+    r.findings.iter().map(|f| f.label).collect()
+}
+
+/// A trainer_state.json: `train` (step, loss) and `eval` (step, eval_loss, eval_accuracy).
+fn trainer_state(train: &[(u64, f64)], eval: &[(u64, f64, Option<f64>)], max_steps: u64) -> String {
+    let mut rows: Vec<String> = train
+        .iter()
+        .map(|(s, l)| format!(r#"{{"step": {s}, "loss": {l}, "learning_rate": 2e-5}}"#))
+        .collect();
+    for (s, l, a) in eval {
+        let acc = a
+            .map(|a| format!(r#", "eval_accuracy": {a}"#))
+            .unwrap_or_default();
+        rows.push(format!(r#"{{"step": {s}, "eval_loss": {l}{acc}}}"#));
+    }
+    format!(
+        r#"{{"max_steps": {max_steps}, "log_history": [{}]}}"#,
+        rows.join(", ")
+    )
+}
+
+#[test]
+fn a_language_models_loss_near_ln_5_is_no_chance_level_and_a_classifiers_k_comes_from_its_config() {
+    // Flat at ln 5 for 300 steps with a flat eval: the same numbers, two tasks.
+    let train: Vec<(u64, f64)> = (1..=30)
+        .map(|i| (i * 10, 5f64.ln() * (1.0 + 0.003 * ((i % 3) as f64 - 1.0))))
+        .collect();
+    let eval: Vec<(u64, f64, Option<f64>)> = (1..=6).map(|i| (i * 50, 5f64.ln(), None)).collect();
+    let state = trainer_state(&train, &eval, 300);
+    let lm = tempfile::tempdir().unwrap();
+    fs::write(lm.path().join("trainer_state.json"), &state).unwrap();
+    fs::write(
+        lm.path().join("config.json"),
+        r#"{"architectures": ["Qwen2ForCausalLM"]}"#,
+    )
+    .unwrap();
+    let r = &reports(lm.path())[0];
+    assert_eq!(r.task, Task::LanguageModel);
+    assert_eq!(r.task_source.as_deref(), Some("config.json"));
+    assert!(!labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
+    let cls = tempfile::tempdir().unwrap();
+    let ckpt = cls.path().join("checkpoint-300");
+    fs::create_dir(&ckpt).unwrap();
+    fs::write(ckpt.join("trainer_state.json"), &state).unwrap();
+    // The config one folder up, as a Trainer's output directory holds it.
+    let config = r#"{"architectures": ["BertForSequenceClassification"], "id2label": {"0": "a", "1": "b", "2": "c", "3": "d", "4": "e"}}"#;
+    fs::write(cls.path().join("config.json"), config).unwrap();
+    let r = &reports(cls.path())[0];
+    assert_eq!((r.task, r.classes), (Task::Classification, Some(5)));
+    assert!(
+        r.task_line().starts_with("classification, 5 classes"),
+        "{}",
+        r.task_line()
+    );
+    assert!(labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
+}
+
+#[test]
+fn a_short_classifiers_validation_settling_at_ln_2_from_above_is_stuck_at_chance() {
+    // 14 epochs of 14 steps: the eval loss comes down from 0.79 to ln 2, accuracy fixed at 6/14.
+    let eval: Vec<(u64, f64, Option<f64>)> = (1..=14)
+        .map(|e| {
+            (
+                e * 14,
+                2f64.ln() + 0.1 * (-(e as f64) / 3.0).exp(),
+                Some(6.0 / 14.0),
+            )
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("trainer_state.json"),
+        trainer_state(&[], &eval, 210),
+    )
+    .unwrap();
+    let r = &reports(dir.path())[0];
+    assert_eq!(r.task, Task::Classification, "its accuracy says so");
+    assert!(labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
+}
+
+#[test]
+fn a_noisy_rise_after_the_minimum_is_overfitting_and_the_advice_names_the_raw_best() {
+    // Validation swings ±10 % and after its minimum (step 800) sits 10-30 % above it for seven
+    // evaluations while the training loss falls 85 %.
+    let val = [
+        0.314, 0.255, 0.267, 0.232, 0.303, 0.272, 0.254, 0.283, 0.294, 0.294, 0.288,
+    ];
+    let eval: Vec<(u64, f64, Option<f64>)> = val
+        .iter()
+        .enumerate()
+        .map(|(i, v)| ((i as u64 + 1) * 200, *v, None))
+        .collect();
+    let train: Vec<(u64, f64)> = (1..=22)
+        .map(|i| (i * 100, 0.46 * (-(i as f64) / 8.0).exp()))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("trainer_state.json"),
+        trainer_state(&train, &eval, 2200),
+    )
+    .unwrap();
+    let r = &reports(dir.path())[0];
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.label == Label::Overfitting)
+        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    assert_eq!(
+        f.evidence["best_step"], 800.0,
+        "the raw best evaluation, not the smoothed curve's"
+    );
+    assert!(
+        f.recommendation.contains("best checkpoint was step 800"),
+        "{}",
+        f.recommendation
+    );
+}
+
+#[test]
+fn a_wandb_export_split_a_metric_a_file_is_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let train: Vec<String> = (1..=200)
+        .map(|s| format!("{s},{}", 1.5 * (-(s as f64) / 40.0).exp() + 0.05))
+        .collect();
+    fs::write(
+        dir.path().join("train_loss.csv"),
+        format!("Step,run-7 - train/loss\n{}\n", train.join("\n")),
+    )
+    .unwrap();
+    let val: Vec<String> = (1..=10)
+        .map(|e| {
+            format!(
+                "{},{}",
+                e * 20,
+                [1.0, 0.6, 0.4, 0.35, 0.37, 0.40, 0.44, 0.47, 0.50, 0.53][e as usize - 1]
+            )
+        })
+        .collect();
+    fs::write(
+        dir.path().join("val_loss.csv"),
+        format!("Step,run-7 - val/loss\n{}\n", val.join("\n")),
+    )
+    .unwrap();
+    let rs = reports(dir.path());
+    assert_eq!(
+        rs.len(),
+        1,
+        "{:?}",
+        rs.iter().map(|r| &r.source).collect::<Vec<_>>()
+    );
+    assert!(rs[0].source.contains("train_loss.csv") && rs[0].source.contains("val_loss.csv"));
+    assert!(
+        labels(&rs[0]).contains(&Label::Overfitting),
+        "{:?}",
+        labels(&rs[0])
+    );
+}
+
+#[test]
+fn llama_factorys_two_logs_of_one_run_are_read_once_as_a_language_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let train: Vec<(u64, f64)> = (1..=50)
+        .map(|i| (i * 10, 1.2 + 0.8 * (-(i as f64) / 10.0).exp()))
+        .collect();
+    fs::write(
+        dir.path().join("trainer_state.json"),
+        trainer_state(&train, &[], 500),
+    )
+    .unwrap();
+    let log: Vec<String> = train
+        .iter()
+        .map(|(s, l)| format!(r#"{{"current_steps": {s}, "total_steps": 500, "loss": {l}, "lr": 2e-5}}"#))
+        .collect();
+    fs::write(dir.path().join("trainer_log.jsonl"), log.join("\n")).unwrap();
+    let rs = reports(dir.path());
+    assert_eq!(rs.len(), 1);
+    assert_eq!(rs[0].task, Task::LanguageModel);
+}
