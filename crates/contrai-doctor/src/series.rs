@@ -264,6 +264,38 @@ impl RawRun {
         self.tags.iter().all(|(_, p)| p.is_empty())
     }
 
+    /// [`RawRun::into_run`], once for each evaluation set when the run logs several
+    /// (`eval_<set>_loss`: a Trainer given a dict of evaluation datasets), each named after its
+    /// set and holding that set's validation series with the shared training ones.
+    pub fn into_runs(self) -> Vec<Run> {
+        let mut sets: Vec<String> = Vec::new();
+        for (tag, points) in &self.tags {
+            if let Some(set) = eval_set_of(tag).filter(|_| !points.is_empty())
+                && !sets.contains(&set)
+            {
+                sets.push(set);
+            }
+        }
+        if sets.len() < 2 {
+            return vec![self.into_run()];
+        }
+        sets.iter()
+            .map(|set| {
+                let mut r = self.clone();
+                for (i, (tag, points)) in r.tags.iter_mut().enumerate() {
+                    if eval_set_of(tag).is_some_and(|s| s != *set) {
+                        points.clear();
+                        if let Some(l) = r.lines.get_mut(i) {
+                            l.clear();
+                        }
+                    }
+                }
+                r.name = format!("{} [eval set {set}]", r.name);
+                r.into_run()
+            })
+            .collect()
+    }
+
     /// Maps tags to canonical series (best-scoring tag wins) and sorts points by step.
     pub fn into_run(self) -> Run {
         let mut best: BTreeMap<Series, (i32, usize)> = BTreeMap::new();
@@ -365,4 +397,18 @@ impl Run {
     pub fn points(&self, s: Series) -> &[Point] {
         self.series.get(&s).map(|d| d.points.as_slice()).unwrap_or(&[])
     }
+}
+
+/// The evaluation set a metric belongs to when its name says (`eval_<set>_loss`,
+/// `eval/<set>_accuracy`); None for the plain `eval_loss` and for other metrics.
+fn eval_set_of(tag: &str) -> Option<String> {
+    let lower = tag.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("eval_")
+        .or_else(|| lower.strip_prefix("eval/"))?;
+    ["_loss", "_accuracy", "_acc"]
+        .iter()
+        .find_map(|m| rest.strip_suffix(m))
+        .filter(|set| !set.is_empty())
+        .map(str::to_string)
 }

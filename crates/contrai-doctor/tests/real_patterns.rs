@@ -194,3 +194,119 @@ fn llama_factorys_two_logs_of_one_run_are_read_once_as_a_language_model() {
     assert_eq!(rs.len(), 1);
     assert_eq!(rs[0].task, Task::LanguageModel);
 }
+
+#[test]
+fn every_evaluation_set_of_a_trainer_is_judged_and_named() {
+    // Set `a` rises after step 600 while training falls; set `b` keeps falling.
+    let train: Vec<(u64, f64)> = (1..=30)
+        .map(|i| (i * 100, 0.7 * (-(i as f64) / 8.0).exp()))
+        .collect();
+    let mut rows: Vec<String> = train
+        .iter()
+        .map(|(s, l)| format!(r#"{{"step": {s}, "loss": {l}, "learning_rate": 2e-5}}"#))
+        .collect();
+    for i in 1..=15u64 {
+        let a = if i <= 3 {
+            0.5 - 0.05 * i as f64
+        } else {
+            0.35 + 0.03 * (i - 3) as f64
+        };
+        let b = 0.3 + 0.4 * (-(i as f64) / 4.0).exp();
+        rows.push(format!(
+            r#"{{"step": {}, "eval_a_loss": {a}, "eval_b_loss": {b}}}"#,
+            i * 200
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = format!(r#"{{"max_steps": 3000, "log_history": [{}]}}"#, rows.join(", "));
+    fs::write(dir.path().join("trainer_state.json"), state).unwrap();
+    let rs = reports(dir.path());
+    let names: Vec<&str> = rs.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(rs.len(), 2, "{names:?}");
+    let by = |set: &str| {
+        rs.iter()
+            .find(|r| r.name.ends_with(&format!("[eval set {set}]")))
+            .unwrap()
+    };
+    assert!(
+        labels(by("a")).contains(&Label::Overfitting),
+        "{:?}",
+        labels(by("a"))
+    );
+    assert!(
+        !labels(by("b")).contains(&Label::Overfitting),
+        "{:?}",
+        labels(by("b"))
+    );
+}
+
+#[test]
+fn a_csv_logger_file_of_any_name_is_read_and_a_text_log_beside_it_is_passed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows: Vec<String> = (0..40)
+        .map(|e| format!("{e},0.6428571428571429,{}", 5.7939 - 1e-6 * e as f64))
+        .collect();
+    fs::write(
+        dir.path().join("predict_age.log"),
+        format!("epoch,acc,loss\n{}\n", rows.join("\n")),
+    )
+    .unwrap();
+    fs::write(
+        dir.path().join("run.log"),
+        "INFO starting, batch 32\nloss went down, nice\n",
+    )
+    .unwrap();
+    let rs = reports(dir.path());
+    assert_eq!(
+        rs.len(),
+        1,
+        "{:?}",
+        rs.iter().map(|r| &r.source).collect::<Vec<_>>()
+    );
+    assert!(rs[0].source.ends_with("predict_age.log"));
+}
+
+#[test]
+fn a_loss_that_jumps_at_its_second_step_and_never_comes_back_has_diverged_not_plateaued() {
+    // LR 5 instead of 5e-5: 1.64, then ln 32000 for the rest of the run.
+    let mut train = vec![(1, 1.637), (2, 11.807), (3, 11.605), (4, 10.383)];
+    train.extend((5..=10).map(|s| (s, 32000f64.ln())));
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("trainer_state.json"),
+        trainer_state(&train, &[], 10),
+    )
+    .unwrap();
+    let r = &reports(dir.path())[0];
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.label == Label::LossSpike)
+        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    assert_eq!(f.step, 2);
+    assert!(
+        f.recommendation.contains("never came back"),
+        "{}",
+        f.recommendation
+    );
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+    // The same jump that comes back is no divergence.
+    let mut back = train.clone();
+    for p in back.iter_mut().skip(4) {
+        p.1 = 1.5;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("trainer_state.json"),
+        trainer_state(&back, &[], 10),
+    )
+    .unwrap();
+    let r = &reports(dir.path())[0];
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| !f.recommendation.contains("never came back")),
+        "{:?}",
+        labels(r)
+    );
+}

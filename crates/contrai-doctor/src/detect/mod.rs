@@ -79,7 +79,11 @@ pub fn review(ctx: &Ctx, trigger: Trigger) -> Vec<Finding> {
     }
     if trigger.covers(loss) {
         out.extend(chance::check(ctx, loss));
-        out.extend(plateau::check(ctx, loss));
+        // A loss that jumped and never came back has diverged: no plateau of it.
+        match spike::divergence(ctx) {
+            Some(f) => out.push(f),
+            None => out.extend(plateau::check(ctx, loss)),
+        }
         out.extend(oscillation::check(ctx));
     }
     if trigger.covers(Series::GradNorm) {

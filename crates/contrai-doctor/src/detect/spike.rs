@@ -57,6 +57,48 @@ fn newest_z(ctx: &Ctx, series: Series, min_ratio: f64) -> Option<(f64, f64, f64,
     Some((z, (x - m).exp(), m.exp(), last.step))
 }
 
+/// Points a diverged loss must have stayed up for (the jump itself not counted).
+const DIVERGED_FOR: usize = 3;
+/// How far above everything before it a diverging jump goes.
+const DIVERGED_JUMP: f64 = 4.0;
+
+/// A training loss that jumped [`DIVERGED_JUMP`] times above everything before
+/// it and never came back under twice that level: diverged, however short its history (the
+/// robust spike test needs 8 points before it judges; a run can blow up at its second step).
+pub fn divergence(ctx: &Ctx) -> Option<Finding> {
+    let pts = finite(ctx.st.points(Series::TrainLoss));
+    let jump = DIVERGED_JUMP;
+    let mut high = f64::NEG_INFINITY;
+    for (i, p) in pts.iter().enumerate() {
+        if i > 0 && high > 0.0 && p.value >= jump * high {
+            let after = &pts[i + 1..];
+            let stayed = after.len() >= DIVERGED_FOR && after.iter().all(|q| q.value > 2.0 * high);
+            if !stayed {
+                return None;
+            }
+            let last = after[after.len() - 1].value;
+            let rec = format!(
+                "the loss jumped {:.1}x at step {} ({} -> {}) and never came back (last {}): the                  run diverged; restart from the last checkpoint before step {} with the peak LR x                  0.1, clip the global gradient norm at 1.0 and keep >= 3 % warmup",
+                p.value / high,
+                p.step,
+                num(high),
+                num(p.value),
+                num(last),
+                p.step
+            );
+            return Some(
+                Finding::new(Label::LossSpike, Severity::Critical, p.step, rec)
+                    .with("ratio_to_previous_high", p.value / high)
+                    .with("previous_high", high)
+                    .with("value", p.value)
+                    .with("last", last),
+            );
+        }
+        high = high.max(p.value);
+    }
+    None
+}
+
 /// A training-loss point far above its recent median.
 pub fn loss_spike(ctx: &Ctx) -> Option<Finding> {
     let (z, ratio, med, step) = newest_z(ctx, Series::TrainLoss, ctx.cfg.spike_ratio)?;

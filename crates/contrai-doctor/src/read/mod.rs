@@ -276,7 +276,7 @@ fn read_as(path: &Path, fmt: Format) -> Result<Vec<Run>, ReadError> {
         }
         Format::Jsonl => vec![jsonl::read(path)?],
     };
-    Ok(raws.into_iter().map(|r| r.into_run()).collect())
+    Ok(raws.into_iter().flat_map(|r| r.into_runs()).collect())
 }
 
 /// Reads every log found under a directory: each TensorBoard folder, trainer_state.json,
@@ -363,11 +363,26 @@ fn read_dir(root: &Path) -> Result<Vec<Run>, ReadError> {
                 continue;
             } else if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") {
                 runs.extend(read_as(p, Format::Jsonl)?);
-            } else if lower.ends_with(".csv") || lower == "training.log" {
-                match detect_format(p)? {
-                    Format::Csv => runs.extend(read_as(p, Format::Csv)?),
-                    Format::WandbCsv => wandb_runs.extend(read_as(p, Format::WandbCsv)?),
-                    _ => {}
+            } else if lower.ends_with(".csv") || lower.ends_with(".log") {
+                // Keras' CSVLogger writes any name (`training.log`, `predict_age.log`); a `.log`
+                // that is no metrics table is someone's text log, passed over.
+                let fmt = match detect_format(p) {
+                    Ok(f) => f,
+                    Err(_) if lower.ends_with(".log") => continue,
+                    Err(e) => return Err(e),
+                };
+                let read = match fmt {
+                    Format::Csv | Format::WandbCsv => read_as(p, fmt),
+                    _ => continue,
+                };
+                let read = match read {
+                    Ok(r) => r,
+                    Err(_) if lower.ends_with(".log") => continue,
+                    Err(e) => return Err(e),
+                };
+                match fmt {
+                    Format::WandbCsv => wandb_runs.extend(read),
+                    _ => runs.extend(read),
                 }
             }
         }
