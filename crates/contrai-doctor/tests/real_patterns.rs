@@ -15,6 +15,20 @@ fn reports(dir: &Path) -> Vec<Report> {
         .collect()
 }
 
+/// The reports of a fresh folder holding `files` (name, contents).
+fn reports_of(files: &[(&str, String)]) -> Vec<Report> {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        fs::write(dir.path().join(name), text).unwrap();
+    }
+    reports(dir.path())
+}
+
+/// The sources of `rs`, for a failure's message.
+fn sources(rs: &[Report]) -> Vec<&str> {
+    rs.iter().map(|r| r.source.as_str()).collect()
+}
+
 fn labels(r: &Report) -> Vec<Label> {
     r.findings.iter().map(|f| f.label).collect()
 }
@@ -85,13 +99,7 @@ fn a_short_classifiers_validation_settling_at_ln_2_from_above_is_stuck_at_chance
             )
         })
         .collect();
-    let dir = tempfile::tempdir().unwrap();
-    fs::write(
-        dir.path().join("trainer_state.json"),
-        trainer_state(&[], &eval, 210),
-    )
-    .unwrap();
-    let r = &reports(dir.path())[0];
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&[], &eval, 210))])[0];
     assert_eq!(r.task, Task::Classification, "its accuracy says so");
     assert!(labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
 }
@@ -111,13 +119,7 @@ fn a_noisy_rise_after_the_minimum_is_overfitting_and_the_advice_names_the_raw_be
     let train: Vec<(u64, f64)> = (1..=22)
         .map(|i| (i * 100, 0.46 * (-(i as f64) / 8.0).exp()))
         .collect();
-    let dir = tempfile::tempdir().unwrap();
-    fs::write(
-        dir.path().join("trainer_state.json"),
-        trainer_state(&train, &eval, 2200),
-    )
-    .unwrap();
-    let r = &reports(dir.path())[0];
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &eval, 2200))])[0];
     let f = r
         .findings
         .iter()
@@ -136,15 +138,9 @@ fn a_noisy_rise_after_the_minimum_is_overfitting_and_the_advice_names_the_raw_be
 
 #[test]
 fn a_wandb_export_split_a_metric_a_file_is_one_run() {
-    let dir = tempfile::tempdir().unwrap();
     let train: Vec<String> = (1..=200)
         .map(|s| format!("{s},{}", 1.5 * (-(s as f64) / 40.0).exp() + 0.05))
         .collect();
-    fs::write(
-        dir.path().join("train_loss.csv"),
-        format!("Step,run-7 - train/loss\n{}\n", train.join("\n")),
-    )
-    .unwrap();
     let val: Vec<String> = (1..=10)
         .map(|e| {
             format!(
@@ -154,18 +150,17 @@ fn a_wandb_export_split_a_metric_a_file_is_one_run() {
             )
         })
         .collect();
-    fs::write(
-        dir.path().join("val_loss.csv"),
-        format!("Step,run-7 - val/loss\n{}\n", val.join("\n")),
-    )
-    .unwrap();
-    let rs = reports(dir.path());
-    assert_eq!(
-        rs.len(),
-        1,
-        "{:?}",
-        rs.iter().map(|r| &r.source).collect::<Vec<_>>()
-    );
+    let rs = reports_of(&[
+        (
+            "train_loss.csv",
+            format!("Step,run-7 - train/loss\n{}\n", train.join("\n")),
+        ),
+        (
+            "val_loss.csv",
+            format!("Step,run-7 - val/loss\n{}\n", val.join("\n")),
+        ),
+    ]);
+    assert_eq!(rs.len(), 1, "{:?}", sources(&rs));
     assert!(rs[0].source.contains("train_loss.csv") && rs[0].source.contains("val_loss.csv"));
     assert!(
         labels(&rs[0]).contains(&Label::Overfitting),
@@ -176,21 +171,17 @@ fn a_wandb_export_split_a_metric_a_file_is_one_run() {
 
 #[test]
 fn llama_factorys_two_logs_of_one_run_are_read_once_as_a_language_model() {
-    let dir = tempfile::tempdir().unwrap();
     let train: Vec<(u64, f64)> = (1..=50)
         .map(|i| (i * 10, 1.2 + 0.8 * (-(i as f64) / 10.0).exp()))
         .collect();
-    fs::write(
-        dir.path().join("trainer_state.json"),
-        trainer_state(&train, &[], 500),
-    )
-    .unwrap();
     let log: Vec<String> = train
         .iter()
         .map(|(s, l)| format!(r#"{{"current_steps": {s}, "total_steps": 500, "loss": {l}, "lr": 2e-5}}"#))
         .collect();
-    fs::write(dir.path().join("trainer_log.jsonl"), log.join("\n")).unwrap();
-    let rs = reports(dir.path());
+    let rs = reports_of(&[
+        ("trainer_state.json", trainer_state(&train, &[], 500)),
+        ("trainer_log.jsonl", log.join("\n")),
+    ]);
     assert_eq!(rs.len(), 1);
     assert_eq!(rs[0].task, Task::LanguageModel);
 }
@@ -217,10 +208,8 @@ fn every_evaluation_set_of_a_trainer_is_judged_and_named() {
             i * 200
         ));
     }
-    let dir = tempfile::tempdir().unwrap();
     let state = format!(r#"{{"max_steps": 3000, "log_history": [{}]}}"#, rows.join(", "));
-    fs::write(dir.path().join("trainer_state.json"), state).unwrap();
-    let rs = reports(dir.path());
+    let rs = reports_of(&[("trainer_state.json", state)]);
     let names: Vec<&str> = rs.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(rs.len(), 2, "{names:?}");
     let by = |set: &str| {
@@ -242,27 +231,20 @@ fn every_evaluation_set_of_a_trainer_is_judged_and_named() {
 
 #[test]
 fn a_csv_logger_file_of_any_name_is_read_and_a_text_log_beside_it_is_passed_over() {
-    let dir = tempfile::tempdir().unwrap();
     let rows: Vec<String> = (0..40)
         .map(|e| format!("{e},0.6428571428571429,{}", 5.7939 - 1e-6 * e as f64))
         .collect();
-    fs::write(
-        dir.path().join("predict_age.log"),
-        format!("epoch,acc,loss\n{}\n", rows.join("\n")),
-    )
-    .unwrap();
-    fs::write(
-        dir.path().join("run.log"),
-        "INFO starting, batch 32\nloss went down, nice\n",
-    )
-    .unwrap();
-    let rs = reports(dir.path());
-    assert_eq!(
-        rs.len(),
-        1,
-        "{:?}",
-        rs.iter().map(|r| &r.source).collect::<Vec<_>>()
-    );
+    let rs = reports_of(&[
+        (
+            "predict_age.log",
+            format!("epoch,acc,loss\n{}\n", rows.join("\n")),
+        ),
+        (
+            "run.log",
+            "INFO starting, batch 32\nloss went down, nice\n".into(),
+        ),
+    ]);
+    assert_eq!(rs.len(), 1, "{:?}", sources(&rs));
     assert!(rs[0].source.ends_with("predict_age.log"));
 }
 
@@ -271,13 +253,7 @@ fn a_loss_that_jumps_at_its_second_step_and_never_comes_back_has_diverged_not_pl
     // LR 5 instead of 5e-5: 1.64, then ln 32000 for the rest of the run.
     let mut train = vec![(1, 1.637), (2, 11.807), (3, 11.605), (4, 10.383)];
     train.extend((5..=10).map(|s| (s, 32000f64.ln())));
-    let dir = tempfile::tempdir().unwrap();
-    fs::write(
-        dir.path().join("trainer_state.json"),
-        trainer_state(&train, &[], 10),
-    )
-    .unwrap();
-    let r = &reports(dir.path())[0];
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &[], 10))])[0];
     let f = r
         .findings
         .iter()
@@ -295,13 +271,7 @@ fn a_loss_that_jumps_at_its_second_step_and_never_comes_back_has_diverged_not_pl
     for p in back.iter_mut().skip(4) {
         p.1 = 1.5;
     }
-    let dir = tempfile::tempdir().unwrap();
-    fs::write(
-        dir.path().join("trainer_state.json"),
-        trainer_state(&back, &[], 10),
-    )
-    .unwrap();
-    let r = &reports(dir.path())[0];
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&back, &[], 10))])[0];
     assert!(
         r.findings
             .iter()
