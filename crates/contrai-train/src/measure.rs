@@ -259,6 +259,11 @@ pub fn linearized(
     let levels = scan.levels.len();
     let mut base = 0f64;
     let mut sums = vec![vec![0f64; levels]; modules.len()];
+    progress(format!(
+        "diagnose: estimating {} modules at {levels} levels from {} validation samples' logit gradients, one sample at a time",
+        modules.len(),
+        val.len()
+    ));
     for row in 0..val.len() {
         let label = val.labels[row] as usize;
         let (logits, moves) = margin_moves(
@@ -403,8 +408,8 @@ mod tests {
             (base - on_scan).abs() < 1e-5,
             "the same samples' unpruned loss: {base} vs {on_scan}"
         );
-        assert_eq!(heard.len(), 2);
-        assert!(heard[1].starts_with(
+        assert_eq!(heard.len(), 3, "the start, then a line a module");
+        assert!(heard[2].starts_with(
             "diagnose: blocks.0.ffn pruned alone, estimated on 20 validation samples: 0 % +0.0 %"
         ));
         for m in &modules {

@@ -800,6 +800,9 @@ class Engine:
                     f[~keep.to(f.device)] = li
                     owner[path] = i
         paths = list(first)
+        if self.leader:
+            print(f"[contrai] diagnose: estimating {len(modules)} modules at {len(levels)} levels from each "
+                  "validation sample's logit gradients, one sample at a time")
         sums = torch.zeros(len(modules), len(levels), dtype=torch.float64)
         base, n = 0.0, 0
         was, tracked = model.training, [params[q].requires_grad for q in paths]
