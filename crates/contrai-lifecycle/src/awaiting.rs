@@ -84,8 +84,8 @@ pub enum EnterStep {
 /// What diagnose waits for.
 #[derive(Debug)]
 pub enum DiagnoseStep {
-    /// The unpruned model's evaluation.
-    Eval,
+    /// The unpruned model's evaluation, before a measured scan.
+    Eval(Scan),
     /// Each module's sensitivity, against the unpruned validation loss.
     Sensitivity {
         /// The unpruned loss on the whole validation set (None: not evaluated, a linearized
@@ -103,9 +103,9 @@ pub enum DiagnoseStep {
 pub struct Search {
     /// The unpruned validation loss.
     pub base: f32,
-    /// The validation samples of the sensitivity scan (None: all) and the unpruned loss on them.
-    pub scan: (Option<usize>, f32),
-    /// How the scan was taken (a linearized scan's joint checks use its samples).
+    /// The unpruned loss on the scan's samples.
+    pub scan_base: f32,
+    /// How the scan was taken, on how many samples (a linearized scan's joint checks use them).
     pub plan: Scan,
     /// Each module alone at each level.
     pub sens: BTreeMap<String, Vec<Sensitivity>>,

@@ -18,7 +18,8 @@ use crate::prune::SENSITIVITY_LEVELS;
 use crate::sensitivity::{Joint, Scan, Sensitivity, caps, plan, relative_increase, step_down};
 
 impl Conductor {
-    /// Diagnose starts: the doctor's reading of main, then the unpruned evaluation.
+    /// Diagnose starts: the doctor's reading of main, then the unpruned evaluation before a
+    /// measured scan, or the linearized scan straight away.
     pub(crate) fn diagnose(&mut self, mut out: Vec<Action>) -> Turn {
         let findings = self.watch.summary();
         let rows: Vec<serde_json::Value> = findings
@@ -33,7 +34,8 @@ impl Conductor {
             format!("the doctor on main: {}", labels.join(", ")),
             json!({"findings": rows}),
         )));
-        let plan = self.scan_plan();
+        let evaluations = 1 + self.prunable.modules().len() * SENSITIVITY_LEVELS.len();
+        let plan = plan(self.main_samples(), evaluations);
         if let Scan::Linearized { .. } = plan {
             // The whole validation set's evaluation alone would cost more than the budget: the
             // scan and the joint checks compare with the unpruned loss on the scan's samples.
@@ -42,13 +44,7 @@ impl Conductor {
         let request = Request::Evaluate {
             record: Some(Phase::Diagnose),
         };
-        self.ask(out, request, Awaiting::Diagnose(Await::Eval))
-    }
-
-    /// How the scan is taken for this run's main ([`crate::sensitivity::plan`]).
-    fn scan_plan(&self) -> Scan {
-        let evaluations = 1 + self.prunable.modules().len() * SENSITIVITY_LEVELS.len();
-        plan(self.main_samples(), evaluations)
+        self.ask(out, request, Awaiting::Diagnose(Await::Eval(plan)))
     }
 
     /// Asks for the sensitivity scan; `base` is the whole validation set's unpruned loss when
@@ -73,8 +69,8 @@ impl Conductor {
     pub(crate) fn on_diagnose(&mut self, step: Await, obs: Observation) -> Result<Turn> {
         let by_heads = self.by_heads();
         match (step, obs) {
-            (Await::Eval, Observation::Evaluated { val_loss, .. }) => {
-                Ok(self.scan(Vec::new(), self.scan_plan(), Some(val_loss)))
+            (Await::Eval(plan), Observation::Evaluated { val_loss, .. }) => {
+                Ok(self.scan(Vec::new(), plan, Some(val_loss)))
             }
             (
                 Await::Sensitivity { base, plan },
@@ -85,13 +81,12 @@ impl Conductor {
             ) => {
                 // Increases are against the unpruned loss on the scan's own samples; a linearized
                 // scan's joint checks run on those samples too.
-                let Some(on_scan) = on_scan.or(base) else {
+                let Some(scan_base) = on_scan.or(base) else {
                     return Err(ConductorError::Protocol(
                         "a linearized sensitivity scan must give the unpruned loss on its samples".into(),
                     ));
                 };
-                let scan = (Some(plan.samples()), on_scan);
-                let base = base.unwrap_or(on_scan);
+                let base = base.unwrap_or(scan_base);
                 let sens: BTreeMap<String, Vec<Sensitivity>> = val_loss
                     .into_iter()
                     .map(|(m, losses)| {
@@ -101,7 +96,7 @@ impl Conductor {
                             .map(|(&level, val_loss)| Sensitivity {
                                 level,
                                 val_loss,
-                                increase: relative_increase(val_loss, scan.1),
+                                increase: relative_increase(val_loss, scan_base),
                             })
                             .collect();
                         (m, rows)
@@ -114,7 +109,7 @@ impl Conductor {
                     .collect();
                 let search = Search {
                     base,
-                    scan,
+                    scan_base,
                     plan,
                     sens,
                     alone,
@@ -169,7 +164,7 @@ impl Conductor {
             .map(|(m, c)| format!("{m} {:.0} %", 100.0 * c))
             .collect();
         let last = s.tried.last().map_or(0.0, |j| j.increase);
-        let mut evidence = json!({"base_val_loss": s.base, "scan_samples": s.scan.0, "scan_base_val_loss": s.scan.1, "sensitivity": s.sens, "caps_alone": s.alone, "joint": s.tried, "caps": s.caps});
+        let mut evidence = json!({"base_val_loss": s.base, "scan_samples": s.plan.samples(), "scan_base_val_loss": s.scan_base, "sensitivity": s.sens, "caps_alone": s.alone, "joint": s.tried, "caps": s.caps});
         let how = match s.plan {
             Scan::Measured { .. } => {
                 "one-shot magnitude pruning per module (10/20/30/50 % on a copy)".to_string()

@@ -169,14 +169,7 @@ pub fn matrix_paths<M: Module>(model: &M) -> Vec<String> {
 
 /// The weight matrices `select` accepts: (path, shape, values).
 pub fn weights<M: Module>(model: &M, select: &dyn Fn(&str) -> bool) -> Vec<(String, [usize; 2], Vec<f32>)> {
-    let mut v = Weights {
-        path: Path::default(),
-        select,
-        grads: None,
-        out: Vec::new(),
-    };
-    model.visit(&mut v);
-    v.out
+    read_matrices(model, select, None)
 }
 
 /// The gradients in `grads` of the weight matrices `select` accepts: (path, shape, values); a
@@ -186,10 +179,19 @@ pub fn gradients<M: Module>(
     grads: &GradientsParams,
     select: &dyn Fn(&str) -> bool,
 ) -> Vec<(String, [usize; 2], Vec<f32>)> {
+    read_matrices(model, select, Some(grads))
+}
+
+/// [`weights`], or [`gradients`] when `grads` is given.
+fn read_matrices<M: Module>(
+    model: &M,
+    select: &dyn Fn(&str) -> bool,
+    grads: Option<&GradientsParams>,
+) -> Vec<(String, [usize; 2], Vec<f32>)> {
     let mut v = Weights {
         path: Path::default(),
         select,
-        grads: Some(grads),
+        grads,
         out: Vec::new(),
     };
     model.visit(&mut v);

@@ -366,23 +366,15 @@ fn read_dir(root: &Path) -> Result<Vec<Run>, ReadError> {
             } else if lower.ends_with(".csv") || lower.ends_with(".log") {
                 // Keras' CSVLogger writes any name (`training.log`, `predict_age.log`); a `.log`
                 // that is no metrics table is someone's text log, passed over.
-                let fmt = match detect_format(p) {
-                    Ok(f) => f,
-                    Err(_) if lower.ends_with(".log") => continue,
+                let read = detect_format(p).and_then(|fmt| match fmt {
+                    Format::Csv | Format::WandbCsv => read_as(p, fmt).map(|r| (fmt, r)),
+                    _ => Ok((fmt, Vec::new())),
+                });
+                match read {
+                    Ok((Format::WandbCsv, r)) => wandb_runs.extend(r),
+                    Ok((_, r)) => runs.extend(r),
+                    Err(_) if lower.ends_with(".log") => {}
                     Err(e) => return Err(e),
-                };
-                let read = match fmt {
-                    Format::Csv | Format::WandbCsv => read_as(p, fmt),
-                    _ => continue,
-                };
-                let read = match read {
-                    Ok(r) => r,
-                    Err(_) if lower.ends_with(".log") => continue,
-                    Err(e) => return Err(e),
-                };
-                match fmt {
-                    Format::WandbCsv => wandb_runs.extend(read),
-                    _ => runs.extend(read),
                 }
             }
         }
