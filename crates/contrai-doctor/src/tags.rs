@@ -19,10 +19,12 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
     let valish = toks.iter().any(|t| {
         matches!(
             *t,
-            "val" | "valid" | "validation" | "eval" | "evaluation" | "test" | "dev" | "valloss"
+            "val" | "valid" | "validation" | "eval" | "evaluation" | "test" | "dev" | "valloss" | "vl"
         )
     });
-    let trainish = toks.iter().any(|t| matches!(*t, "train" | "training"));
+    let trainish = toks
+        .iter()
+        .any(|t| matches!(*t, "train" | "training" | "tr" | "trn"));
     let epoch_agg = has("epoch");
     let len_penalty = toks.len() as i32;
     // Skip meta columns that merely contain a metric word.
@@ -47,7 +49,9 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
         let exact = matches!(lower.as_str(), "grad_norm" | "gradient_norm" | "train/grad_norm");
         return Some((Series::GradNorm, if exact { 100 } else { 50 - len_penalty }));
     }
-    let is_loss = toks.iter().any(|t| *t == "loss" || t.ends_with("loss"));
+    // `ls` abbreviates loss only beside a train or validation word (`tr_ls`, `val_ls`).
+    let is_loss =
+        toks.iter().any(|t| *t == "loss" || t.ends_with("loss")) || (has("ls") && (trainish || valish));
     if is_loss {
         let mut prio = 50 - 2 * len_penalty;
         if epoch_agg {
@@ -117,6 +121,9 @@ mod tests {
         assert_eq!(s("train/loss__MIN"), None);
         assert_eq!(s("epoch"), None);
         assert_eq!(s("eval_runtime"), None);
+        assert_eq!(s("tr_ls"), Some(Series::TrainLoss));
+        assert_eq!(s("val_ls"), Some(Series::ValLoss));
+        assert_eq!(s("ls_eps"), None);
         let p = |t: &str| classify(t).map(|x| x.1).unwrap_or(0);
         assert!(p("mean_loss") > p("Conductor_Copper_loss"));
         assert!(p("train_loss_step") > p("train_loss_epoch"));

@@ -280,3 +280,155 @@ fn a_loss_that_jumps_at_its_second_step_and_never_comes_back_has_diverged_not_pl
         labels(r)
     );
 }
+
+/// A falling validation loss with a small set's noise: an evaluation's values (step, loss).
+fn noisy_falling_eval(n: u64, swing: f64) -> Vec<(u64, f64, Option<f64>)> {
+    (1..=n)
+        .map(|i| {
+            let level = 1.2 * (-(i as f64) / n as f64).exp();
+            let sign = if i % 2 == 0 { 1.0 } else { -1.0 };
+            (i * 100, level * (1.0 + sign * swing), None)
+        })
+        .collect()
+}
+
+#[test]
+fn a_validation_loss_that_jumps_up_and_back_at_many_evaluations_oscillates() {
+    // The training loss falls smoothly; validation doubles and comes back at every other eval.
+    let train: Vec<(u64, f64)> = (1..=120)
+        .map(|i| (i * 10, 1.5 / (1.0 + 0.02 * i as f64)))
+        .collect();
+    let swinging = noisy_falling_eval(12, 0.4);
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &swinging, 1200))])[0];
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.label == Label::Oscillation)
+        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    assert!(
+        f.recommendation.starts_with("val_loss swings"),
+        "{}",
+        f.recommendation
+    );
+    assert!(f.evidence["evaluations_swinging"] >= 3.0, "{:?}", f.evidence);
+    // The same run with a validation loss that wobbles 5 %: no oscillation.
+    let calm = noisy_falling_eval(12, 0.05);
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &calm, 1200))])[0];
+    assert!(!labels(r).contains(&Label::Oscillation), "{:?}", labels(r));
+}
+
+#[test]
+fn a_trainer_state_saved_under_another_name_is_read_by_its_content() {
+    let train: Vec<(u64, f64)> = (1..=30).map(|i| (i * 10, 1.0 / i as f64)).collect();
+    let rs = reports_of(&[
+        ("__init__.py", trainer_state(&train, &[], 300)),
+        ("run_lrqa.py", "import transformers\n".to_string()),
+    ]);
+    assert_eq!(rs.len(), 1, "{:?}", sources(&rs));
+    assert!(rs[0].source.ends_with("__init__.py"), "{}", rs[0].source);
+}
+
+/// An MLflow run folder under `root` with `metrics` (key, lines `timestamp value step`) and
+/// `params` (key, value).
+fn mlflow_run(root: &Path, metrics: &[(&str, String)], params: &[(&str, &str)]) {
+    let run = root.join("mlruns").join("1").join("0123abcd");
+    fs::create_dir_all(run.join("metrics")).unwrap();
+    fs::create_dir_all(run.join("params")).unwrap();
+    fs::write(run.join("meta.yaml"), "run_name: trial\n").unwrap();
+    for (k, text) in metrics {
+        fs::write(run.join("metrics").join(k), text).unwrap();
+    }
+    for (k, v) in params {
+        fs::write(run.join("params").join(k), v).unwrap();
+    }
+}
+
+#[test]
+fn mlflow_values_logged_without_a_step_are_ordered_by_time_and_tr_ls_is_the_training_loss() {
+    // Thirteen epochs logged at step 0, written out of order; the last blows up.
+    let mut values = vec![
+        0.86, 0.73, 0.71, 0.70, 0.69, 0.68, 0.68, 0.67, 0.66, 0.66, 0.65, 0.65,
+    ];
+    values.push(9.6e7);
+    let line = |(i, v): (usize, &f64)| format!("{} {v} 0\n", 1_592_800_000_000u64 + 1000 * i as u64);
+    let mut lines: Vec<String> = values.iter().enumerate().map(line).collect();
+    lines.swap(3, 4);
+    let val: String = (0..13)
+        .map(|i| format!("{} {} 0\n", 1_592_800_000_500u64 + 1000 * i, 0.9))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    mlflow_run(
+        dir.path(),
+        &[("tr_ls", lines.concat()), ("val_ls", val)],
+        &[("tr_epochs", "50")],
+    );
+    let r = &reports(dir.path())[0];
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.label == Label::LossSpike)
+        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    assert_eq!(f.step, 12);
+    assert!(
+        (f.evidence["value"] / 9.6e7 - 1.0).abs() < 1e-9,
+        "{:?}",
+        f.evidence
+    );
+}
+
+#[test]
+fn an_epoch_logged_as_a_step_still_has_a_patience_it_can_reach() {
+    // 200 epochs logged at steps 0..199 (no planned epochs in the params): validation turns at
+    // 40 and sits 7 % above its best while the training loss falls by a third.
+    let series = |f: &dyn Fn(f64) -> f64| -> String {
+        (0..200)
+            .map(|i| format!("{} {} {i}\n", 1_600_000_000_000u64 + i, f(i as f64)))
+            .collect()
+    };
+    let train = series(&|i| {
+        if i < 40.0 {
+            1.6
+        } else {
+            1.1 + 0.5 * (-(i - 40.0) / 20.0).exp()
+        }
+    });
+    let val = series(&|i| {
+        if i < 40.0 {
+            1.6 - 0.0005 * i
+        } else {
+            1.70 - 0.12 * (-(i - 40.0) / 15.0).exp()
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    mlflow_run(
+        dir.path(),
+        &[("train_loss", train), ("validation_loss", val)],
+        &[],
+    );
+    let r = &reports(dir.path())[0];
+    assert!(labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
+}
+
+#[test]
+fn a_warmup_over_a_tenth_of_a_short_run_is_no_finding_and_one_over_a_third_is() {
+    let state = |warmup: u64| {
+        let rows: Vec<String> = (1..=75u64)
+            .map(|s| {
+                let lr = if s <= warmup {
+                    5e-5 * s as f64 / warmup as f64
+                } else {
+                    5e-5 * (75 - s) as f64 / (75 - warmup) as f64
+                };
+                format!(
+                    r#"{{"step": {s}, "loss": {}, "learning_rate": {lr}}}"#,
+                    0.7 - 0.004 * s as f64
+                )
+            })
+            .collect();
+        format!(r#"{{"max_steps": 75, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let r = &reports_of(&[("trainer_state.json", state(10))])[0];
+    assert!(!labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
+    let r = &reports_of(&[("trainer_state.json", state(25))])[0];
+    assert!(labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
+}

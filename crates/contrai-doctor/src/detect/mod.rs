@@ -84,7 +84,8 @@ pub fn review(ctx: &Ctx, trigger: Trigger) -> Vec<Finding> {
             Some(f) => out.push(f),
             None => out.extend(plateau::check(ctx, loss)),
         }
-        out.extend(oscillation::check(ctx));
+        let overfitting = out.iter().any(|f| f.label == Label::Overfitting);
+        out.extend(oscillation::check(ctx, overfitting));
     }
     if trigger.covers(Series::GradNorm) {
         out.extend(grad::vanish(ctx));

@@ -1,12 +1,33 @@
-//! `oscillation`: the loss swings up and down from log to log with no net progress.
+//! `oscillation`: the loss swings up and down from log to log with no net progress — the
+//! training loss (per-batch noise averaged out), or the validation loss swinging by much more
+//! than an evaluation's own noise while it neither falls nor rises.
 
 use super::{Ctx, finite};
 use crate::finding::{Finding, Label, Severity};
+use crate::series::Series;
 use crate::stats::{block_medians, median};
 
-/// Swing statistics of a loss series after its first fifth: (amplitude, sign-change share,
-/// net drift share, start step).
-fn swings(points: &[crate::series::Point]) -> Option<(f64, f64, f64, u64)> {
+/// A validation loss swings when its median eval-to-eval change is this share of its level:
+/// an evaluation averages a whole set, so swings this large are not sampling noise.
+const VAL_AMPLITUDE: f64 = 0.10;
+
+/// Swing statistics of a loss series after its first fifth.
+struct Swings {
+    /// Median relative change from one (block of) log(s) to the next.
+    amp: f64,
+    /// Share of consecutive changes that reverse direction.
+    share: f64,
+    /// Net change over total path (1 when the series significantly fell).
+    drift: f64,
+    /// The series rose by more than its noise over the tail.
+    rose: bool,
+    /// The tail's first step.
+    start: u64,
+}
+
+/// `blocks`: how many block medians a long series is read as (per-batch noise averages out
+/// over blocks; true swings survive); an evaluation series is read point by point.
+fn swings(points: &[crate::series::Point], blocks: usize) -> Option<Swings> {
     let pts = finite(points);
     if pts.len() < 10 {
         return None;
@@ -18,8 +39,7 @@ fn swings(points: &[crate::series::Point]) -> Option<(f64, f64, f64, u64)> {
         .iter()
         .map(|p| if positive { p.value.ln() } else { p.value })
         .collect();
-    // Per-batch noise of long logs averages out over blocks; true swings survive.
-    let ys = block_medians(&ys, 60);
+    let ys = block_medians(&ys, blocks);
     if ys.len() < 8 {
         return None;
     }
@@ -54,32 +74,97 @@ fn swings(points: &[crate::series::Point]) -> Option<(f64, f64, f64, u64)> {
     let progress = -slope * (coarse.len() - 1) as f64 / scale;
     let se = sigma * (12.0 / coarse.len() as f64).sqrt();
     let significant = progress > 2.0 * se && progress > 0.05;
-    Some((amp, share, if significant { 1.0 } else { drift }, tail[0].step))
+    Some(Swings {
+        amp,
+        share,
+        drift: if significant { 1.0 } else { drift },
+        rose: -progress > 2.0 * se && -progress > 0.05,
+        start: tail[0].step,
+    })
 }
 
-/// Reviews the training loss (the validation loss only when no training loss is logged: eval
-/// noise from a small validation set is not an optimisation problem).
-pub fn check(ctx: &Ctx) -> Option<Finding> {
+/// Evaluations that stand this factor above (or below) both neighbours are swings...
+const ZIGZAG_FACTOR: f64 = 1.25;
+/// ...and a validation loss oscillates, whatever its trend, when this share of its
+/// evaluations (at least [`ZIGZAG_MIN`]) are.
+const ZIGZAG_SHARE: f64 = 0.15;
+/// The fewest such evaluations that make a pattern.
+const ZIGZAG_MIN: usize = 3;
+
+/// Evaluations that stand [`ZIGZAG_FACTOR`] above or below both neighbours: how many, and
+/// the first one's step.
+fn zigzags(points: &[crate::series::Point]) -> (usize, u64) {
+    let pts: Vec<_> = finite(points).into_iter().filter(|p| p.value > 0.0).collect();
+    let r = ZIGZAG_FACTOR.ln();
+    let mut first = None;
+    let mut n = 0;
+    for w in pts.windows(3) {
+        let [a, b, c] = [w[0].value.ln(), w[1].value.ln(), w[2].value.ln()];
+        if (b - a >= r && b - c >= r) || (a - b >= r && c - b >= r) {
+            n += 1;
+            first.get_or_insert(w[1].step);
+        }
+    }
+    (n, first.unwrap_or(0))
+}
+
+/// Reviews the training loss; then the validation loss, unless it is overfitting (a noisy
+/// rise is that finding, not this one).
+pub fn check(ctx: &Ctx, overfitting: bool) -> Option<Finding> {
     let s = super::main_loss(ctx.st);
-    let (amp, share, drift, start) = swings(ctx.st.points(s))?;
-    if amp < ctx.cfg.oscillation_amplitude || share < 0.4 || drift >= 0.3 {
+    if s == Series::ValLoss {
+        return validation(ctx);
+    }
+    let train = swings(ctx.st.points(s), 60).filter(|w| {
+        w.amp >= ctx.cfg.oscillation_amplitude && w.share >= 0.4 && w.drift < 0.3
+            // Under an annealing LR, a noisy flat tail is convergence, not an unstable optimiser.
+            && !super::plateau::lr_annealing(ctx, w.start)
+    });
+    match train {
+        Some(w) => Some(finding(s, &w)),
+        None if overfitting => None,
+        None => validation(ctx),
+    }
+}
+
+/// The validation loss swings with no net trend, or jumps up and back down (or down and back
+/// up) at many of its evaluations even while it falls.
+fn validation(ctx: &Ctx) -> Option<Finding> {
+    let points = ctx.st.points(Series::ValLoss);
+    let w = swings(points, usize::MAX)?;
+    let stationary = w.amp >= VAL_AMPLITUDE && w.share >= 0.4 && w.drift < 0.3 && !w.rose;
+    let (n, first) = zigzags(points);
+    let evals = finite(points).len();
+    let zigzag = n >= ZIGZAG_MIN && n as f64 >= ZIGZAG_SHARE * evals as f64;
+    if !stationary && !zigzag {
         return None;
     }
-    // Under an annealing LR, a noisy flat tail is convergence, not an unstable optimiser.
-    if super::plateau::lr_annealing(ctx, start) {
-        return None;
+    let mut f = finding(Series::ValLoss, &w).with("evaluations_swinging", n as f64);
+    if zigzag && !stationary {
+        f.step = first;
     }
+    Some(f)
+}
+
+/// The finding for swings `w` of series `s`.
+fn finding(s: Series, w: &Swings) -> Finding {
+    let validation = s == Series::ValLoss;
     let rec = format!(
-        "{} swings {:.0} % from log to log with no net progress: lower the peak LR x 0.3, raise \
-         the effective batch to 32-64 (accumulate gradients), clip the gradient norm at 1.0; a \
-         dataset with duplicates or wrong labels gives the same picture, so audit it",
+        "{} swings {:.0} % from {} to {} with no net progress: lower the peak LR x 0.3, raise \
+         the effective batch to 32-64 (accumulate gradients), clip the gradient norm at 1.0; {}",
         s.name(),
-        100.0 * amp
+        100.0 * w.amp,
+        if validation { "evaluation" } else { "log" },
+        if validation { "evaluation" } else { "log" },
+        if validation {
+            "a small validation set or BatchNorm statistics that differ between train and eval \
+             modes give the same picture, so check the set's size and the eval mode"
+        } else {
+            "a dataset with duplicates or wrong labels gives the same picture, so audit it"
+        }
     );
-    Some(
-        Finding::new(Label::Oscillation, Severity::Warning, start, rec)
-            .with("median_swing", amp)
-            .with("sign_change_share", share)
-            .with("net_drift_share", drift),
-    )
+    Finding::new(Label::Oscillation, Severity::Warning, w.start, rec)
+        .with("median_swing", w.amp)
+        .with("sign_change_share", w.share)
+        .with("net_drift_share", w.drift)
 }

@@ -69,6 +69,22 @@ fn run_name(dir: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// The planned epochs a run's parameters name (`epochs`, `Epochs`, `num_epochs`, `max_epochs`,
+/// ...: any parameter whose name ends in `epochs`), the largest when several do.
+fn planned_epochs(params: &Path) -> Option<u64> {
+    fs::read_dir(params)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .to_ascii_lowercase()
+                .ends_with("epochs")
+        })
+        .filter_map(|e| fs::read_to_string(e.path()).ok()?.trim().parse::<u64>().ok())
+        .max()
+}
+
 fn read_run(dir: &Path) -> Result<RawRun, ReadError> {
     let mut run = RawRun::new(run_name(dir), dir.display().to_string(), "mlflow_filestore");
     let metrics = dir.join("metrics");
@@ -86,9 +102,7 @@ fn read_run(dir: &Path) -> Result<RawRun, ReadError> {
     }
     files.sort();
     // Keras/TensorFlow autologging logs once per epoch: its steps are epochs.
-    let planned_epochs = fs::read_to_string(dir.join("params").join("epochs"))
-        .ok()
-        .and_then(|t| t.trim().parse::<u64>().ok());
+    let planned_epochs = planned_epochs(&dir.join("params"));
     let autolog = fs::read_to_string(dir.join("tags").join("mlflow.autologging"))
         .map(|t| matches!(t.trim(), "keras" | "tensorflow"))
         .unwrap_or(false);
@@ -98,6 +112,7 @@ fn read_run(dir: &Path) -> Result<RawRun, ReadError> {
             .map(|k| k.to_string_lossy().replace('\\', "/"))
             .unwrap_or_default();
         let text = read_text(&f)?;
+        let mut rows = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let parts: Vec<&str> = line.split_whitespace().collect();
             if parts.is_empty() {
@@ -116,12 +131,20 @@ fn read_run(dir: &Path) -> Result<RawRun, ReadError> {
                     reason: format!("expected `timestamp value [step]`, got `{line}`"),
                 });
             };
-            let step = parts
-                .get(2)
-                .and_then(|s| parse_num(s))
-                .map(to_step)
-                .unwrap_or(i as u64);
-            run.at_line(i + 1);
+            let time = parts.first().and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+            let step = parts.get(2).and_then(|s| parse_num(s)).map(to_step);
+            rows.push((i + 1, time, step.unwrap_or(i as u64), value));
+        }
+        // `log_metric` called without a step logs every value at step 0: the order in time is
+        // then the only axis (one value per call, as MLflow's own chart by time shows it).
+        if rows.len() > 1 && rows.iter().all(|r| r.2 == rows[0].2) {
+            rows.sort_by_key(|r| r.1);
+            for (k, r) in rows.iter_mut().enumerate() {
+                r.2 = k as u64;
+            }
+        }
+        for (line, _, step, value) in rows {
+            run.at_line(line);
             run.push(&key, step, value);
         }
     }

@@ -167,6 +167,16 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// Whether a file's first bytes are a Trainer state's JSON (an object with `log_history`).
+fn is_trainer_state(path: &Path) -> bool {
+    let mut head = [0u8; 4096];
+    let Ok(n) = fs::File::open(path).and_then(|mut f| std::io::Read::read(&mut f, &mut head)) else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&head[..n]);
+    text.trim_start().starts_with('{') && text.contains("\"log_history\"")
+}
+
 /// Detects the format of a file (or run directory) from its path and first bytes.
 pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
     if path.is_dir() {
@@ -376,6 +386,9 @@ fn read_dir(root: &Path) -> Result<Vec<Run>, ReadError> {
                     Err(_) if lower.ends_with(".log") => {}
                     Err(e) => return Err(e),
                 }
+            } else if is_trainer_state(p) {
+                // A Trainer state saved under another name (the content tells, not the name).
+                runs.extend(read_as(p, Format::HfTrainerState)?);
             }
         }
         runs.extend(merged_by_name(std::mem::take(&mut wandb_runs)));
