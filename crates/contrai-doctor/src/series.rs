@@ -161,6 +161,8 @@ pub struct RunHints {
     /// The global gradient-norm clip when the run is known to clip (Contrai's `main.clip_norm`,
     /// or `contrai doctor --clip-norm`): a passing spike that clipping bounded is then information.
     pub clip_norm: Option<f64>,
+    /// Steps an epoch takes, when the log counts both (an `epoch` column beside the steps).
+    pub steps_per_epoch: Option<f64>,
 }
 
 /// A parsed run: canonical series plus hints.
@@ -198,6 +200,8 @@ pub struct RawRun {
     line: Option<u32>,
     /// Segment marks, in log order.
     marks: Vec<Mark>,
+    /// The fractional epoch the log wrote beside its steps (an `epoch` key or column).
+    epochs: Vec<Point>,
 }
 
 /// A segment start the reader saw, for every tag at once: how many points each tag had then.
@@ -222,6 +226,10 @@ impl RawRun {
 
     /// Appends one point to a tag, keeping only tags that map to a canonical series.
     pub fn push(&mut self, tag: &str, step: u64, value: f64) {
+        if tag == "epoch" {
+            self.epochs.push(Point { step, value });
+            return;
+        }
         if let Some(&i) = self.index.get(tag) {
             if let Some(t) = self.tags.get_mut(i) {
                 t.1.push(Point { step, value });
@@ -311,6 +319,9 @@ impl RawRun {
             }
         }
         let mut hints = self.hints;
+        if hints.x_unit == XUnit::Step {
+            hints.steps_per_epoch = steps_per_epoch(&self.epochs);
+        }
         let lm = |(t, p): &(String, Vec<Point>)| !p.is_empty() && crate::read::names_a_language_model(t);
         if hints.task == Task::Unknown && self.tags.iter().any(lm) {
             hints.task = Task::LanguageModel;
@@ -411,4 +422,23 @@ fn eval_set_of(tag: &str) -> Option<String> {
         .find_map(|m| rest.strip_suffix(m))
         .filter(|set| !set.is_empty())
         .map(str::to_string)
+}
+
+/// Steps per epoch from the epochs a log wrote beside its steps: the median of step / epoch
+/// over its points from half an epoch on (a Trainer's fractional epoch), or, when every epoch
+/// is a whole number (Lightning's epoch index), of first step / epoch of each epoch;
+/// `None` without such points.
+fn steps_per_epoch(points: &[Point]) -> Option<f64> {
+    let whole = points.iter().all(|p| p.value.fract() == 0.0);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut ratios: Vec<f64> = points
+        .iter()
+        .filter(|p| p.value >= 0.5 && p.value.is_finite() && p.step > 0)
+        .filter(|p| !whole || seen.insert(p.value as u64))
+        .map(|p| p.step as f64 / p.value)
+        .collect();
+    if ratios.is_empty() {
+        return None;
+    }
+    Some(crate::stats::median_in_place(&mut ratios))
 }

@@ -432,3 +432,150 @@ fn a_warmup_over_a_tenth_of_a_short_run_is_no_finding_and_one_over_a_third_is() 
     let r = &reports_of(&[("trainer_state.json", state(25))])[0];
     assert!(labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
 }
+
+/// MLflow metric lines `timestamp value step` for steps `0..n` of `f`.
+fn mlflow_lines(n: u64, f: &dyn Fn(f64) -> f64) -> String {
+    (0..n)
+        .map(|i| format!("{} {} {i}\n", 1_600_000_000_000u64 + 1000 * i, f(i as f64)))
+        .collect()
+}
+
+#[test]
+fn a_stall_that_one_late_lr_cut_breaks_is_a_plateau_and_a_new_epochs_drop_is_not() {
+    // 180 epochs: down to 0.65 by 30, 3 % better by 90, then -20 % at once and on down to 0.25.
+    let loss = |i: f64| {
+        if i < 30.0 {
+            1.65 - i / 30.0
+        } else if i < 91.0 {
+            0.65 - 0.02 * (i - 30.0) / 60.0 + 0.005 * (i % 2.0)
+        } else {
+            0.25 + 0.24 * (-(i - 91.0) / 20.0).exp()
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    mlflow_run(dir.path(), &[("train_loss", mlflow_lines(180, &loss))], &[]);
+    let r = &reports(dir.path())[0];
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.label == Label::Plateau)
+        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    assert!(
+        f.recommendation.contains("stalled from step"),
+        "{}",
+        f.recommendation
+    );
+    assert!(
+        (85.0..=91.0).contains(&f.evidence["window_end_step"]),
+        "{:?}",
+        f.evidence
+    );
+    // The same drop with a logged LR that did not move: the data's (a new epoch), no late cut.
+    let dir = tempfile::tempdir().unwrap();
+    let lr = mlflow_lines(180, &|_| 1e-3);
+    mlflow_run(
+        dir.path(),
+        &[("train_loss", mlflow_lines(180, &loss)), ("lr", lr)],
+        &[],
+    );
+    let r = &reports(dir.path())[0];
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| !f.recommendation.contains("stalled from step")),
+        "{:?}",
+        labels(r)
+    );
+}
+
+#[test]
+fn a_flat_tail_with_validation_flat_at_its_best_is_convergence_not_a_plateau() {
+    // 300 epochs: 2.0 down to 0.25 by 150, then flat; validation flat at its best from 150 on.
+    let train = |i: f64| 0.25 + 1.75 * (-i / 25.0).exp() + 0.002 * (i % 3.0);
+    let val = |i: f64| 0.27 + 0.3 * (-i / 25.0).exp() + 0.001 * (i % 2.0);
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = [
+        ("train_loss", mlflow_lines(300, &train)),
+        ("val_loss", mlflow_lines(300, &val)),
+    ];
+    mlflow_run(dir.path(), &metrics, &[("epochs", "300")]);
+    let r = &reports(dir.path())[0];
+    assert_eq!(labels(r), vec![Label::Healthy]);
+    // Without a validation loss nothing says the tail converged: a plateau.
+    let dir = tempfile::tempdir().unwrap();
+    mlflow_run(dir.path(), &metrics[..1], &[("epochs", "300")]);
+    let r = &reports(dir.path())[0];
+    assert!(labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+}
+
+/// A Trainer state of three epochs of 100 steps under a cosine LR: `loss(step)`.
+fn three_epochs(loss: &dyn Fn(f64) -> f64) -> String {
+    let rows: Vec<String> = (1..=300u64)
+        .map(|s| {
+            let lr = 2.5e-5 * (1.0 + (std::f64::consts::PI * s as f64 / 300.0).cos());
+            format!(
+                r#"{{"step": {s}, "epoch": {}, "loss": {}, "learning_rate": {lr}}}"#,
+                s as f64 / 100.0,
+                loss(s as f64)
+            )
+        })
+        .collect();
+    format!(r#"{{"max_steps": 300, "log_history": [{}]}}"#, rows.join(", "))
+}
+
+#[test]
+fn a_second_epoch_no_better_than_the_first_is_a_plateau_whatever_the_lr_decay_does() {
+    // 2.5 down to 1.93 in 15 steps, then flat (+-2 %) for three epochs.
+    let flat = |s: f64| 1.93 + 0.57 * (-s / 5.0).exp() + 0.04 * ((s * 7.0) % 3.0 - 1.0);
+    let r = &reports_of(&[("trainer_state.json", three_epochs(&flat))])[0];
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.label == Label::Plateau)
+        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    assert_eq!(f.evidence["steps_per_epoch"], 100.0);
+    assert!(f.recommendation.contains("second epoch"), "{}", f.recommendation);
+    // A fine-tune that steps down 10 % at each new epoch learns.
+    let steps = |s: f64| flat(s) * 0.9f64.powi((s / 100.0).floor() as i32);
+    let r = &reports_of(&[("trainer_state.json", three_epochs(&steps))])[0];
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+}
+
+#[test]
+fn a_jump_in_a_sparse_log_is_a_spike_even_after_earlier_ones_and_no_plateau() {
+    // 25 logs every 50 steps: a noisy descent to 1e-4 with 10x blips, then 0.083 near the end.
+    let values = [
+        0.345, 0.26, 0.167, 0.0899, 0.0492, 0.0348, 0.0154, 0.155, 0.00394, 0.0511, 0.000499, 0.00708,
+        0.000381, 0.00184, 0.000238, 0.000106, 0.000215, 0.000314, 0.000104, 0.000157, 0.000241, 0.000109,
+        0.00321, 0.0833, 0.0128,
+    ];
+    let train: Vec<(u64, f64)> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (49 + 50 * i as u64, *v))
+        .collect();
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &[], 1250))])[0];
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.label == Label::LossSpike)
+        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    assert_eq!(f.step, 1199);
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+}
+
+#[test]
+fn three_evaluations_at_ln_k_with_accuracy_at_one_in_k_are_stuck_at_chance() {
+    // A 3-epoch trial: validation at ln 10 and 11 % accuracy at each epoch end.
+    let eval = [
+        (175, 2.30133, Some(0.1074)),
+        (351, 2.30132, Some(0.1074)),
+        (527, 2.30129, Some(0.1074)),
+    ];
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&[], &eval, 527))])[0];
+    assert!(labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
+    // Without the accuracy to confirm it, three evaluations are too few to tell.
+    let bare: Vec<_> = eval.iter().map(|(s, l, _)| (*s, *l, None)).collect();
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&[], &bare, 527))])[0];
+    assert!(!labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
+}

@@ -8,7 +8,8 @@ use crate::finding::{Finding, Label, Severity};
 use crate::series::{Point, Series, Task, XUnit};
 use crate::stats::median;
 
-/// Validation evaluations needed to call a whole run stuck on validation.
+/// Validation evaluations needed to call a whole run stuck on validation; one fewer when a
+/// validation accuracy at 1/K at every one of them confirms the loss.
 const MIN_VAL_EVALS: usize = 4;
 /// How far (relative) from ln K every validation loss may lie on a run stuck on validation.
 const VAL_TOLERANCE: f64 = 0.05;
@@ -48,7 +49,13 @@ fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
 /// accuracy (when logged) never clearly above 1/K.
 fn on_validation(ctx: &Ctx) -> Option<Finding> {
     let pts: Vec<Point> = finite(ctx.st.points(Series::ValLoss));
-    if pts.len() < MIN_VAL_EVALS || !long_enough(ctx, &pts) {
+    let accuracy = finite(ctx.st.points(Series::ValAccuracy)).len();
+    let needed = if accuracy >= pts.len() {
+        MIN_VAL_EVALS - 1
+    } else {
+        MIN_VAL_EVALS
+    };
+    if pts.len() < needed || !long_enough(ctx, &pts) {
         return None;
     }
     let vals: Vec<f64> = pts[pts.len() / 2..].iter().map(|p| p.value).collect();

@@ -1,5 +1,8 @@
 //! `plateau`: the smoothed loss improved by less than a small fraction over the recent part of
-//! the run while the learning rate was not being annealed.
+//! the run while the learning rate was not being annealed — unless the run converged (the
+//! validation loss flat at its best after the loss fell by more than half); or it stalled for a
+//! quarter of the run until one sudden drop (an LR cut) did several times what the whole stall
+//! did; or its second epoch was no better than its first.
 
 use super::{Ctx, finite, num};
 use crate::finding::{Finding, Label, Severity};
@@ -9,11 +12,16 @@ use crate::stats::{block_medians, median, theil_sen};
 /// Relative change over the recent window, its standard error, the window's first step and its
 /// point count.
 pub(crate) fn recent_change(ctx: &Ctx, loss: Series) -> Option<(f64, f64, u64, usize)> {
+    change_over(ctx, loss, ctx.cfg.plateau_window)
+}
+
+/// [`recent_change`] over the last `share` of the points.
+fn change_over(ctx: &Ctx, loss: Series, share: f64) -> Option<(f64, f64, u64, usize)> {
     let pts = finite(ctx.st.points(loss));
     if pts.len() < 10 {
         return None;
     }
-    let w = ((pts.len() as f64) * ctx.cfg.plateau_window).ceil() as usize;
+    let w = ((pts.len() as f64) * share).ceil() as usize;
     let w = w.clamp(4, pts.len());
     let win = &pts[pts.len() - w..];
     let positive = win.iter().all(|p| p.value > 0.0);
@@ -80,8 +88,75 @@ pub(crate) fn lr_annealing(ctx: &Ctx, from: u64) -> bool {
     peak > 0.0 && !lr.is_empty() && lo < 0.9 * hi
 }
 
+/// A sudden drop: the loss falls by this factor between two neighbouring stretches of logs...
+const SUDDEN_DROP: f64 = 0.85;
+/// ...after a stall of at least this share of the run...
+const STALL_SHARE: f64 = 0.25;
+/// ...that gained less than this share of what the drop did and less than [`STALL_MAX`].
+const STALL_GAIN: f64 = 1.0 / 3.0;
+/// The most a stall may improve (relative).
+const STALL_MAX: f64 = 0.05;
+/// The least a second epoch improves on the first (relative) in a run that still learns.
+const EPOCH_GAIN: f64 = 0.05;
+
 /// Reviews the main loss.
 pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
+    recent(ctx, loss)
+        .or_else(|| stalled_until_a_drop(ctx, loss))
+        .or_else(|| second_epoch_no_better(ctx, loss))
+}
+
+/// A second pass over the same data must show: the training loss's median over the second
+/// epoch [`EPOCH_GAIN`] below the first's, in a log whose steps count epochs. A model that
+/// learns fits data it has seen (a fine-tune steps down at each new epoch); one that does not
+/// has stopped learning, whatever the LR schedule does meanwhile.
+fn second_epoch_no_better(ctx: &Ctx, loss: Series) -> Option<Finding> {
+    let spe = ctx.st.hints.steps_per_epoch.filter(|s| *s >= 5.0)?;
+    let pts = finite(ctx.st.points(Series::TrainLoss));
+    if loss != Series::TrainLoss || (pts.last()?.step as f64) < 1.95 * spe {
+        return None;
+    }
+    let epoch = |k: f64| -> Vec<f64> {
+        let (from, to) = (k * spe, (k + 1.0) * spe);
+        pts.iter()
+            .filter(|p| (from..to).contains(&(p.step as f64)))
+            .map(|p| p.value)
+            .collect()
+    };
+    let (first, second) = (epoch(0.0), epoch(1.0));
+    if first.len() < 5 || second.len() < 5 {
+        return None;
+    }
+    let (m1, m2) = (median(&first)?, median(&second)?);
+    let gain = 1.0 - m2 / m1;
+    if m1 <= 0.0 || gain >= EPOCH_GAIN {
+        return None;
+    }
+    let (from, to) = (spe.round() as u64, (2.0 * spe).round() as u64);
+    let rec = format!(
+        "{} over the second epoch (steps {from}-{to}, median {}) is only {:.1} % below the \
+         first's ({}): a second pass over the same data taught the model next to nothing. Raise \
+         the peak LR x 3 (a LoRA's usual range is 1e-4 to 3e-4), give the model more capacity \
+         (a LoRA's rank or target modules), check that the labels reach the loss (masking, \
+         padding), or stop after one epoch",
+        loss.name(),
+        num(m2),
+        100.0 * gain,
+        num(m1)
+    );
+    Some(
+        Finding::new(Label::Plateau, Severity::Warning, from, rec)
+            .with("first_epoch_median", m1)
+            .with("second_epoch_median", m2)
+            .with("epoch_gain", gain)
+            .with("steps_per_epoch", spe),
+    )
+}
+
+/// The recent window (the last [`DoctorConfig::plateau_window`] of the run) did not improve.
+///
+/// [`DoctorConfig::plateau_window`]: crate::DoctorConfig::plateau_window
+fn recent(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let (rel, se, start, w) = recent_change(ctx, loss)?;
     // Improvement is a negative change. A plateau: the improvement is tiny, or not
     // distinguishable from the curve's own noise (under two standard errors).
@@ -92,10 +167,128 @@ pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
     if improvement >= ctx.cfg.plateau_rel && !noisy {
         return None;
     }
+    // A window that rose clearly because the loss jumped in it holds a spike, not a plateau.
+    let rose = -improvement > 2.0 * se && -improvement > 10.0 * ctx.cfg.plateau_rel;
+    if rose && super::spike::jumped(ctx, loss, start) {
+        return None;
+    }
     if lr_annealing(ctx, start) {
         return None;
     }
-    let last = ctx.st.points(loss).last()?.step;
+    if converged(ctx, loss, start) {
+        return None;
+    }
+    Some(finding(ctx, loss, improvement, se, start, w))
+}
+
+/// A flat tail is convergence when the validation loss, evaluated at least 3 times in it, stays
+/// within 2 % of its best with the last evaluation there, after the loss fell by more than
+/// half: the model generalises as well as it has, and nothing says more steps would help.
+fn converged(ctx: &Ctx, loss: Series, start: u64) -> bool {
+    let val = finite(ctx.st.points(Series::ValLoss));
+    let train = finite(ctx.st.points(loss));
+    let in_tail: Vec<f64> = val.iter().filter(|p| p.step >= start).map(|p| p.value).collect();
+    let best = val.iter().map(|p| p.value).fold(f64::INFINITY, f64::min);
+    let head: Vec<f64> = train
+        .iter()
+        .take((train.len() / 20).clamp(3, 5))
+        .map(|p| p.value)
+        .collect();
+    let tail: Vec<f64> = train
+        .iter()
+        .filter(|p| p.step >= start)
+        .map(|p| p.value)
+        .collect();
+    let (Some(first), Some(level)) = (median(&head), median(&tail)) else {
+        return false;
+    };
+    loss == Series::TrainLoss
+        && in_tail.len() >= 3
+        && best > 0.0
+        && in_tail.iter().all(|v| *v <= 1.02 * best)
+        && level < 0.5 * first
+}
+
+/// The loss stalled for at least [`STALL_SHARE`] of the run, gaining less than
+/// [`STALL_GAIN`] of what one sudden drop ([`SUDDEN_DROP`]) after it did: an LR cut came late
+/// (a stall during a warmup, the LR rising through it, is the warmup's finding).
+fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
+    let pts = finite(ctx.st.points(loss));
+    if loss != Series::TrainLoss || pts.len() < 30 || pts.iter().any(|p| p.value <= 0.0) {
+        return None;
+    }
+    let ys = block_medians(&pts.iter().map(|p| p.value.ln()).collect::<Vec<_>>(), 60);
+    let xs = block_medians(&pts.iter().map(|p| p.step as f64).collect::<Vec<_>>(), 60);
+    let m = ys.len();
+    // A drop must stand out of the curve's own swing from block to block.
+    let swings: Vec<f64> = ys.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
+    let swing = median(&swings)?;
+    let needed = STALL_SHARE * (xs[m - 1] - xs[0]);
+    for j in 3.max(m / 4)..m.saturating_sub(2) {
+        let before = median(&ys[j - 3..j])?;
+        let drop = before - median(&ys[j..(j + 3).min(m)])?;
+        if drop < -SUDDEN_DROP.ln() || drop < 3.0 * swing {
+            continue;
+        }
+        let Some(i) = (0..j).rev().find(|&i| xs[j - 1] - xs[i] >= needed) else {
+            continue;
+        };
+        let gain = median(&ys[i..i + 3])? - before;
+        let (from, to) = (xs[i] as u64, xs[j - 1] as u64);
+        let after = xs[(j + 2).min(m - 1)] as u64;
+        let stalled = gain < STALL_GAIN * drop && gain.abs() < -(1.0 - STALL_MAX).ln();
+        if !stalled || lr_rose(ctx, from, to) || !lr_cut_or_unknown(ctx, to, after) {
+            continue;
+        }
+        let improvement = 1.0 - (-gain).exp();
+        let rec = format!(
+            "{} stalled from step {from} to {to} ({:.1} % better in {:.0} % of the run) until \
+             it fell {:.0} % at once after step {to} (an LR cut?): cut the LR x 0.3 when the \
+             loss stops improving for 3 evaluations (ReduceLROnPlateau), or decay it from the \
+             start (cosine with 3 % warmup)",
+            loss.name(),
+            100.0 * improvement,
+            100.0 * (to - from) as f64 / (xs[m - 1] - xs[0]).max(1.0),
+            100.0 * (1.0 - (-drop).exp())
+        );
+        return Some(
+            Finding::new(Label::Plateau, Severity::Warning, from, rec)
+                .with("stall_improvement", improvement)
+                .with("window_start_step", from as f64)
+                .with("window_end_step", to as f64)
+                .with("drop_after", 1.0 - (-drop).exp()),
+        );
+    }
+    None
+}
+
+/// The logged LR at `step` (the last one logged up to it).
+fn lr_at(ctx: &Ctx, step: u64) -> Option<f64> {
+    ctx.st
+        .points(Series::Lr)
+        .iter()
+        .filter(|p| p.step <= step && p.value.is_finite())
+        .last()
+        .map(|p| p.value)
+}
+
+/// Whether the logged LR rose by half or more between `from` and `to`.
+fn lr_rose(ctx: &Ctx, from: u64, to: u64) -> bool {
+    matches!((lr_at(ctx, from), lr_at(ctx, to)), (Some(a), Some(b)) if b > 1.5 * a)
+}
+
+/// Whether the LR was cut between `from` and `to` (to under 0.7x), or is not logged: a drop
+/// the logged LR does not explain is the data's (a new epoch of a fine-tune), no late cut.
+fn lr_cut_or_unknown(ctx: &Ctx, from: u64, to: u64) -> bool {
+    match (lr_at(ctx, from), lr_at(ctx, to)) {
+        (Some(a), Some(b)) => b < 0.7 * a,
+        _ => true,
+    }
+}
+
+/// The finding for a recent window that did not improve.
+fn finding(ctx: &Ctx, loss: Series, improvement: f64, se: f64, start: u64, w: usize) -> Finding {
+    let last = ctx.st.points(loss).last().map_or(start, |p| p.step);
     let lr_part = if let Some(peak_lr) = ctx.peak_lr() {
         format!(
             "decay the LR (cosine to {} = 0.1x peak) or cut it x 0.3 now (to {})",
@@ -118,12 +311,10 @@ pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
         start,
         last
     );
-    Some(
-        Finding::new(Label::Plateau, Severity::Warning, start, rec)
-            .with("recent_improvement", improvement)
-            .with("improvement_standard_error", se)
-            .with("window_points", w as f64)
-            .with("window_start_step", start as f64)
-            .with("window_end_step", last as f64),
-    )
+    Finding::new(Label::Plateau, Severity::Warning, start, rec)
+        .with("recent_improvement", improvement)
+        .with("improvement_standard_error", se)
+        .with("window_points", w as f64)
+        .with("window_start_step", start as f64)
+        .with("window_end_step", last as f64)
 }

@@ -15,7 +15,10 @@ fn newest_z(ctx: &Ctx, series: Series, min_ratio: f64) -> Option<(f64, f64, f64,
     if !(last.value.is_finite() && last.value > 0.0) {
         return None;
     }
-    let w = ctx.cfg.spike_window.clamp(4, 64);
+    // A short log's window is at most a third of it (at least 8 points): the window of a log
+    // written every few dozen steps would otherwise reach back into its first descent, whose
+    // trend is no noise.
+    let w = ctx.cfg.spike_window.min((pts.len() / 3).max(8)).clamp(4, 64);
     // The ring holds the logs of earlier points only: the newest point is appended after
     // the point checks run.
     let ring = &ctx.st.recent_logs[series.index()];
@@ -34,9 +37,15 @@ fn newest_z(ctx: &Ctx, series: Series, min_ratio: f64) -> Option<(f64, f64, f64,
     // The median is at least the minimum: a point under min * ratio cannot be a spike.
     let x = last.value.ln();
     // Heavy-tailed per-batch noise (one hard sample in a small batch at a low loss) stays near
-    // the highs the series reached within its last 64 points; a point under `spike_ratio` times
+    // the highs the series reached within its last 64 points (its later half, in a short log:
+    // the first descent is no noise); a point under `spike_ratio` times
     // that high needs twice the z-score to count (real spikes on a smooth curve score far above).
-    let top = ring.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let top = ring
+        .iter()
+        .rev()
+        .take((pts.len() / 2).max(w))
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
     let revisit = x < top + ctx.cfg.spike_ratio.ln();
     let lo = hist[..n].iter().copied().fold(f64::INFINITY, f64::min);
     if x - lo < min_ratio.max(1.0).ln() {
@@ -78,7 +87,9 @@ pub fn divergence(ctx: &Ctx) -> Option<Finding> {
             }
             let last = after[after.len() - 1].value;
             let rec = format!(
-                "the loss jumped {:.1}x at step {} ({} -> {}) and never came back (last {}): the                  run diverged; restart from the last checkpoint before step {} with the peak LR x                  0.1, clip the global gradient norm at 1.0 and keep >= 3 % warmup",
+                "the loss jumped {:.1}x at step {} ({} -> {}) and never came back (last {}): the \
+                 run diverged; restart from the last checkpoint before step {} with the peak LR x \
+                 0.1, clip the global gradient norm at 1.0 and keep >= 3 % warmup",
                 p.value / high,
                 p.step,
                 num(high),
@@ -229,12 +240,24 @@ pub fn settle(ctx: &Ctx, f: &mut Finding) {
     );
 }
 
+/// Whether a point of `loss` from `from` on stands [`JUMP_RATIO`] times the median of the 20
+/// before it.
+pub(crate) fn jumped(ctx: &Ctx, loss: Series, from: u64) -> bool {
+    let pts = finite(ctx.st.points(loss));
+    let values: Vec<f64> = pts.iter().map(|p| p.value).collect();
+    let first = pts.iter().position(|p| p.step >= from).unwrap_or(pts.len());
+    jump_points(&values, JUMP_RATIO).any(|i| i >= first)
+}
+
 /// Points at least `ratio` times the median of the 20 before them.
+fn jump_points(values: &[f64], ratio: f64) -> impl Iterator<Item = usize> + '_ {
+    (8..values.len()).filter(move |&i| {
+        let m = crate::stats::median(&values[i.saturating_sub(20)..i]).unwrap_or(f64::INFINITY);
+        m > 0.0 && values[i] >= ratio * m
+    })
+}
+
+/// How many points are at least `ratio` times the median of the 20 before them.
 fn count_jumps(values: &[f64], ratio: f64) -> usize {
-    (8..values.len())
-        .filter(|&i| {
-            let m = crate::stats::median(&values[i.saturating_sub(20)..i]).unwrap_or(f64::INFINITY);
-            m > 0.0 && values[i] >= ratio * m
-        })
-        .count()
+    jump_points(values, ratio).count()
 }
