@@ -116,10 +116,11 @@ fn finding_text(f: &Finding) -> String {
         .map(|(k, v)| format!("{k}={}", fmt_num(*v)))
         .collect();
     format!(
-        "  [{}] {} from step {}\n      {}\n      evidence: {}\n",
+        "  [{}] {} from step {} ({} confidence)\n      {}\n      evidence: {}\n",
         f.severity,
         f.label,
         f.step,
+        f.confidence,
         f.recommendation,
         ev.join(" ")
     )
@@ -321,8 +322,8 @@ fn emit(json: bool, run: &str, f: &Finding, seen: &mut HashSet<String>) -> anyho
         );
     } else {
         println!(
-            "[{run}] {} {} from step {}: {}",
-            f.severity, f.label, f.step, f.recommendation
+            "[{run}] {} {} from step {} ({} confidence): {}",
+            f.severity, f.label, f.step, f.confidence, f.recommendation
         );
     }
     Ok(())

@@ -132,12 +132,13 @@ fn text_report_and_exit_codes() {
     out.assert_code(1);
     let first = out.stdout.lines().next().unwrap_or("");
     assert!(first.starts_with("verdict: action needed"), "{out}");
-    out.assert_stdout_contains(&["nonfinite from step 500", "train_loss", "bf16"]);
+    out.assert_stdout_contains(&["nonfinite from step 500 (high confidence)", "train_loss", "bf16"]);
 
     let v = contrai(["doctor", "--json"]).arg(&p).output().json();
     assert_eq!(v["runs"][0]["verdict"], "action needed");
     assert_eq!(v["runs"][0]["findings"][0]["label"], "nonfinite");
     assert_eq!(v["runs"][0]["findings"][0]["step"], 500);
+    assert_eq!(v["runs"][0]["findings"][0]["confidence"], "high");
 }
 
 #[test]

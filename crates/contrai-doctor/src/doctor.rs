@@ -208,11 +208,13 @@ impl Doctor {
         }
         let mut out = Vec::new();
         for f in fresh {
+            let confidence = self.confidence(&f);
             if let Some(old) = self.findings.iter_mut().find(|g| g.label == f.label) {
                 // Already reported live: keep its start step, refresh the numbers to the end.
                 old.severity = old.severity.max(f.severity);
                 old.evidence = f.evidence;
                 old.recommendation = f.recommendation;
+                old.confidence = confidence;
                 continue;
             }
             if self.record(f.clone()) {
@@ -232,12 +234,21 @@ impl Doctor {
         out
     }
 
-    fn record(&mut self, f: Finding) -> bool {
+    fn record(&mut self, mut f: Finding) -> bool {
         if self.findings.iter().any(|g| g.label == f.label) {
             return false;
         }
+        f.confidence = self.confidence(&f);
         self.findings.push(f);
         true
+    }
+
+    fn confidence(&self, f: &Finding) -> crate::finding::Confidence {
+        let ctx = Ctx {
+            cfg: &self.cfg,
+            st: &self.state,
+        };
+        detect::confidence::of(&ctx, f)
     }
 
     /// Feeds the points of `run` not fed yet (`seen` counts fed points per series), in step

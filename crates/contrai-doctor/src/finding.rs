@@ -100,6 +100,8 @@ pub struct Finding {
     pub evidence: BTreeMap<String, f64>,
     /// What to change, with numbers.
     pub recommendation: String,
+    /// How sure the finding is.
+    pub confidence: Confidence,
     /// What the label found in typed form, where it has more to say than numbers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<Detail>,
@@ -114,6 +116,7 @@ impl Finding {
             step,
             evidence: BTreeMap::new(),
             recommendation,
+            confidence: Confidence::default(),
             detail: None,
         }
     }
@@ -147,15 +150,20 @@ pub enum Detail {
     Resume(Resume),
 }
 
-/// How sure the doctor is of what it reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// How sure the doctor is of what it reports: how far the evidence clears its rule's threshold,
+/// on how much of the run (a finding's rules in `detect::confidence`; a resume boundary's in
+/// `detect::resume`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Confidence {
-    /// One weak signal, or a boundary only the file structure marks.
+    /// One weak signal, at the rule's margin or on little data (a boundary only the file
+    /// structure marks): check the evidence before acting.
     Low,
-    /// A step boundary and a break near its threshold.
+    /// The rule fired clearly (a step boundary and a break near its threshold).
+    #[default]
     Medium,
-    /// A step boundary and breaks well past their thresholds.
+    /// The evidence clears the rule by far, on enough data (a step boundary and breaks well past
+    /// their thresholds).
     High,
 }
 

@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::Path;
 
-use contrai_doctor::{DoctorConfig, Label, Report, Task, diagnose, read_path};
+use contrai_doctor::{Confidence, DoctorConfig, Finding, Label, Report, Task, diagnose, read_path};
 
 fn reports(dir: &Path) -> Vec<Report> {
     let runs = read_path(dir, None).unwrap();
@@ -31,6 +31,14 @@ fn sources(rs: &[Report]) -> Vec<&str> {
 
 fn labels(r: &Report) -> Vec<Label> {
     r.findings.iter().map(|f| f.label).collect()
+}
+
+/// The finding of `label` in `r` (the test fails, naming what was found, without one).
+fn finding(r: &Report, label: Label) -> &Finding {
+    r.findings
+        .iter()
+        .find(|f| f.label == label)
+        .unwrap_or_else(|| panic!("no {label}: {:?}", labels(r)))
 }
 
 /// A trainer_state.json: `train` (step, loss) and `eval` (step, eval_loss, eval_accuracy).
@@ -120,11 +128,7 @@ fn a_noisy_rise_after_the_minimum_is_overfitting_and_the_advice_names_the_raw_be
         .map(|i| (i * 100, 0.46 * (-(i as f64) / 8.0).exp()))
         .collect();
     let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &eval, 2200))])[0];
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.label == Label::Overfitting)
-        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    let f = finding(r, Label::Overfitting);
     assert_eq!(
         f.evidence["best_step"], 800.0,
         "the raw best evaluation, not the smoothed curve's"
@@ -254,11 +258,7 @@ fn a_loss_that_jumps_at_its_second_step_and_never_comes_back_has_diverged_not_pl
     let mut train = vec![(1, 1.637), (2, 11.807), (3, 11.605), (4, 10.383)];
     train.extend((5..=10).map(|s| (s, 32000f64.ln())));
     let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &[], 10))])[0];
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.label == Label::LossSpike)
-        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    let f = finding(r, Label::LossSpike);
     assert_eq!(f.step, 2);
     assert!(
         f.recommendation.contains("never came back"),
@@ -300,11 +300,7 @@ fn a_validation_loss_that_jumps_up_and_back_at_many_evaluations_oscillates() {
         .collect();
     let swinging = noisy_falling_eval(12, 0.4);
     let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &swinging, 1200))])[0];
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.label == Label::Oscillation)
-        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    let f = finding(r, Label::Oscillation);
     assert!(
         f.recommendation.starts_with("val_loss swings"),
         "{}",
@@ -363,11 +359,7 @@ fn mlflow_values_logged_without_a_step_are_ordered_by_time_and_tr_ls_is_the_trai
         &[("tr_epochs", "50")],
     );
     let r = &reports(dir.path())[0];
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.label == Label::LossSpike)
-        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    let f = finding(r, Label::LossSpike);
     assert_eq!(f.step, 12);
     assert!(
         (f.evidence["value"] / 9.6e7 - 1.0).abs() < 1e-9,
@@ -377,22 +369,18 @@ fn mlflow_values_logged_without_a_step_are_ordered_by_time_and_tr_ls_is_the_trai
 }
 
 #[test]
-fn an_epoch_logged_as_a_step_still_has_a_patience_it_can_reach() {
-    // 200 epochs logged at steps 0..199 (no planned epochs in the params): validation turns at
-    // 40 and sits 7 % above its best while the training loss falls by a third.
-    let series = |f: &dyn Fn(f64) -> f64| -> String {
-        (0..200)
-            .map(|i| format!("{} {} {i}\n", 1_600_000_000_000u64 + i, f(i as f64)))
-            .collect()
-    };
-    let train = series(&|i| {
+fn mlflow_epochs_named_by_any_epochs_parameter_make_the_patience_epochs() {
+    // 200 epochs logged at steps 0..199, planned in a parameter named `Epochs`: validation
+    // turns at 40 and sits 7 % above its best while the training loss falls by a third. Read
+    // as steps, 300 steps of patience would be 300 evaluations: more than the run has.
+    let train = mlflow_lines(200, &|i| {
         if i < 40.0 {
             1.6
         } else {
             1.1 + 0.5 * (-(i - 40.0) / 20.0).exp()
         }
     });
-    let val = series(&|i| {
+    let val = mlflow_lines(200, &|i| {
         if i < 40.0 {
             1.6 - 0.0005 * i
         } else {
@@ -400,13 +388,15 @@ fn an_epoch_logged_as_a_step_still_has_a_patience_it_can_reach() {
         }
     });
     let dir = tempfile::tempdir().unwrap();
-    mlflow_run(
-        dir.path(),
-        &[("train_loss", train), ("validation_loss", val)],
-        &[],
-    );
+    let metrics = [("train_loss", train), ("validation_loss", val)];
+    mlflow_run(dir.path(), &metrics, &[("Epochs", "200")]);
     let r = &reports(dir.path())[0];
     assert!(labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
+    // Without the parameter the steps stay steps, and the patience with them.
+    let dir = tempfile::tempdir().unwrap();
+    mlflow_run(dir.path(), &metrics, &[]);
+    let r = &reports(dir.path())[0];
+    assert!(!labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
 }
 
 #[test]
@@ -455,11 +445,7 @@ fn a_stall_that_one_late_lr_cut_breaks_is_a_plateau_and_a_new_epochs_drop_is_not
     let dir = tempfile::tempdir().unwrap();
     mlflow_run(dir.path(), &[("train_loss", mlflow_lines(180, &loss))], &[]);
     let r = &reports(dir.path())[0];
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.label == Label::Plateau)
-        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    let f = finding(r, Label::Plateau);
     assert!(
         f.recommendation.contains("stalled from step"),
         "{}",
@@ -528,11 +514,7 @@ fn a_second_epoch_no_better_than_the_first_is_a_plateau_whatever_the_lr_decay_do
     // 2.5 down to 1.93 in 15 steps, then flat (+-2 %) for three epochs.
     let flat = |s: f64| 1.93 + 0.57 * (-s / 5.0).exp() + 0.04 * ((s * 7.0) % 3.0 - 1.0);
     let r = &reports_of(&[("trainer_state.json", three_epochs(&flat))])[0];
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.label == Label::Plateau)
-        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    let f = finding(r, Label::Plateau);
     assert_eq!(f.evidence["steps_per_epoch"], 100.0);
     assert!(f.recommendation.contains("second epoch"), "{}", f.recommendation);
     // A fine-tune that steps down 10 % at each new epoch learns.
@@ -555,11 +537,7 @@ fn a_jump_in_a_sparse_log_is_a_spike_even_after_earlier_ones_and_no_plateau() {
         .map(|(i, v)| (49 + 50 * i as u64, *v))
         .collect();
     let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &[], 1250))])[0];
-    let f = r
-        .findings
-        .iter()
-        .find(|f| f.label == Label::LossSpike)
-        .unwrap_or_else(|| panic!("{:?}", labels(r)));
+    let f = finding(r, Label::LossSpike);
     assert_eq!(f.step, 1199);
     assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
 }
@@ -578,4 +556,56 @@ fn three_evaluations_at_ln_k_with_accuracy_at_one_in_k_are_stuck_at_chance() {
     let bare: Vec<_> = eval.iter().map(|(s, l, _)| (*s, *l, None)).collect();
     let r = &reports_of(&[("trainer_state.json", trainer_state(&[], &bare, 527))])[0];
     assert!(!labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
+}
+
+#[test]
+fn a_healthy_verdict_is_as_sure_as_what_it_could_judge() {
+    // 600 steps under a linear decay, the loss falling; `evals` evaluations every 100 steps.
+    let state = |evals: u64| {
+        let mut rows: Vec<String> = (1..=60u64)
+            .map(|i| {
+                let (lr, loss) = (5e-5 * (1.0 - i as f64 / 61.0), 2.0 / (1.0 + 0.05 * i as f64));
+                format!(r#"{{"step": {}, "loss": {loss}, "learning_rate": {lr}}}"#, i * 10)
+            })
+            .collect();
+        rows.extend((1..=evals).map(|i| {
+            let loss = 2.1 / (1.0 + 0.5 * i as f64);
+            format!(r#"{{"step": {}, "eval_loss": {loss}}}"#, i * 100)
+        }));
+        format!(r#"{{"max_steps": 600, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let confidence = |evals: u64| {
+        let r = reports_of(&[("trainer_state.json", state(evals))]).remove(0);
+        let f = r.findings.into_iter().find(|f| f.label == Label::Healthy);
+        f.map(|f| f.confidence)
+    };
+    assert_eq!(
+        confidence(6),
+        Some(Confidence::High),
+        "six evaluations, 60 losses"
+    );
+    assert_eq!(confidence(2), Some(Confidence::Medium), "two evaluations");
+    assert_eq!(
+        confidence(0),
+        Some(Confidence::Low),
+        "no validation: overfitting unjudged"
+    );
+}
+
+#[test]
+fn a_spike_far_past_its_threshold_is_sure_and_one_nearer_it_is_not() {
+    // A smooth falling loss with one jump at step 300: 20x, then 2.5x.
+    let spike = |jump: f64| {
+        let train: Vec<(u64, f64)> = (1..=40)
+            .map(|i| {
+                let v = 1.0 / (1.0 + 0.02 * i as f64) * (1.0 + 0.003 * (i % 2) as f64);
+                (i * 10, if i == 30 { v * jump } else { v })
+            })
+            .collect();
+        let r = reports_of(&[("trainer_state.json", trainer_state(&train, &[], 400))]).remove(0);
+        r.findings.into_iter().find(|f| f.label == Label::LossSpike)
+    };
+    assert_eq!(spike(20.0).map(|f| f.confidence), Some(Confidence::High));
+    let nearer = spike(2.5).expect("a 2.5x jump on a smooth curve is a spike");
+    assert_eq!(nearer.confidence, Confidence::Medium, "{:?}", nearer.evidence);
 }

@@ -73,6 +73,7 @@ def test_a_diverged_evaluation_is_written_as_a_word_and_read_back(tmp_path: Path
     assert rows[-2]["val_loss"] == "NaN" and rows[-1]["validate_loss"] == "-Infinity"
     [run] = contrai.doctor(tmp_path / "run")
     assert "nonfinite" in {f["label"] for f in run["findings"]}, run
+    assert {f["confidence"] for f in run["findings"] if f["label"] == "nonfinite"} == {"high"}, run
 
 
 def test_a_headerless_tsv_is_split_with_the_columns_given(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 //! Detectors. Point detectors look at the newest point; trend detectors review a whole series.
 
 mod chance;
+pub(crate) mod confidence;
 mod grad;
 mod lr;
 mod nonfinite;

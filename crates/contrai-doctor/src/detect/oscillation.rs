@@ -9,7 +9,7 @@ use crate::stats::{block_medians, median};
 
 /// A validation loss swings when its median eval-to-eval change is this share of its level:
 /// an evaluation averages a whole set, so swings this large are not sampling noise.
-const VAL_AMPLITUDE: f64 = 0.10;
+pub(crate) const VAL_AMPLITUDE: f64 = 0.10;
 
 /// Swing statistics of a loss series after its first fifth.
 struct Swings {

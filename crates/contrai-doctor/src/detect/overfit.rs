@@ -40,12 +40,10 @@ fn past_patience(ctx: &Ctx) -> Option<Finding> {
     let cadence = median_gap(&steps).max(1.0);
     let patience = match ctx.st.hints.x_unit {
         XUnit::Epoch => ctx.cfg.patience_evals,
-        // Never more than a quarter of the evaluations: a log whose "steps" are epochs (one
-        // evaluation a step) still has a patience it can reach.
         XUnit::Step => ctx
             .cfg
             .patience_evals
-            .max(((ctx.cfg.patience_steps / cadence).ceil() as usize).min(val.len() / 4)),
+            .max((ctx.cfg.patience_steps / cadence).ceil() as usize),
     };
     // Best eval: the earliest minimum (later evals must beat it by 0.1 % to count).
     let mut best = 0;

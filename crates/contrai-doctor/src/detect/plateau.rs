@@ -220,14 +220,17 @@ fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let ys = block_medians(&pts.iter().map(|p| p.value.ln()).collect::<Vec<_>>(), 60);
     let xs = block_medians(&pts.iter().map(|p| p.step as f64).collect::<Vec<_>>(), 60);
     let m = ys.len();
-    // A drop must stand out of the curve's own swing from block to block.
+    // A drop must stand out of the curve's own swing from block to block, and be material on
+    // the loss's own scale (a logged 0.0002 -> 0.0001 at a loss that began at 1 is rounding).
     let swings: Vec<f64> = ys.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
     let swing = median(&swings)?;
+    let head: Vec<f64> = pts.iter().take(5).map(|p| p.value).collect();
+    let material = 0.02 * median(&head)?;
     let needed = STALL_SHARE * (xs[m - 1] - xs[0]);
     for j in 3.max(m / 4)..m.saturating_sub(2) {
         let before = median(&ys[j - 3..j])?;
         let drop = before - median(&ys[j..(j + 3).min(m)])?;
-        if drop < -SUDDEN_DROP.ln() || drop < 3.0 * swing {
+        if drop < -SUDDEN_DROP.ln() || drop < 3.0 * swing || before.exp() * (1.0 - (-drop).exp()) < material {
             continue;
         }
         let Some(i) = (0..j).rev().find(|&i| xs[j - 1] - xs[i] >= needed) else {
@@ -267,8 +270,7 @@ fn lr_at(ctx: &Ctx, step: u64) -> Option<f64> {
     ctx.st
         .points(Series::Lr)
         .iter()
-        .filter(|p| p.step <= step && p.value.is_finite())
-        .last()
+        .rfind(|p| p.step <= step && p.value.is_finite())
         .map(|p| p.value)
 }
 
