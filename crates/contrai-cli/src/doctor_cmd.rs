@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use contrai_doctor::{
-    Doctor, DoctorConfig, Finding, Format, Report, Run, Series, diagnose, read_path, report_of,
+    Detail, Doctor, DoctorConfig, Finding, Format, Report, Run, Series, diagnose, read_path, report_of,
 };
 
 /// Arguments of `contrai doctor`.
@@ -110,11 +110,14 @@ fn verdict_line(report: &Report) -> String {
 }
 
 fn finding_text(f: &Finding) -> String {
-    let ev: Vec<String> = f
+    let mut ev: Vec<String> = f
         .evidence
         .iter()
         .map(|(k, v)| format!("{k}={}", fmt_num(*v)))
         .collect();
+    if let Some(Detail::Setting(s)) = &f.detail {
+        ev.push(format!("{}: {} ({})", s.key, s.value, s.file));
+    }
     format!(
         "  [{}] {} from step {} ({} confidence)\n      {}\n      evidence: {}\n",
         f.severity,
@@ -172,13 +175,16 @@ fn text_report(runs: &[Run], reports: &[Report]) -> String {
     };
     for (run, rep) in runs.iter().zip(reports) {
         out.push_str(&format!(
-            "\n== {} [{}] {}\n  task: {}\n  verdict: {}\n",
+            "\n== {} [{}] {}\n  task: {}\n",
             rep.name,
             run.format,
             rep.source,
-            rep.task_line(),
-            verdict_line(rep)
+            rep.task_line()
         ));
+        if let Some(setup) = rep.setup_line() {
+            out.push_str(&format!("  setup: {setup}\n"));
+        }
+        out.push_str(&format!("  verdict: {}\n", verdict_line(rep)));
         for f in &rep.findings {
             out.push_str(&finding_text(f));
         }

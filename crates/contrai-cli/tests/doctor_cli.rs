@@ -142,6 +142,34 @@ fn text_report_and_exit_codes() {
 }
 
 #[test]
+fn the_setup_a_runs_files_state_is_shown_and_a_finding_quotes_it() {
+    let dir = TempDir::new();
+    let lines: Vec<String> = (1..=300)
+        .map(|s| {
+            format!(
+                "{{\"current_steps\": {s}, \"total_steps\": 300, \"loss\": {}}}",
+                0.5 + 1.0 / s as f64
+            )
+        })
+        .collect();
+    write_jsonl(&dir.join("trainer_log.jsonl"), &lines);
+    let args = "stage: sft\nlr_scheduler_type: constant\nper_device_train_batch_size: 4\n";
+    std::fs::write(dir.join("training_args.yaml"), args).unwrap();
+    let out = contrai(["doctor"]).arg(dir.path()).output();
+    out.assert_stdout_contains(&[
+        "setup: constant, batch 4 (training_args.yaml)",
+        "lr_no_decay from step 1",
+        "lr_scheduler_type: constant (training_args.yaml)",
+    ]);
+    let v = contrai(["doctor", "--json"]).arg(dir.path()).output().json();
+    assert_eq!(v["runs"][0]["setup"]["schedule"], "constant");
+    assert_eq!(v["runs"][0]["setup"]["batch_size"], 4);
+    let f = &v["runs"][0]["findings"][0];
+    assert_eq!(f["label"], "lr_no_decay");
+    assert_eq!(f["detail"]["setting"]["file"], "training_args.yaml", "{f}");
+}
+
+#[test]
 fn unreadable_input_exits_2_and_names_the_file() {
     let dir = TempDir::new();
     let p = dir.write(

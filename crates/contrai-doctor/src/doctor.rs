@@ -312,11 +312,36 @@ pub struct Report {
     pub classes: Option<u32>,
     /// Where the task was read ("config.json", "hparams.yaml", "metric names").
     pub task_source: Option<String>,
+    /// The training setup the run's own files state (empty: none said anything).
+    #[serde(skip_serializing_if = "crate::setup::Setup::is_empty")]
+    pub setup: crate::setup::Setup,
     /// Findings, most severe first.
     pub findings: Vec<Finding>,
 }
 
 impl Report {
+    /// "cosine, warmup 10 %, peak LR 1.00e-4, batch 8 x 4 accumulated = 32 (training_args.yaml)",
+    /// or `None` when the run's files said nothing.
+    pub fn setup_line(&self) -> Option<String> {
+        let s = &self.setup;
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(k) = s.schedule {
+            parts.push(serde_json::to_value(k).ok()?.as_str()?.to_string());
+        }
+        match (s.warmup_ratio, s.warmup_steps) {
+            (Some(r), _) => parts.push(format!("warmup {:.0} %", 100.0 * r)),
+            (None, Some(n)) => parts.push(format!("warmup {n} steps")),
+            _ => {}
+        }
+        if let Some(lr) = s.peak_lr {
+            parts.push(format!("peak LR {}", crate::detect::num(lr)));
+        }
+        parts.extend(s.batch_line());
+        let mut files: Vec<&str> = s.settings.iter().map(|x| x.file.as_str()).collect();
+        files.dedup();
+        (!parts.is_empty()).then(|| format!("{} ({})", parts.join(", "), files.join(", ")))
+    }
+
     /// "classification, 10 classes (hparams.yaml)", "language model (config.json)", "unknown".
     pub fn task_line(&self) -> String {
         let what = match (self.task, self.classes) {
@@ -365,6 +390,7 @@ pub fn report_of(run: &Run, doctor: &Doctor) -> Report {
         task: run.hints.task,
         classes: run.hints.num_classes,
         task_source: run.hints.task_source.clone(),
+        setup: run.hints.setup.clone(),
         findings,
     }
 }

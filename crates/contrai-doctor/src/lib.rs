@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod finding;
 pub mod read;
 pub mod series;
+pub mod setup;
 pub use contrai_stats as stats;
 pub mod tags;
 
@@ -18,3 +19,4 @@ pub use doctor::{Doctor, DoctorConfig, Report, diagnose, report_of};
 pub use finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
 pub use read::{Format, ReadError, read_path};
 pub use series::{Cut, LogOrder, Marker, Point, Run, RunHints, Series, SeriesData, Task, XUnit};
+pub use setup::{LrSchedule, Setting, Setup};

@@ -163,6 +163,20 @@ pub struct RunHints {
     pub clip_norm: Option<f64>,
     /// Steps an epoch takes, when the log counts both (an `epoch` column beside the steps).
     pub steps_per_epoch: Option<f64>,
+    /// The training setup the run's own files state (schedule, warmup, peak LR, batch).
+    pub setup: crate::setup::Setup,
+    /// The checkpoints the run's folders hold, by step.
+    pub checkpoints: Vec<Checkpoint>,
+}
+
+/// A checkpoint a run saved, as its folder shows it (`checkpoint-500/`,
+/// `checkpoints/epoch=3-step=1200.ckpt`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Checkpoint {
+    /// The step it was saved at.
+    pub step: u64,
+    /// Its file or folder name.
+    pub name: String,
 }
 
 /// A parsed run: canonical series plus hints.

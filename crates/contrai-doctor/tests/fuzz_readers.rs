@@ -43,8 +43,30 @@ fn tb_record(step: u64, tag: &str, value: f32, as_tensor: bool) -> Vec<u8> {
         varint(2 << 3 | 5, &mut val);
         val.extend_from_slice(&value.to_le_bytes());
     }
+    tb_event(step, &val)
+}
+
+/// One TFRecord holding an Event with a text summary (`add_text`: a string tensor under the
+/// text plugin).
+fn tb_text_record(step: u64, tag: &str, text: &str) -> Vec<u8> {
+    let mut val = Vec::new();
+    field_bytes(1, tag.as_bytes(), &mut val);
+    let (mut plugin, mut meta) = (Vec::new(), Vec::new());
+    field_bytes(1, b"text", &mut plugin);
+    field_bytes(1, &plugin, &mut meta);
+    field_bytes(9, &meta, &mut val);
+    let mut tensor = Vec::new();
+    varint(1 << 3, &mut tensor);
+    varint(7, &mut tensor); // DT_STRING
+    field_bytes(8, text.as_bytes(), &mut tensor);
+    field_bytes(8, &tensor, &mut val);
+    tb_event(step, &val)
+}
+
+/// One TFRecord holding an Event whose summary holds the value `val`.
+fn tb_event(step: u64, val: &[u8]) -> Vec<u8> {
     let mut summary = Vec::new();
-    field_bytes(1, &val, &mut summary);
+    field_bytes(1, val, &mut summary);
     let mut event = Vec::new();
     varint(1 << 3 | 1, &mut event);
     event.extend_from_slice(&1.7e9f64.to_le_bytes());
@@ -62,7 +84,8 @@ fn tb_record(step: u64, tag: &str, value: f32, as_tensor: bool) -> Vec<u8> {
 
 /// A small valid event file.
 pub fn tb_file() -> Vec<u8> {
-    let mut out = Vec::new();
+    let args = r#"{"lr_scheduler_type": "linear", "learning_rate": 5e-05, "per_device_train_batch_size": 8}"#;
+    let mut out = tb_text_record(0, "args/text_summary", args);
     for i in 0..40u64 {
         out.extend(tb_record(
             i * 10,
@@ -387,4 +410,16 @@ fn keras_tensorboard_split_folders_make_one_run() {
         "{:?}",
         rep.findings
     );
+}
+
+#[test]
+fn a_trainers_arguments_text_summary_gives_the_run_its_setup() {
+    let (_d, p) = file_case("events.out.tfevents.5.host", tb_file());
+    let runs = read_path(&p, None).unwrap();
+    let setup = &runs[0].hints.setup;
+    assert_eq!(setup.schedule, Some(contrai_doctor::LrSchedule::Linear));
+    assert_eq!((setup.peak_lr, setup.batch_size), (Some(5e-5), Some(8)));
+    assert_eq!(setup.settings[0].file, "TensorBoard args/text_summary");
+    // The text summary is no metric: the scalars read as before.
+    assert_eq!(runs[0].series.len(), 2, "{:?}", runs[0].series.keys());
 }

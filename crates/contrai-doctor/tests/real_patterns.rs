@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::Path;
 
-use contrai_doctor::{Confidence, DoctorConfig, Finding, Label, Report, Task, diagnose, read_path};
+use contrai_doctor::{Confidence, Detail, DoctorConfig, Finding, Label, Report, Task, diagnose, read_path};
 
 fn reports(dir: &Path) -> Vec<Report> {
     let runs = read_path(dir, None).unwrap();
@@ -112,10 +112,9 @@ fn a_short_classifiers_validation_settling_at_ln_2_from_above_is_stuck_at_chance
     assert!(labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
 }
 
-#[test]
-fn a_noisy_rise_after_the_minimum_is_overfitting_and_the_advice_names_the_raw_best() {
-    // Validation swings ±10 % and after its minimum (step 800) sits 10-30 % above it for seven
-    // evaluations while the training loss falls 85 %.
+/// Validation swings ±10 % and after its minimum (step 800) sits 10-30 % above it for seven
+/// evaluations while the training loss falls 85 %: a Trainer state of 2200 steps.
+fn noisy_rise() -> String {
     let val = [
         0.314, 0.255, 0.267, 0.232, 0.303, 0.272, 0.254, 0.283, 0.294, 0.294, 0.288,
     ];
@@ -127,7 +126,12 @@ fn a_noisy_rise_after_the_minimum_is_overfitting_and_the_advice_names_the_raw_be
     let train: Vec<(u64, f64)> = (1..=22)
         .map(|i| (i * 100, 0.46 * (-(i as f64) / 8.0).exp()))
         .collect();
-    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &eval, 2200))])[0];
+    trainer_state(&train, &eval, 2200)
+}
+
+#[test]
+fn a_noisy_rise_after_the_minimum_is_overfitting_and_the_advice_names_the_raw_best() {
+    let r = &reports_of(&[("trainer_state.json", noisy_rise())])[0];
     let f = finding(r, Label::Overfitting);
     assert_eq!(
         f.evidence["best_step"], 800.0,
@@ -137,6 +141,45 @@ fn a_noisy_rise_after_the_minimum_is_overfitting_and_the_advice_names_the_raw_be
         f.recommendation.contains("best checkpoint was step 800"),
         "{}",
         f.recommendation
+    );
+}
+
+#[test]
+fn the_advice_resumes_from_a_checkpoint_the_runs_folder_holds() {
+    // A Trainer's output directory: the state in its last checkpoint, the others beside it.
+    let resume = |saved: &[u64]| {
+        let out = tempfile::tempdir().unwrap();
+        for s in saved {
+            fs::create_dir(out.path().join(format!("checkpoint-{s}"))).unwrap();
+        }
+        fs::write(
+            out.path().join("checkpoint-2200").join("trainer_state.json"),
+            noisy_rise(),
+        )
+        .unwrap();
+        let r = reports(&out.path().join("checkpoint-2200")).remove(0);
+        let f = r
+            .findings
+            .into_iter()
+            .find(|f| f.label == Label::Overfitting)
+            .unwrap();
+        (
+            f.recommendation,
+            f.evidence.get("resume_checkpoint_step").copied(),
+        )
+    };
+    let (rec, step) = resume(&[600, 1200, 2200]);
+    assert!(
+        rec.contains("Resume from checkpoint-600 (step 600, the last saved before it)"),
+        "{rec}"
+    );
+    assert_eq!(step, Some(600.0));
+    let (rec, _) = resume(&[400, 800, 2200]);
+    assert!(rec.contains("Resume from checkpoint-800 with"), "{rec}");
+    let (rec, _) = resume(&[1000, 2200]);
+    assert!(
+        rec.contains("checkpoint-1000 (step 1000: none was kept at or before step 800)"),
+        "{rec}"
     );
 }
 
@@ -608,4 +651,71 @@ fn a_spike_far_past_its_threshold_is_sure_and_one_nearer_it_is_not() {
     assert_eq!(spike(20.0).map(|f| f.confidence), Some(Confidence::High));
     let nearer = spike(2.5).expect("a 2.5x jump on a smooth curve is a spike");
     assert_eq!(nearer.confidence, Confidence::Medium, "{:?}", nearer.evidence);
+}
+
+/// LLaMA-Factory's `trainer_log.jsonl` of a loss only (no LR logged): `n` lines of `loss(step)`.
+fn loss_only_log(n: u64, loss: &dyn Fn(f64) -> f64) -> String {
+    (1..=n)
+        .map(|s| {
+            let l = loss(s as f64);
+            format!("{{\"current_steps\": {s}, \"total_steps\": {n}, \"loss\": {l}}}\n")
+        })
+        .collect()
+}
+
+#[test]
+fn with_no_lr_logged_the_schedule_and_warmup_the_run_states_are_judged_and_quoted() {
+    let args = "stage: sft\nlr_scheduler_type: constant\nwarmup_ratio: 0.3\n\
+                learning_rate: 1.0e-4\nper_device_train_batch_size: 8\n\
+                gradient_accumulation_steps: 4\n";
+    let falling = |s: f64| 0.5 + 1.5 / (1.0 + 0.02 * s);
+    let r = &reports_of(&[
+        ("trainer_log.jsonl", loss_only_log(400, &falling)),
+        ("training_args.yaml", args.to_string()),
+    ])[0];
+    assert_eq!(
+        r.setup_line().as_deref(),
+        Some("constant, warmup 30 %, peak LR 1.00e-4, batch 8 x 4 accumulated = 32 (training_args.yaml)")
+    );
+    let f = finding(r, Label::LrNoDecay);
+    assert!(
+        f.recommendation
+            .contains("`lr_scheduler_type: constant` in training_args.yaml"),
+        "{}",
+        f.recommendation
+    );
+    match &f.detail {
+        Some(Detail::Setting(s)) => assert_eq!(
+            (s.key.as_str(), s.value.as_str()),
+            ("lr_scheduler_type", "constant")
+        ),
+        other => panic!("{other:?}"),
+    }
+    let f = finding(r, Label::LrWarmupTooLong);
+    assert_eq!(f.evidence["warmup_fraction"], 0.3);
+    // A decaying schedule: no finding about the LR.
+    let cosine = args.replace("constant", "cosine").replace("0.3", "0.03");
+    let r = &reports_of(&[
+        ("trainer_log.jsonl", loss_only_log(400, &falling)),
+        ("training_args.yaml", cosine),
+    ])[0];
+    assert!(!labels(r).contains(&Label::LrNoDecay), "{:?}", labels(r));
+    assert!(!labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
+}
+
+#[test]
+fn a_flat_tail_under_a_decaying_schedule_the_params_name_is_convergence() {
+    // 300 epochs falling to a flat tail, no LR logged, no validation.
+    let train = |i: f64| 0.25 + 1.75 * (-i / 25.0).exp() + 0.002 * (i % 3.0);
+    let plateau_with = |schedule: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let params = [("epochs", "300"), ("lr_scheduler_type", schedule)];
+        mlflow_run(dir.path(), &[("train_loss", mlflow_lines(300, &train))], &params);
+        labels(&reports(dir.path())[0]).contains(&Label::Plateau)
+    };
+    assert!(
+        !plateau_with("SchedulerType.COSINE"),
+        "the LR anneals over the tail"
+    );
+    assert!(plateau_with("constant"), "the LR stays: a plateau to act on");
 }

@@ -38,7 +38,7 @@ fn found(rel: &str) -> Finding {
 fn boundaries(f: &Finding) -> &[Boundary] {
     match &f.detail {
         Some(Detail::Resume(r)) => &r.boundaries,
-        None => panic!("resume finding without its detail: {f:?}"),
+        _ => panic!("resume finding without its detail: {f:?}"),
     }
 }
 

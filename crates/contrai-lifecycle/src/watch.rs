@@ -60,7 +60,7 @@ impl Watch {
             task_source: Some("the recipe".into()),
             num_classes: Some(classes),
             clip_norm: Some(recipe.main.clip_norm).filter(|c| *c > 0.0),
-            steps_per_epoch: None,
+            ..RunHints::default()
         };
         let fresh = || {
             let mut d = Doctor::new(config.clone());

@@ -19,7 +19,7 @@ pub fn of(ctx: &Ctx, f: &Finding) -> Confidence {
         Label::Nonfinite => Confidence::High,
         Label::ResumeDiscontinuity => match &f.detail {
             Some(Detail::Resume(r)) => r.confidence,
-            None => Confidence::Medium,
+            _ => Confidence::Medium,
         },
         // A jump that never came back, or a spike at twice the z-score and 3x the median.
         Label::LossSpike => match (

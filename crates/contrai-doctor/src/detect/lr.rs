@@ -1,13 +1,18 @@
-//! Schedule facts from the logged LR: warmup share and final/peak ratio.
+//! Schedule facts from the logged LR: warmup share and final/peak ratio; with no LR logged, from
+//! the schedule and warmup the run's own files state (quoted as the finding's detail).
 
 use super::{Ctx, finite, num};
-use crate::finding::{Finding, Label, Severity};
+use crate::finding::{Detail, Finding, Label, Severity};
 use crate::series::Series;
+use crate::setup::{LrSchedule, SCHEDULE_KEYS, Setting};
 
 /// Reviews the LR series; `final_` is true at the end of the run.
 pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
     let mut out = Vec::new();
     let pts = finite(ctx.st.points(Series::Lr));
+    if pts.is_empty() {
+        return if final_ { from_setup(ctx) } else { out };
+    }
     if pts.len() < 5 {
         return out;
     }
@@ -96,6 +101,64 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
                     .with("peak_step", pts[peak_i].step as f64),
             );
         }
+    }
+    out
+}
+
+/// With no LR logged: a constant schedule, or a warmup over [`DoctorConfig::warmup_max`] of the
+/// run, as the run's arguments state them.
+///
+/// [`DoctorConfig::warmup_max`]: crate::DoctorConfig::warmup_max
+fn from_setup(ctx: &Ctx) -> Vec<Finding> {
+    let setup = &ctx.st.hints.setup;
+    let loss = finite(ctx.st.points(super::main_loss(ctx.st)));
+    let (Some(first), Some(last)) = (loss.first(), loss.last()) else {
+        return Vec::new();
+    };
+    let total = ctx
+        .st
+        .hints
+        .total_steps
+        .filter(|t| *t >= last.step)
+        .unwrap_or(last.step);
+    let peak = setup
+        .peak_lr
+        .map(|p| format!(" ({})", num(p)))
+        .unwrap_or_default();
+    let quoted = |s: &Setting| format!("`{}: {}` in {}", s.key, s.value, s.file);
+    let mut out = Vec::new();
+    if setup.schedule.and_then(LrSchedule::decays) == Some(false)
+        && let Some(s) = setup.setting(&SCHEDULE_KEYS)
+    {
+        let rec = format!(
+            "the run's LR never decays ({}; no LR is logged): use cosine decay with 3 % warmup \
+             down to min_lr = 0.1x the peak LR{peak}; at the least, drop the LR x 0.25 for the \
+             last 20 % of the steps",
+            quoted(s)
+        );
+        let mut f = Finding::new(Label::LrNoDecay, Severity::Warning, first.step, rec);
+        if let Some(p) = setup.peak_lr {
+            f = f.with("peak_lr", p);
+        }
+        f.detail = Some(Detail::Setting(s.clone()));
+        out.push(f);
+    }
+    if let Some(share) = setup.warmup_share(Some(total).filter(|t| *t > 0))
+        && share > ctx.cfg.warmup_max
+        && let Some(s) = setup.setting(&["warmup_ratio", "warmup_steps"])
+    {
+        let rec = format!(
+            "the run warms its LR up over {:.0} % of its {total} steps ({}; no LR is logged): \
+             shorten the warmup to 2-5 % (~{} steps), then cosine-decay to 0.1x peak",
+            100.0 * share,
+            quoted(s),
+            (0.03 * total as f64).round()
+        );
+        let mut f = Finding::new(Label::LrWarmupTooLong, Severity::Warning, first.step, rec)
+            .with("warmup_fraction", share)
+            .with("total_steps", total as f64);
+        f.detail = Some(Detail::Setting(s.clone()));
+        out.push(f);
     }
     out
 }

@@ -5,7 +5,7 @@
 
 use super::{Ctx, finite, num, rel_drop};
 use crate::finding::{Finding, Label, Severity};
-use crate::series::{Point, Series, XUnit};
+use crate::series::{Checkpoint, Point, Series, XUnit};
 use crate::stats::{block_medians, median, median_gap};
 
 /// Consecutive rising evaluations that make a sustained rise.
@@ -93,6 +93,7 @@ fn past_patience(ctx: &Ctx) -> Option<Finding> {
         100.0 * fall
     );
     let f = finding(
+        ctx,
         severity,
         start,
         best_p,
@@ -145,6 +146,7 @@ fn sustained_rise(ctx: &Ctx) -> Option<Finding> {
     );
     let patience = SUSTAINED_RISES;
     let f = finding(
+        ctx,
         Severity::Warning,
         val[from + 1].step,
         best,
@@ -191,7 +193,9 @@ fn train_fall_since(ctx: &Ctx, step: u64) -> Option<(f64, f64, f64)> {
 }
 
 /// The finding: stop where validation turned, back to the best checkpoint.
+#[allow(clippy::too_many_arguments)]
 fn finding(
+    ctx: &Ctx,
     severity: Severity,
     start: u64,
     best: Point,
@@ -201,15 +205,15 @@ fn finding(
     last_val: f64,
 ) -> Finding {
     let gl = 100.0 * (last_val / best.value - 1.0);
+    let (resume, saved) = resume_from(&ctx.st.hints.checkpoints, best.step);
     let rec = format!(
         "stop at step {start}: the best checkpoint was step {} (val loss {}); {why}. Resume \
-         from step {} with early stopping (patience {patience} evals), peak LR x 0.5 and more \
+         from {resume} with early stopping (patience {patience} evals), peak LR x 0.5 and more \
          regularisation (weight decay 0.05-0.1, dropout +0.1), or add data",
         best.step,
         num(best.value),
-        best.step,
     );
-    Finding::new(Label::Overfitting, severity, start, rec)
+    let f = Finding::new(Label::Overfitting, severity, start, rec)
         .with("best_step", best.step as f64)
         .with("best_val_loss", best.value)
         .with("last_val_loss", last_val)
@@ -217,7 +221,11 @@ fn finding(
         .with("generalisation_gap", last_val - at_end)
         .with("train_loss_at_best", at_best)
         .with("train_loss_last", at_end)
-        .with("train_fall", fall)
+        .with("train_fall", fall);
+    match saved {
+        Some(step) => f.with("resume_checkpoint_step", step as f64),
+        None => f,
+    }
 }
 
 /// The raw validation losses, in step order.
@@ -258,4 +266,26 @@ fn relative_noise(v: &[f64]) -> f64 {
         .collect();
     // A second difference carries the noise of three points: variance 6 sigma^2.
     spread(&kept).map_or(0.0, |(_, s)| s / 6f64.sqrt())
+}
+
+/// Where to resume for a best evaluation at `best`: the checkpoint saved there, else the last
+/// saved before it, else the first after it — named as the run's folder shows it; "step N" when
+/// the run's folders show no checkpoint. Returns the text and the checkpoint's step.
+fn resume_from(saved: &[Checkpoint], best: u64) -> (String, Option<u64>) {
+    let before = saved.iter().rev().find(|c| c.step <= best);
+    match before.or_else(|| saved.iter().find(|c| c.step > best)) {
+        None => (format!("step {best}"), None),
+        Some(c) if c.step == best => (c.name.clone(), Some(c.step)),
+        Some(c) if c.step < best => (
+            format!("{} (step {}, the last saved before it)", c.name, c.step),
+            Some(c.step),
+        ),
+        Some(c) => (
+            format!(
+                "{} (step {}: none was kept at or before step {best})",
+                c.name, c.step
+            ),
+            Some(c.step),
+        ),
+    }
 }

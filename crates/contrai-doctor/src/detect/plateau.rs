@@ -65,9 +65,15 @@ fn change_over(ctx: &Ctx, loss: Series, share: f64) -> Option<(f64, f64, u64, us
     Some((rel, se, win[0].step, w))
 }
 
-/// True when the LR is being annealed over the steps from `from`: a falling schedule explains a
-/// flattening loss (convergence), so it is not a plateau to act on.
+/// True when the LR is being annealed over the steps from `from` (or, with no LR logged, the
+/// run's files name a decaying schedule): a falling schedule explains a flattening loss
+/// (convergence), so it is not a plateau to act on.
 pub(crate) fn lr_annealing(ctx: &Ctx, from: u64) -> bool {
+    // No LR logged: the schedule the run's files state, when they state one.
+    if ctx.st.points(Series::Lr).is_empty() {
+        let schedule = ctx.st.hints.setup.schedule;
+        return schedule.and_then(crate::setup::LrSchedule::decays) == Some(true);
+    }
     let lr: Vec<f64> = ctx
         .st
         .points(Series::Lr)

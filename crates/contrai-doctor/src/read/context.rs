@@ -1,14 +1,17 @@
 //! What the files beside a log say about its run: the task (a classifier and its class count, or
 //! a language model) from Hugging Face's `config.json` / `adapter_config.json`, Lightning's
 //! `hparams.yaml` and LLaMA-Factory's `training_args.yaml`, in the log's folder or up to
-//! [`UP`] folders above it; then, when they say nothing, from the metric names.
+//! [`UP`] folders above it; then, when they say nothing, from the metric names. And the training
+//! setup (schedule, warmup, peak LR, batch) from the same arguments files, a Trainer state's
+//! batch size and an MLflow run's parameters.
 
 use std::fs;
 use std::path::Path;
 
 use serde_json::Value;
 
-use crate::series::{Run, Series, Task};
+use crate::series::{Checkpoint, Run, Series, Task};
+use crate::setup::Setup;
 
 /// Folders above the log's own that may hold its context (`checkpoint-500/` under the output
 /// directory, `version_0/` under `lightning_logs/`).
@@ -27,8 +30,8 @@ const CLASS_KEYS: [&str; 6] = [
 /// Sets `run.hints.task` (and the class count, when known) from the files beside `log`, else
 /// from the run's metric names; a task the reader already knew stays.
 pub fn infer(run: &mut Run, log: &Path) {
+    let start = if log.is_dir() { Some(log) } else { log.parent() };
     if run.hints.task == Task::Unknown {
-        let start = if log.is_dir() { Some(log) } else { log.parent() };
         let found = start
             .into_iter()
             .flat_map(Path::ancestors)
@@ -42,6 +45,100 @@ pub fn infer(run: &mut Run, log: &Path) {
     }
     if run.hints.task == Task::Unknown {
         from_metric_names(run);
+    }
+    // The setup: what the reader found in the log itself first, then the files beside it.
+    for dir in start.into_iter().flat_map(Path::ancestors).take(UP + 1) {
+        setup_from_folder(dir, &mut run.hints.setup);
+        checkpoints_in(dir, &mut run.hints.checkpoints);
+    }
+    run.hints.checkpoints.sort_by_key(|c| c.step);
+    run.hints.checkpoints.dedup();
+}
+
+/// Adds the checkpoints `dir` holds: a Trainer's `checkpoint-<step>/` folders, Lightning's
+/// `checkpoints/*step=<step>*.ckpt` files.
+fn checkpoints_in(dir: &Path, out: &mut Vec<Checkpoint>) {
+    let names = |d: &Path| -> Vec<String> {
+        fs::read_dir(d)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect()
+    };
+    for name in names(dir) {
+        let step = name
+            .strip_prefix("checkpoint-")
+            .and_then(|s| s.parse::<u64>().ok());
+        if let Some(step) = step.filter(|_| dir.join(&name).is_dir()) {
+            out.push(Checkpoint { step, name });
+        }
+    }
+    for name in names(&dir.join("checkpoints")) {
+        let step = name
+            .strip_suffix(".ckpt")
+            .and_then(|n| n.split("step=").nth(1))
+            .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok());
+        if let Some(step) = step {
+            out.push(Checkpoint { step, name });
+        }
+    }
+}
+
+/// A JSON string or number as the text a setting quotes.
+pub(crate) fn json_scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Files whose top-level `key: value` lines (YAML) or entries (JSON) are a run's arguments.
+const ARGUMENT_FILES: [&str; 4] = [
+    "training_args.yaml",
+    "hparams.yaml",
+    "training_args.json",
+    "trainer_state.json",
+];
+
+/// Adds to `setup` what the arguments files of `dir` (and an MLflow run's `params/`) state.
+fn setup_from_folder(dir: &Path, setup: &mut Setup) {
+    for name in ARGUMENT_FILES {
+        let Ok(text) = fs::read_to_string(dir.join(name)) else {
+            continue;
+        };
+        if name.ends_with(".json") {
+            if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(&text) {
+                for (k, v) in &m {
+                    if let Some(v) = json_scalar(v) {
+                        setup.absorb(k, &v, name);
+                    }
+                }
+            }
+            continue;
+        }
+        for (k, v) in text
+            .lines()
+            .filter(|l| !l.starts_with([' ', '\t', '#']))
+            .filter_map(|l| l.split_once(':'))
+        {
+            setup.absorb(k.trim(), v.split('#').next().unwrap_or(""), name);
+        }
+    }
+    let params = dir.join("params");
+    if params.is_dir() && dir.join("metrics").is_dir() {
+        let mut files: Vec<_> = fs::read_dir(&params)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        files.sort();
+        for f in files {
+            let (Some(key), Ok(v)) = (f.file_name(), fs::read_to_string(&f)) else {
+                continue;
+            };
+            setup.absorb(&key.to_string_lossy(), &v, "MLflow params");
+        }
     }
 }
 
@@ -164,5 +261,21 @@ mod tests {
         let text = "lr: 0.001\nmodel:\n  num_classes: 7\nnum_classes: 200\n";
         assert_eq!(yaml_count(text, &CLASS_KEYS), Some(200));
         assert_eq!(yaml_count("num_classes: 1\n", &CLASS_KEYS), None);
+    }
+
+    #[test]
+    fn checkpoints_are_a_trainers_folders_and_lightnings_step_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpts = dir.path().join("checkpoints");
+        fs::create_dir_all(dir.path().join("checkpoint-500")).unwrap();
+        fs::create_dir_all(&ckpts).unwrap();
+        fs::write(dir.path().join("checkpoint-9.txt"), "").unwrap();
+        fs::write(ckpts.join("epoch=3-step=1200.ckpt"), "").unwrap();
+        fs::write(ckpts.join("last.ckpt"), "").unwrap();
+        let mut found = Vec::new();
+        checkpoints_in(dir.path(), &mut found);
+        found.sort_by_key(|c| c.step);
+        let steps: Vec<(u64, &str)> = found.iter().map(|c| (c.step, c.name.as_str())).collect();
+        assert_eq!(steps, [(500, "checkpoint-500"), (1200, "epoch=3-step=1200.ckpt")]);
     }
 }

@@ -6,6 +6,9 @@ use std::path::Path;
 
 use super::proto::{Fields, Wire, varint};
 use super::{ReadError, read_bytes, to_step};
+use serde_json::Value;
+
+use super::context::json_scalar;
 use crate::series::{Marker, RawRun};
 
 /// One scalar read from an event file.
@@ -33,12 +36,32 @@ pub fn looks_like_tfrecord(head: &[u8]) -> bool {
     masked_crc(&head[..8]) == len_crc
 }
 
-/// Per-tag plugin knowledge: `Some(true)` scalar plugin, `Some(false)` another plugin.
-type Plugins = HashMap<String, bool>;
+/// The plugin a tag's summaries belong to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plugin {
+    /// Scalars (or the scalar data class).
+    Scalar,
+    /// Text (`add_text`: a Trainer writes its arguments as `args/text_summary`).
+    Text,
+    /// Anything else (histograms, images, ...).
+    Other,
+}
+
+/// Per-tag plugin knowledge, from the first summary of each tag that names its plugin.
+type Plugins = HashMap<String, Plugin>;
 
 /// Parses a whole event-file buffer, calling `sink(tag, step, value)` for each scalar.
 /// Returns `Err((offset, reason))` on a corrupt record; a truncated tail ends cleanly.
-pub fn parse_events(data: &[u8], mut sink: impl FnMut(&str, u64, f64)) -> Result<(), (u64, String)> {
+pub fn parse_events(data: &[u8], sink: impl FnMut(&str, u64, f64)) -> Result<(), (u64, String)> {
+    parse_events_with_text(data, sink, |_, _| {})
+}
+
+/// [`parse_events`], also calling `text(tag, text)` for each text summary.
+pub fn parse_events_with_text(
+    data: &[u8],
+    mut sink: impl FnMut(&str, u64, f64),
+    mut text: impl FnMut(&str, &str),
+) -> Result<(), (u64, String)> {
     let mut plugins: Plugins = HashMap::new();
     let mut pos = 0usize;
     while pos < data.len() {
@@ -67,7 +90,7 @@ pub fn parse_events(data: &[u8], mut sink: impl FnMut(&str, u64, f64)) -> Result
         if masked_crc(payload) != data_crc {
             return Err((pos as u64, "data checksum mismatch".to_string()));
         }
-        if !parse_event(payload, &mut plugins, &mut sink) {
+        if !parse_event(payload, &mut plugins, &mut sink, &mut text) {
             return Err((pos as u64, "malformed Event protobuf".to_string()));
         }
         pos = end + 4;
@@ -75,7 +98,12 @@ pub fn parse_events(data: &[u8], mut sink: impl FnMut(&str, u64, f64)) -> Result
     Ok(())
 }
 
-fn parse_event(buf: &[u8], plugins: &mut Plugins, sink: &mut impl FnMut(&str, u64, f64)) -> bool {
+fn parse_event(
+    buf: &[u8],
+    plugins: &mut Plugins,
+    sink: &mut impl FnMut(&str, u64, f64),
+    text: &mut impl FnMut(&str, &str),
+) -> bool {
     let mut step: i64 = 0;
     let mut summary: Option<&[u8]> = None;
     let mut fields = Fields::new(buf);
@@ -96,7 +124,7 @@ fn parse_event(buf: &[u8], plugins: &mut Plugins, sink: &mut impl FnMut(&str, u6
     let mut values = Fields::new(summary);
     for (f, w) in values.by_ref() {
         if let (1, Wire::Bytes(v)) = (f, w)
-            && !parse_value(v, step, plugins, sink)
+            && !parse_value(v, step, plugins, sink, text)
         {
             return false;
         }
@@ -104,18 +132,24 @@ fn parse_event(buf: &[u8], plugins: &mut Plugins, sink: &mut impl FnMut(&str, u6
     !values.error
 }
 
-fn parse_value(buf: &[u8], step: u64, plugins: &mut Plugins, sink: &mut impl FnMut(&str, u64, f64)) -> bool {
+fn parse_value(
+    buf: &[u8],
+    step: u64,
+    plugins: &mut Plugins,
+    sink: &mut impl FnMut(&str, u64, f64),
+    text: &mut impl FnMut(&str, &str),
+) -> bool {
     let mut tag: &[u8] = &[];
     let mut simple: Option<f32> = None;
     let mut tensor: Option<&[u8]> = None;
-    let mut plugin: Option<bool> = None;
+    let mut plugin: Option<Plugin> = None;
     let mut fields = Fields::new(buf);
     for (f, w) in fields.by_ref() {
         match (f, w) {
             (1, Wire::Bytes(b)) => tag = b,
             (2, Wire::Fixed32(v)) => simple = Some(f32::from_bits(v)),
             (8, Wire::Bytes(b)) => tensor = Some(b),
-            (9, Wire::Bytes(b)) => plugin = Some(metadata_is_scalar(b)),
+            (9, Wire::Bytes(b)) => plugin = Some(plugin_of(b)),
             _ => {}
         }
     }
@@ -128,22 +162,41 @@ fn parse_value(buf: &[u8], step: u64, plugins: &mut Plugins, sink: &mut impl FnM
         return true;
     }
     if let Some(t) = tensor {
-        let is_scalar = match plugin {
+        let plugin = match plugin {
             Some(p) => {
                 plugins.insert(tag.to_string(), p);
                 p
             }
-            None => plugins.get(tag.as_ref()).copied().unwrap_or(true),
+            None => plugins.get(tag.as_ref()).copied().unwrap_or(Plugin::Scalar),
         };
-        if is_scalar && let Some(v) = tensor_scalar(t) {
-            sink(&tag, step, v);
+        match plugin {
+            Plugin::Scalar => {
+                if let Some(v) = tensor_scalar(t) {
+                    sink(&tag, step, v);
+                }
+            }
+            Plugin::Text => {
+                if let Some(s) = tensor_text(t) {
+                    text(&tag, &s);
+                }
+            }
+            Plugin::Other => {}
         }
     }
     true
 }
 
-/// True when a SummaryMetadata names the scalars plugin (or the scalar data class).
-fn metadata_is_scalar(buf: &[u8]) -> bool {
+/// The first string of a string tensor (`string_val`), as UTF-8.
+fn tensor_text(buf: &[u8]) -> Option<String> {
+    Fields::new(buf).find_map(|(f, w)| match (f, w) {
+        (8, Wire::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    })
+}
+
+/// The plugin a SummaryMetadata names: the scalars plugin (or the scalar data class), the text
+/// plugin, or another.
+fn plugin_of(buf: &[u8]) -> Plugin {
     let mut plugin_name: Option<&[u8]> = None;
     let mut data_class = 0;
     for (f, w) in Fields::new(buf) {
@@ -159,7 +212,12 @@ fn metadata_is_scalar(buf: &[u8]) -> bool {
             _ => {}
         }
     }
-    data_class == 1 || plugin_name.is_none_or(|n| n == b"scalars")
+    match plugin_name {
+        _ if data_class == 1 => Plugin::Scalar,
+        None | Some(b"scalars") => Plugin::Scalar,
+        Some(b"text") => Plugin::Text,
+        Some(_) => Plugin::Other,
+    }
 }
 
 fn f16_to_f64(bits: u16) -> f64 {
@@ -288,12 +346,33 @@ fn read_into(run: &mut RawRun, path: &Path, role: Option<&str>) -> Result<(), Re
     // Each event file of a run is a segment (a resumed job writes a new one); a tag that
     // continues in it is cut there.
     run.mark_segment(Some(Marker::NewFile), None);
-    let res = match role {
-        None => parse_events(&data, |tag, step, v| run.push(tag, step, v)),
-        Some(r) => parse_events(&data, |tag, step, v| run.push(&format!("{r}/{tag}"), step, v)),
+    let mut args: Option<String> = None;
+    let keep_args = |tag: &str, text: &str| {
+        if tag == TRAINER_ARGS {
+            args.get_or_insert_with(|| text.to_string());
+        }
     };
-    res.map_err(|e| corrupt(path, e))
+    let res = match role {
+        None => parse_events_with_text(&data, |tag, step, v| run.push(tag, step, v), keep_args),
+        Some(r) => parse_events_with_text(
+            &data,
+            |tag, step, v| run.push(&format!("{r}/{tag}"), step, v),
+            keep_args,
+        ),
+    };
+    res.map_err(|e| corrupt(path, e))?;
+    if let Some(Value::Object(m)) = args.and_then(|a| serde_json::from_str::<Value>(&a).ok()) {
+        for (k, v) in &m {
+            if let Some(v) = json_scalar(v) {
+                run.hints.setup.absorb(k, &v, "TensorBoard args/text_summary");
+            }
+        }
+    }
+    Ok(())
 }
+
+/// The tag a Hugging Face Trainer writes its `TrainingArguments` (as JSON) under.
+const TRAINER_ARGS: &str = "args/text_summary";
 
 /// Keras-style `epoch_loss` tags are logged per epoch.
 fn set_unit(run: &mut RawRun) {
