@@ -12,16 +12,11 @@ use crate::stats::{block_medians, median, theil_sen};
 /// Relative change over the recent window, its standard error, the window's first step and its
 /// point count.
 pub(crate) fn recent_change(ctx: &Ctx, loss: Series) -> Option<(f64, f64, u64, usize)> {
-    change_over(ctx, loss, ctx.cfg.plateau_window)
-}
-
-/// [`recent_change`] over the last `share` of the points.
-fn change_over(ctx: &Ctx, loss: Series, share: f64) -> Option<(f64, f64, u64, usize)> {
     let pts = finite(ctx.st.points(loss));
     if pts.len() < 10 {
         return None;
     }
-    let w = ((pts.len() as f64) * share).ceil() as usize;
+    let w = ((pts.len() as f64) * ctx.cfg.plateau_window).ceil() as usize;
     let w = w.clamp(4, pts.len());
     let win = &pts[pts.len() - w..];
     let positive = win.iter().all(|p| p.value > 0.0);
