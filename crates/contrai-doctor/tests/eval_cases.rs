@@ -170,13 +170,24 @@ fn every_eval_case_passes() {
     assert!(errors.is_empty(), "eval failures:\n{}", errors.join("\n"));
 }
 
+/// Where the labelled real runs' logs sit once the steering repository holds them (developers
+/// commit no file fetched from another repository; `eval/doctor-real/README.md`).
+const CORPUS_IN_SHARED: &str = "../../../shared/eval/doctor-real/cases";
+
 /// The labelled set of real published runs (issue 30), when `CONTRAI_DOCTOR_CORPUS` names its
-/// `cases/` folder: the per-label table, and (with `CONTRAI_DOCTOR_CORPUS_STRICT`) the targets:
-/// ≥ 95 % of required findings, no forbidden one. Not in CI: the logs stay outside the repository.
+/// `cases/` folder or `../shared` holds it: the per-label table, and (from `../shared`, or with
+/// `CONTRAI_DOCTOR_CORPUS_STRICT`) the targets: ≥ 95 % of required findings, no forbidden one.
+/// Skipped while neither holds the logs (they are not in this repository).
 #[test]
 fn the_labelled_real_runs_score() {
-    let Some(dir) = std::env::var_os("CONTRAI_DOCTOR_CORPUS").map(PathBuf::from) else {
-        return;
+    let in_shared = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(CORPUS_IN_SHARED);
+    let (dir, strict) = match std::env::var_os("CONTRAI_DOCTOR_CORPUS") {
+        Some(d) => (
+            PathBuf::from(d),
+            std::env::var_os("CONTRAI_DOCTOR_CORPUS_STRICT").is_some(),
+        ),
+        None if in_shared.is_dir() => (in_shared, true),
+        None => return,
     };
     let mut scores = Scores::default();
     let errors = score_cases(&dir, &mut scores);
@@ -184,7 +195,7 @@ fn the_labelled_real_runs_score() {
         println!("FAIL {e}");
     }
     scores.print("labelled real runs");
-    if std::env::var_os("CONTRAI_DOCTOR_CORPUS_STRICT").is_some() {
+    if strict {
         assert!(
             scores.all.recall() >= 0.95 && scores.all.forbidden == 0,
             "{} failures",
