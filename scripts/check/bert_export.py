@@ -1,6 +1,7 @@
-"""Export round trip of a pretrained fine-tune: ``RUN_DIR/final/hf`` loaded by transformers gives
-the probabilities ``contrai predict`` gives on the same texts, within 1e-4. Run by hand (needs
-torch and transformers); BENCHMARKS.md records the result.
+"""Export round trip of a pretrained fine-tune: ``RUN_DIR/final/hf`` loaded the standard way
+(``AutoModelForSequenceClassification.from_pretrained(..., trust_remote_code=True)``, then
+``model(**enc)``) gives the probabilities ``contrai predict`` gives on the same texts, within
+1e-4. Run by hand (needs torch and transformers); BENCHMARKS.md records the result.
 
     python scripts/check/bert_export.py RUN_DIR [--contrai target/release/contrai] [--file FILE]
 
@@ -37,28 +38,24 @@ def main() -> None:
                        stdout=subprocess.DEVNULL)
         ours = [json.loads(x) for x in out.read_text().splitlines()]
     hf = a.run / "final" / "hf"
-    model = AutoModelForSequenceClassification.from_pretrained(hf).eval()
+    # The standard path: a mean-pooled export brings its modeling file (config.json's auto_map).
+    model = AutoModelForSequenceClassification.from_pretrained(hf, trust_remote_code=True).eval()
     tok = AutoTokenizer.from_pretrained(hf)
     labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    mean = model.config.to_dict().get("contrai_pooling") == "mean"
     worst, agree = 0.0, 0
     with torch.no_grad():
         for start in range(0, len(rows), 64):
             chunk = rows[start:start + 64]
             enc = tok([r[field] for r in chunk], truncation=True, max_length=seq, padding="max_length",
                       return_tensors="pt")
-            if mean:
-                h = model.bert(**enc).last_hidden_state
-                m = enc["attention_mask"].unsqueeze(-1).float()
-                logits = model.classifier((h * m).sum(1) / m.sum(1).clamp_min(1))
-            else:
-                logits = model(**enc).logits
+            logits = model(**enc).logits
             probs = torch.softmax(logits, -1)
             for i, row in enumerate(ours[start:start + 64]):
                 theirs = {labels[j]: float(probs[i, j]) for j in range(len(labels))}
                 worst = max(worst, max(abs(theirs[k] - v) for k, v in row["probabilities"].items()))
                 agree += max(theirs, key=theirs.get) == row["label"]
-    print(json.dumps({"run": str(a.run), "samples": len(rows), "pooling": "mean" if mean else "cls",
+    pooling = "mean" if model.config.architectures[0].startswith("Contrai") else "cls"
+    print(json.dumps({"run": str(a.run), "samples": len(rows), "pooling": pooling,
                       "max_abs_prob_diff": worst, "same_label": agree, "within_1e-4": worst < 1e-4}))
 
 

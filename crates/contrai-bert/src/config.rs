@@ -65,6 +65,10 @@ fn absolute() -> String {
     "absolute".into()
 }
 
+/// The model types read as BERT: BERT's own, and Contrai's mean-pooled export of it
+/// (`export::MEAN_MODELING`), which `contrai predict` reads back from `final/hf/`.
+const MODEL_TYPES: [&str; 2] = ["bert", "contrai_bert"];
+
 impl BertConfig {
     /// Reads and checks `path`.
     pub fn read(path: &Path) -> Result<BertConfig> {
@@ -82,7 +86,7 @@ impl BertConfig {
             .get("model_type")
             .and_then(|v| v.as_str())
             .unwrap_or("(none)");
-        if found != "bert" {
+        if !MODEL_TYPES.contains(&found) {
             return Err(BertError::Architecture {
                 path: path.to_path_buf(),
                 found: found.to_string(),

@@ -146,8 +146,27 @@ fn a_pretrained_encoder_fine_tunes_through_every_phase() {
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(hf.join("config.json")).unwrap()).unwrap();
     assert_eq!(config["id2label"]["0"], "ham");
-    assert_eq!(config["contrai_pooling"], "mean");
+    // Mean pooling is no BertForSequenceClassification: its own class and model type, named by
+    // auto_map, so that a loader without trust_remote_code refuses instead of pooling [CLS].
+    assert_eq!(config["architectures"][0], "ContraiBertForSequenceClassification");
+    assert_eq!(config["model_type"], "contrai_bert");
+    assert_eq!(
+        config["auto_map"]["AutoConfig"],
+        "modeling_contrai.ContraiBertConfig"
+    );
+    assert_eq!(
+        config["auto_map"]["AutoModelForSequenceClassification"],
+        "modeling_contrai.ContraiBertForSequenceClassification"
+    );
+    let modeling = std::fs::read_to_string(hf.join("modeling_contrai.py")).unwrap();
+    assert!(modeling.contains("class ContraiBertForSequenceClassification"));
     assert!(hf.join("tokenizer.json").is_file());
+    let tok: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(hf.join("tokenizer_config.json")).unwrap()).unwrap();
+    assert_eq!(
+        tok["tokenizer_class"], "BertTokenizer",
+        "named: the model type cannot tell it"
+    );
 }
 
 #[test]
