@@ -719,3 +719,42 @@ fn a_flat_tail_under_a_decaying_schedule_the_params_name_is_convergence() {
     );
     assert!(plateau_with("constant"), "the LR stays: a plateau to act on");
 }
+
+#[test]
+fn no_warmup_and_a_loss_that_rises_in_the_first_steps_is_a_warmup_too_short() {
+    // 2000 steps under linear decay from the peak at step 0, a log every 25 steps.
+    let state = |loss: &dyn Fn(f64) -> f64| {
+        let rows: Vec<String> = (1..=80u64)
+            .map(|i| {
+                let s = i * 25;
+                let lr = 1e-4 * (1.0 - s as f64 / 2000.0);
+                format!(
+                    r#"{{"step": {s}, "loss": {}, "learning_rate": {lr}}}"#,
+                    loss(s as f64)
+                )
+            })
+            .collect();
+        format!(r#"{{"max_steps": 2000, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    // The loss triples over the first 150 steps before it comes down.
+    let unstable = |s: f64| {
+        if s <= 150.0 {
+            0.27 + 0.0047 * (s - 25.0)
+        } else {
+            0.2 + 0.66 * (-(s - 150.0) / 600.0).exp()
+        }
+    };
+    let r = &reports_of(&[("trainer_state.json", state(&unstable))])[0];
+    let f = finding(r, Label::LrWarmupTooShort);
+    assert_eq!(f.severity, contrai_doctor::Severity::Warning);
+    assert_eq!(f.evidence["early_high_step"], 150.0);
+    assert!(
+        f.recommendation.contains("with no warmup"),
+        "{}",
+        f.recommendation
+    );
+    // No warmup and a loss that falls from the start: nothing to say about the warmup.
+    let falling = |s: f64| 0.2 + 0.5 * (-s / 400.0).exp();
+    let r = &reports_of(&[("trainer_state.json", state(&falling))])[0];
+    assert!(!labels(r).contains(&Label::LrWarmupTooShort), "{:?}", labels(r));
+}

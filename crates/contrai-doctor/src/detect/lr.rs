@@ -56,7 +56,7 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
                     .with("peak_lr", peak)
                     .with("total_steps", total),
             );
-        } else if frac < ctx.cfg.warmup_min && total >= 1000.0 {
+        } else if frac < ctx.cfg.warmup_min && total >= 1000.0 && early_rise(ctx, total).is_none() {
             let rec = format!(
                 "the LR reaches its peak {} after only {} steps ({:.2} % of {}): warm up over \
                  3 % (~{} steps) to avoid early loss spikes",
@@ -74,6 +74,35 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
                     .with("total_steps", total),
             );
         }
+    }
+    // No warmup (the LR starts at half its peak or more) or a short one, and the loss rose in
+    // the run's first steps: the peak LR hit an untrained model.
+    let short = has_warmup && frac < ctx.cfg.warmup_min;
+    if (!has_warmup || short)
+        && share_known
+        && let Some((low, high, at)) = early_rise(ctx, total)
+    {
+        let how = if short {
+            format!("after only {warmup_steps} steps")
+        } else {
+            format!("from step {} with no warmup", first.step)
+        };
+        let rec = format!(
+            "the LR is at its peak {} {how}, and the loss rose {:.1}x in the run's first steps \
+             ({} -> {} at step {at}): warm up over 3 % of the steps (~{advised}), then decay",
+            num(peak),
+            high / low,
+            num(low),
+            num(high)
+        );
+        out.push(
+            Finding::new(Label::LrWarmupTooShort, Severity::Warning, first.step, rec)
+                .with("warmup_steps", if short { warmup_steps } else { 0.0 })
+                .with("peak_lr", peak)
+                .with("first_loss", low)
+                .with("early_high", high)
+                .with("early_high_step", at as f64),
+        );
     }
     // No decay: judged at the end, or live once past half of the planned steps.
     let known_total = ctx.st.hints.total_steps.is_some();
@@ -103,6 +132,25 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// The share of the run its first steps are, where an early rise of the loss shows.
+const EARLY: f64 = 0.2;
+/// An early rise: the loss this many times its first logged value.
+const EARLY_RISE: f64 = 1.5;
+
+/// The training loss's first logged value, and its highest over the run's first [`EARLY`]
+/// (at least 5 logs) with its step, when that high is [`EARLY_RISE`] times the first.
+fn early_rise(ctx: &Ctx, total: f64) -> Option<(f64, f64, u64)> {
+    let loss = finite(ctx.st.points(Series::TrainLoss));
+    let first = loss.first()?;
+    let until = first.step as f64 + EARLY * total;
+    let early: Vec<_> = loss.iter().take_while(|p| (p.step as f64) <= until).collect();
+    if early.len() < 5 || first.value <= 0.0 {
+        return None;
+    }
+    let high = early.iter().skip(1).max_by(|a, b| a.value.total_cmp(&b.value))?;
+    (high.value >= EARLY_RISE * first.value).then_some((first.value, high.value, high.step))
 }
 
 /// With no LR logged: a constant schedule, or a warmup over [`DoctorConfig::warmup_max`] of the
