@@ -84,6 +84,9 @@ pub enum Marker {
     RepeatedHeader,
     /// A training run's closing summary (HF `train_runtime`) is followed by more training.
     RunSummary,
+    /// The LR went back up to the value the log started at while the steps went on: the
+    /// schedule began again (a job resumed without its scheduler's state).
+    LrRestart,
 }
 
 /// Where a series' log order starts a new segment.
@@ -216,6 +219,35 @@ pub struct RawRun {
     marks: Vec<Mark>,
     /// The fractional epoch the log wrote beside its steps (an `epoch` key or column).
     epochs: Vec<Point>,
+    /// The first LR tag's course so far, to tell a schedule that begins again.
+    lr: Option<LrCourse>,
+}
+
+/// An LR tag's course so far: its first two values, its high and its last, and a restart seen
+/// at its last point that the next one must confirm.
+#[derive(Clone, Debug)]
+struct LrCourse {
+    tag: usize,
+    first: f64,
+    second: Option<f64>,
+    high: f64,
+    last: f64,
+    /// The restart's mark, with how many marks the log had then (a mark in between voids it).
+    pending: Option<(Mark, usize)>,
+}
+
+/// Within 2 % of each other.
+fn same_lr(a: f64, b: f64) -> bool {
+    (a / b - 1.0).abs() < 0.02
+}
+
+impl LrCourse {
+    /// Whether `value` may be the schedule beginning again: back up (1.5x or more) from a
+    /// decayed LR (under 0.9x its high) to the value the log started at. The next value must
+    /// then be the log's second (a warmup that passes that value on its way is no restart).
+    fn restarts(&self, value: f64) -> bool {
+        self.last < 0.9 * self.high && value >= 1.5 * self.last && same_lr(value, self.first)
+    }
 }
 
 /// A segment start the reader saw, for every tag at once: how many points each tag had then.
@@ -245,6 +277,7 @@ impl RawRun {
             return;
         }
         if let Some(&i) = self.index.get(tag) {
+            self.follow_lr(i, value);
             if let Some(t) = self.tags.get_mut(i) {
                 t.1.push(Point { step, value });
                 if let (Some(line), Some(l)) = (self.line, self.lines.get_mut(i)) {
@@ -253,14 +286,53 @@ impl RawRun {
             }
             return;
         }
-        if tags::classify(tag).is_none() {
+        let Some((series, _)) = tags::classify(tag) else {
             // Remember the rejection: an unmapped tag costs one lookup per point from now on.
             self.index.insert(tag.to_string(), usize::MAX);
             return;
+        };
+        if series == Series::Lr && self.lr.is_none() && value.is_finite() && value > 0.0 {
+            self.lr = Some(LrCourse {
+                tag: self.tags.len(),
+                first: value,
+                second: None,
+                high: value,
+                last: value,
+                pending: None,
+            });
         }
         self.index.insert(tag.to_string(), self.tags.len());
         self.tags.push((tag.to_string(), vec![Point { step, value }]));
         self.lines.push(self.line.into_iter().collect());
+    }
+
+    /// Follows the first LR tag (`i`, about to take `value`): a schedule that begins again while
+    /// the steps go on starts a segment ([`Marker::LrRestart`]).
+    fn follow_lr(&mut self, i: usize, value: f64) {
+        let Some(mut c) = self.lr.take() else {
+            return;
+        };
+        if c.tag == i && value.is_finite() && value > 0.0 {
+            if let Some((mark, marks)) = c.pending.take()
+                && marks == self.marks.len()
+                && c.second.is_some_and(|s| same_lr(value, s))
+            {
+                self.marks.push(mark);
+            }
+            if c.restarts(value) {
+                let mark = Mark {
+                    lens: self.tags.iter().map(|(_, p)| p.len()).collect(),
+                    marker: Some(Marker::LrRestart),
+                    log_steps: None,
+                    line: self.line,
+                };
+                c.pending = Some((mark, self.marks.len()));
+            }
+            c.second = c.second.or(Some(value));
+            c.high = c.high.max(value);
+            c.last = value;
+        }
+        self.lr = Some(c);
     }
 
     /// Numbers the points pushed from now on with this 1-based line (or record) of the file,

@@ -758,3 +758,38 @@ fn no_warmup_and_a_loss_that_rises_in_the_first_steps_is_a_warmup_too_short() {
     let r = &reports_of(&[("trainer_state.json", state(&falling))])[0];
     assert!(!labels(r).contains(&Label::LrWarmupTooShort), "{:?}", labels(r));
 }
+
+#[test]
+fn an_lr_schedule_that_begins_again_while_the_steps_go_on_is_a_resume_and_warm_restarts_are_not() {
+    // Linear decay from 1e-4 over 2000 steps, a log every 25; `restart(step)` gives the step the
+    // schedule counts from.
+    let state = |restart: &dyn Fn(u64) -> u64| {
+        let rows: Vec<String> = (1..=80u64)
+            .map(|i| {
+                let s = i * 25;
+                let lr = 1e-4 * (1.0 - (restart(s) - 25) as f64 / 2000.0);
+                let loss = 0.3 + 0.4 * (-(s as f64) / 500.0).exp();
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        format!(r#"{{"max_steps": 2000, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let once = |s: u64| if s >= 825 { s - 800 } else { s };
+    let r = &reports_of(&[("trainer_state.json", state(&once))])[0];
+    let f = finding(r, Label::ResumeDiscontinuity);
+    assert_eq!(f.step, 825);
+    match &f.detail {
+        Some(Detail::Resume(res)) => {
+            assert_eq!(res.boundaries[0].marker, Some(contrai_doctor::Marker::LrRestart))
+        }
+        other => panic!("{other:?}"),
+    }
+    // A schedule that begins again every 500 steps is planned (warm restarts): no resume.
+    let periodic = |s: u64| (s - 25) % 500 + 25;
+    let r = &reports_of(&[("trainer_state.json", state(&periodic))])[0];
+    assert!(
+        !labels(r).contains(&Label::ResumeDiscontinuity),
+        "{:?}",
+        labels(r)
+    );
+}

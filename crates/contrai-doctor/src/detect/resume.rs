@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use super::{Ctx, main_loss, num};
 use crate::finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
-use crate::series::{Cut, LogOrder, Point, Series};
+use crate::series::{Cut, LogOrder, Marker, Point, Series};
 use crate::stats::{mad, median};
 
 /// Points of the segment before whose median is its end level.
@@ -163,8 +163,15 @@ fn kept_cuts(log: &LogOrder) -> Vec<Cut> {
     let jitter = |c: &Cut| {
         pervasive && c.marker.is_none() && back(c) && depth(c) <= shallow && (passes(c) || cut_follows(c))
     };
+    // One schedule that begins again is a resume; several are a warm-restart schedule.
+    let restarts = log
+        .cuts
+        .iter()
+        .filter(|c| c.marker == Some(Marker::LrRestart))
+        .count();
     log.cuts
         .iter()
+        .filter(|c| c.marker != Some(Marker::LrRestart) || restarts == 1)
         .filter(|c| c.marker.is_some() || !(duplicate(c) || jitter(c)))
         .copied()
         .collect()
@@ -532,6 +539,7 @@ fn marker_text(m: crate::series::Marker) -> &'static str {
         crate::series::Marker::NewFile => "a new event file",
         crate::series::Marker::RepeatedHeader => "the header written again",
         crate::series::Marker::RunSummary => "training after the run's closing summary",
+        crate::series::Marker::LrRestart => "the LR schedule beginning again, the steps going on",
     }
 }
 
