@@ -167,8 +167,31 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// Extensions of files that are never a log (weights, archives, images): not opened when a
+/// folder is searched for a Trainer state saved under another name.
+const NOT_LOGS: [&str; 14] = [
+    "bin",
+    "safetensors",
+    "pt",
+    "pth",
+    "ckpt",
+    "npy",
+    "npz",
+    "h5",
+    "onnx",
+    "gz",
+    "zip",
+    "tar",
+    "png",
+    "jpg",
+];
+
 /// Whether a file's first bytes are a Trainer state's JSON (an object with `log_history`).
 fn is_trainer_state(path: &Path) -> bool {
+    let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase());
+    if ext.is_some_and(|e| NOT_LOGS.contains(&e.as_str())) {
+        return false;
+    }
     let mut head = [0u8; 4096];
     let Ok(n) = fs::File::open(path).and_then(|mut f| std::io::Read::read(&mut f, &mut head)) else {
         return false;
