@@ -16,7 +16,8 @@ pub struct DoctorArgs {
     /// Burn metric logs, JSONL).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// Print JSON: {"runs":[{"name","source","verdict","findings":[...]}]}.
+    /// Print JSON: {"runs":[{"name","source","verdict","task","setup","findings":[{"label",
+    /// "severity","step","evidence","recommendation","confidence","detail"}]}]}.
     #[arg(long)]
     json: bool,
     /// Force the format: tensorboard, hf_trainer_state, csv, wandb_csv, mlflow, burn, jsonl.

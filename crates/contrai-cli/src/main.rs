@@ -33,6 +33,13 @@ enum Command {
     #[command(subcommand)]
     Recipe(recipe_cmd::RecipeCommand),
     /// Read training logs from any framework and say what is wrong, since when, and what to change.
+    ///
+    /// Each finding quotes its evidence from the log, says how sure it is (low / medium / high)
+    /// and what to change; the task and the training setup (schedule, warmup, batch) are read
+    /// from the files beside the log (config.json, hparams.yaml, training_args.yaml, MLflow
+    /// params, a Trainer's TensorBoard arguments).
+    ///
+    /// Example: contrai doctor output/checkpoint-500    or    contrai doctor lightning_logs --json
     Doctor(doctor_cmd::DoctorArgs),
     /// Train a recipe (default: the built-in demo) with step checkpoints; --resume continues a run.
     ///
