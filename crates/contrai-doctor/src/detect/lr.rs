@@ -23,13 +23,7 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
     let peak_i = pts.iter().position(|p| p.value >= 0.95 * peak).unwrap_or(0);
     let first = pts[0];
     let last = pts[pts.len() - 1];
-    let total = ctx
-        .st
-        .hints
-        .total_steps
-        .filter(|t| *t >= last.step)
-        .unwrap_or(last.step)
-        .max(1) as f64;
+    let total = planned_total(ctx, last.step).max(1) as f64;
     let has_warmup = first.value < 0.5 * peak && peak_i > 0;
     let warmup_steps = pts[peak_i].step.saturating_sub(first.step.min(pts[peak_i].step)) as f64;
     // The warmup is known once the LR has stopped rising.
@@ -38,6 +32,14 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
     let advised = (0.03 * total).round();
     // Its share of the run is known at the end, or live when the log states the planned total.
     let share_known = final_ || ctx.st.hints.total_steps.is_some();
+    // No warmup (the LR starts at half its peak or more) or a short one, and the loss rose in
+    // the run's first steps: the peak LR hit an untrained model.
+    let short = has_warmup && frac < ctx.cfg.warmup_min;
+    let rise = if !has_warmup || short {
+        early_rise(ctx, total)
+    } else {
+        None
+    };
     if has_warmup && share_known && (warmup_done || final_) {
         if frac > ctx.cfg.warmup_max {
             let rec = format!(
@@ -56,7 +58,7 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
                     .with("peak_lr", peak)
                     .with("total_steps", total),
             );
-        } else if frac < ctx.cfg.warmup_min && total >= 1000.0 && early_rise(ctx, total).is_none() {
+        } else if short && total >= 1000.0 && rise.is_none() {
             let rec = format!(
                 "the LR reaches its peak {} after only {} steps ({:.2} % of {}): warm up over \
                  3 % (~{} steps) to avoid early loss spikes",
@@ -75,13 +77,7 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
             );
         }
     }
-    // No warmup (the LR starts at half its peak or more) or a short one, and the loss rose in
-    // the run's first steps: the peak LR hit an untrained model.
-    let short = has_warmup && frac < ctx.cfg.warmup_min;
-    if (!has_warmup || short)
-        && share_known
-        && let Some((low, high, at)) = early_rise(ctx, total)
-    {
+    if share_known && let Some((low, high, at)) = rise {
         let how = if short {
             format!("after only {warmup_steps} steps")
         } else {
@@ -134,6 +130,11 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
     out
 }
 
+/// The run's planned steps when the log states them (and reached no further), else its last.
+fn planned_total(ctx: &Ctx, last: u64) -> u64 {
+    ctx.st.hints.total_steps.filter(|t| *t >= last).unwrap_or(last)
+}
+
 /// The share of the run its first steps are, where an early rise of the loss shows.
 const EARLY: f64 = 0.2;
 /// An early rise: the loss this many times its first logged value.
@@ -163,12 +164,7 @@ fn from_setup(ctx: &Ctx) -> Vec<Finding> {
     let (Some(first), Some(last)) = (loss.first(), loss.last()) else {
         return Vec::new();
     };
-    let total = ctx
-        .st
-        .hints
-        .total_steps
-        .filter(|t| *t >= last.step)
-        .unwrap_or(last.step);
+    let total = planned_total(ctx, last.step);
     let peak = setup
         .peak_lr
         .map(|p| format!(" ({})", num(p)))

@@ -139,6 +139,23 @@ pub(crate) fn finite(points: &[Point]) -> Vec<Point> {
     points.iter().copied().filter(|p| p.value.is_finite()).collect()
 }
 
+/// A change of a loss is material when it is this share of the loss's initial level...
+const MATERIAL: f64 = 0.02;
+
+/// ...the median of its first 5 finite points: the smallest change of `series` that is not
+/// rounding (a 2x jump between 0.0001 and 0.0002 at a loss that started at 1.0 is).
+pub(crate) fn material(ctx: &Ctx, series: Series) -> Option<f64> {
+    let first: Vec<f64> = ctx
+        .st
+        .points(series)
+        .iter()
+        .map(|p| p.value)
+        .filter(|v| v.is_finite())
+        .take(5)
+        .collect();
+    Some(MATERIAL * crate::stats::median(&first)?.abs())
+}
+
 /// Relative change `(a - b) / |a|`, 0 when `a` is 0.
 pub(crate) fn rel_drop(a: f64, b: f64) -> f64 {
     if a == 0.0 { 0.0 } else { (a - b) / a.abs() }

@@ -225,8 +225,7 @@ fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
     // the loss's own scale (a logged 0.0002 -> 0.0001 at a loss that began at 1 is rounding).
     let swings: Vec<f64> = ys.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
     let swing = median(&swings)?;
-    let head: Vec<f64> = pts.iter().take(5).map(|p| p.value).collect();
-    let material = 0.02 * median(&head)?;
+    let material = super::material(ctx, loss)?;
     let needed = STALL_SHARE * (xs[m - 1] - xs[0]);
     for j in 3.max(m / 4)..m.saturating_sub(2) {
         let before = median(&ys[j - 3..j])?;

@@ -116,18 +116,8 @@ pub fn loss_spike(ctx: &Ctx) -> Option<Finding> {
     if z < ctx.cfg.spike_z || ratio < ctx.cfg.spike_ratio {
         return None;
     }
-    // A jump must be material on the loss's own scale (its initial level): a 2x jump between
-    // 0.0001 and 0.0002 at a loss that started at 1.0 is rounding, not a spike.
-    let first: Vec<f64> = ctx
-        .st
-        .points(Series::TrainLoss)
-        .iter()
-        .map(|p| p.value)
-        .filter(|v| v.is_finite())
-        .take(5)
-        .collect();
-    let scale = crate::stats::median(&first)?.abs();
-    if med * (ratio - 1.0) < 0.02 * scale {
+    // A jump must be material on the loss's own scale (its initial level).
+    if med * (ratio - 1.0) < super::material(ctx, Series::TrainLoss)? {
         return None;
     }
     let lr_part = if let Some(peak_lr) = ctx.peak_lr() {

@@ -93,13 +93,9 @@ pub(crate) fn json_scalar(v: &Value) -> Option<String> {
     }
 }
 
-/// Files whose top-level `key: value` lines (YAML) or entries (JSON) are a run's arguments.
-const ARGUMENT_FILES: [&str; 4] = [
-    "training_args.yaml",
-    "hparams.yaml",
-    "training_args.json",
-    "trainer_state.json",
-];
+/// Files whose top-level `key: value` lines (YAML) or entries (JSON) are a run's arguments (a
+/// Trainer state's batch size is taken by its reader, which parses it anyway).
+const ARGUMENT_FILES: [&str; 3] = ["training_args.yaml", "hparams.yaml", "training_args.json"];
 
 /// Adds to `setup` what the arguments files of `dir` (and an MLflow run's `params/`) state.
 fn setup_from_folder(dir: &Path, setup: &mut Setup) {

@@ -32,6 +32,11 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
         .unwrap_or_else(|| "trainer_state".to_string());
     let mut run = RawRun::new(name, path.display().to_string(), "hf_trainer_state");
     run.hints.total_steps = v.get("max_steps").and_then(Value::as_u64).filter(|s| *s > 0);
+    if let Some(b) = v.get("train_batch_size").and_then(super::context::json_scalar) {
+        run.hints
+            .setup
+            .absorb("train_batch_size", &b, "trainer_state.json");
+    }
     let mut ended = false;
     for entry in history {
         let Some(obj) = entry.as_object() else {
