@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
 from importlib.metadata import requires
 from pathlib import Path
@@ -117,3 +119,24 @@ def declared(extra: str, package: str) -> SpecifierSet:
         if req.name == package and req.marker is not None and req.marker.evaluate({"extra": extra}):
             return req.specifier
     raise AssertionError(f"contrai-ml declares no {package} for [{extra}]")
+
+
+def real_llm() -> Path:
+    """The SmolLM2-135M folder that ``CONTRAI_LLM`` names (``scripts/fixtures/smollm2.py`` makes
+    it); CI makes it and may not go without it."""
+    path = os.environ.get("CONTRAI_LLM")
+    if path and (Path(path) / "model.safetensors").exists():
+        return Path(path)
+    if os.environ.get("CONTRAI_REQUIRE_SHARED") == "1":
+        pytest.fail("CONTRAI_LLM names no SmolLM2 folder (python scripts/fixtures/smollm2.py DIR makes one)")
+    pytest.skip("no pretrained LLM: set CONTRAI_LLM (python scripts/fixtures/smollm2.py DIR makes one)")
+
+
+def emails() -> list[str]:
+    """The texts of ../shared/data/spamassassin.jsonl (real e-mails), in the file's order."""
+    data = Path(__file__).resolve().parents[4] / "shared" / "data" / "spamassassin.jsonl"
+    if not data.exists():
+        if os.environ.get("CONTRAI_REQUIRE_SHARED") == "1":
+            pytest.fail(f"{data} is missing")
+        pytest.skip(f"{data} is missing")
+    return [json.loads(x)["text"] for x in data.read_text().split("\n") if x.strip()]
