@@ -17,10 +17,12 @@ use crate::budget::{PhaseSteps, due, eval_every};
 use crate::contract;
 use crate::error::{ConductorError, Result};
 use crate::lr::PhaseLr;
+use crate::preflight::Tuning;
 use crate::protocol::{Action, Observation, Request, StepPlan, Turn};
 use crate::prune::Prunable;
 use crate::rollback::NonFinite;
 use crate::state::{STATE_VERSION, Stage, State};
+use crate::transitions::Checked;
 use crate::watch::{Watch, react};
 
 /// What the conductor knows of the run before it starts.
@@ -45,6 +47,18 @@ pub struct RunInfo {
     /// `model.gradient_checkpointing`), when the engine knows: the plan says what runs.
     #[serde(default)]
     pub gradient_checkpointing: Option<bool>,
+    /// How the job trains (every weight, or adapters on a frozen base), when the engine knows:
+    /// an adapter job's validate check runs at `validate.adapter_lr` and is held to
+    /// `validate.adapter_min_fall`.
+    #[serde(default)]
+    pub tuning: Option<Tuning>,
+}
+
+impl RunInfo {
+    /// Whether the job trains adapters on a frozen base (LoRA and other PEFT methods).
+    pub fn adapters(&self) -> bool {
+        self.tuning.is_some_and(Tuning::adapters)
+    }
 }
 
 /// The lifecycle of one run.
@@ -144,7 +158,7 @@ impl Conductor {
                 let request = Request::CheckPipeline {
                     steps: v.steps,
                     batch: v.batch,
-                    lr: v.lr,
+                    lr: if self.info.adapters() { v.adapter_lr } else { v.lr },
                 };
                 Ok(self.ask(out, request, Await::Pipeline))
             }
@@ -172,8 +186,14 @@ impl Conductor {
                     first_loss,
                     last_loss,
                     val_loss,
+                    no_gradient,
                 },
-            ) => self.on_pipeline(first_loss, last_loss, val_loss),
+            ) => self.on_pipeline(Checked {
+                first: first_loss,
+                last: last_loss,
+                val_loss,
+                no_gradient,
+            }),
             (
                 Await::RoundTrip,
                 Observation::RoundTripped {

@@ -65,7 +65,7 @@ pub enum Tuning {
 
 impl Tuning {
     /// Whether the base is frozen behind adapters.
-    fn adapters(self) -> bool {
+    pub fn adapters(self) -> bool {
         self != Tuning::Full
     }
 }

@@ -303,6 +303,10 @@ pub enum Observation {
         last_loss: f32,
         /// Validation loss of the fresh model.
         val_loss: f32,
+        /// Trainable parameters to which no step of the check gave a non-zero gradient (an
+        /// adapter on a path the loss does not reach, a detached head), by name.
+        #[serde(default)]
+        no_gradient: Vec<String>,
     },
     /// The checkpoint round trip.
     RoundTripped {

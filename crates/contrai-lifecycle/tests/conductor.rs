@@ -54,6 +54,7 @@ fn info() -> RunInfo {
         heads: Some(2),
         job_steps: None,
         gradient_checkpointing: None,
+        tuning: None,
     }
 }
 
@@ -131,6 +132,7 @@ impl Sim {
                     first_loss: 0.7,
                     last_loss: 0.01,
                     val_loss: 0.69,
+                    no_gradient: Vec::new(),
                 }
             }
             Request::RoundTrip => Observation::RoundTripped {

@@ -61,6 +61,7 @@ fn info() -> RunInfo {
         heads: None,
         job_steps: None,
         gradient_checkpointing: None,
+        tuning: None,
     }
 }
 

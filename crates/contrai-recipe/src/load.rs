@@ -149,11 +149,19 @@ impl Recipe {
                 "steps and batch must be at least 1 and lr in (0, 1)".into(),
             );
         }
-        if !(0.0..1.0).contains(&v.min_fall) {
+        if !(v.adapter_lr > 0.0 && v.adapter_lr < 1.0) {
             return err(
-                "validate.min_fall",
-                format!("is {}, expected a share in [0, 1)", v.min_fall),
+                "validate.adapter_lr",
+                format!("is {}, expected an LR in (0, 1)", v.adapter_lr),
             );
+        }
+        for (key, share) in [
+            ("validate.min_fall", v.min_fall),
+            ("validate.adapter_min_fall", v.adapter_min_fall),
+        ] {
+            if !(0.0..1.0).contains(&share) {
+                return err(key, format!("is {share}, expected a share in [0, 1)"));
+            }
         }
         let g = &self.guards;
         for (k, f) in [

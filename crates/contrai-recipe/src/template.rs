@@ -41,7 +41,7 @@ pub struct Checkpoint {
 /// sequence length (128, or fewer positions if it has fewer) and dropout; the LRs of a
 /// fine-tune (main 5e-5 with 6 % warmup, validate 1e-4); contraction pruning its feed-forward and
 /// attention matrices by their Hugging Face names. With `lora`, a `[model.lora]` section and
-/// LoRA's LRs (main [`LORA_LR`](crate::recipe::LORA_LR), validate 1e-3). It parses to what it says.
+/// LoRA's LR (main [`LORA_LR`](crate::recipe::LORA_LR); validate's check runs at `adapter_lr`). It parses to what it says.
 pub fn pretrained_recipe(ck: &Checkpoint, lora: bool) -> String {
     let pooling = if ck.sentence_encoder { "mean" } else { "cls" };
     let model = format!(
@@ -63,7 +63,7 @@ pub fn pretrained_recipe(ck: &Checkpoint, lora: bool) -> String {
     );
     let (validate_lr, main_lr) = match lora {
         true => (
-            "lr = 1e-3                # constant LR of the check (adapters start at zero)".to_string(),
+            "lr = 1e-3                # constant LR of the check when every weight trains".to_string(),
             format!(
                 "lr = {:e}                # peak learning rate: 1e-4 … 5e-4 trains LoRA adapters",
                 crate::recipe::LORA_LR
@@ -162,6 +162,8 @@ steps = 30               # steps of overfitting one batch ...
 batch = 8                # ... of this many samples, dropout off
 lr = 1e-3                # constant LR of the check (mlp: 3e-3)
 min_fall = 0.9           # the batch's loss must fall by more than this share
+adapter_lr = 5e-3        # a job that trains adapters on a frozen model (LoRA): the check's LR ...
+adapter_min_fall = 0.5   # ... and the fall it must reach; every adapter must receive a gradient
 
 [main]
 steps = 400              # optimizer steps

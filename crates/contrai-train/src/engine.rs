@@ -6,6 +6,7 @@
 //! a measurement, a restore …), hand the observation to the conductor, repeat until it says the
 //! run is finished or failed.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use burn::module::Module;
@@ -13,7 +14,7 @@ use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
 use contrai_data::Progress;
 use contrai_lifecycle::{
-    Action, Conductor, Observation, PruneOrder, Request, RunInfo, SkippedBatch, StepPlan,
+    Action, Conductor, Observation, PruneOrder, Request, RunInfo, SkippedBatch, StepPlan, preflight::Tuning,
 };
 use contrai_recipe::{Phase, Recipe};
 use contrai_run::{
@@ -31,7 +32,7 @@ use crate::model::Classifier;
 use crate::options::{Log, Options, Outcome};
 use crate::prune::{Masks, Structure, apply_masks, matrix_paths, update_all};
 use crate::setup::{Setup, TrainData};
-use crate::step::{clip_grads, grad_norm, optimizer, step_grads};
+use crate::step::{clip_grads, grad_norm, optimizer, step_grads, ungraded};
 
 /// Runs (or resumes) the recipe's lifecycle in `opts.run_dir`.
 pub fn train(opts: &Options, data_progress: &dyn Progress, log: &dyn Log) -> Result<Outcome> {
@@ -190,6 +191,10 @@ impl<'a> Engine<'a> {
             heads: (recipe.model.kind != contrai_recipe::ModelKind::Mlp).then_some(recipe.model.heads),
             job_steps: None,
             gradient_checkpointing: None,
+            tuning: Some(match recipe.model.lora {
+                Some(_) => Tuning::Lora,
+                None => Tuning::Full,
+            }),
         };
         let model = match &recipe.model.lora {
             Some(l) => {
@@ -566,8 +571,12 @@ impl<'a> Engine<'a> {
         let mut optim = optimizer(&self.recipe);
         let mut losses = Vec::with_capacity(steps as usize);
         let recompute = self.recipe.model.gradient_checkpointing;
+        let mut missing: Option<BTreeSet<String>> = None;
         for _ in 0..steps {
             let (grads, loss) = step_grads(&model, std::slice::from_ref(&b), &[None], false, recompute);
+            if missing.as_ref().is_none_or(|m| !m.is_empty()) {
+                missing = Some(ungraded(&model, &grads, missing.as_ref()));
+            }
             model = optim.step(lr, model, grads);
             losses.push(loss);
             self.step += 1;
@@ -588,6 +597,7 @@ impl<'a> Engine<'a> {
             first_loss: losses.first().copied().unwrap_or(f32::NAN),
             last_loss: losses.last().copied().unwrap_or(f32::NAN),
             val_loss,
+            no_gradient: missing.unwrap_or_default().into_iter().collect(),
         })
     }
 

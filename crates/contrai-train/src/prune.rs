@@ -37,6 +37,55 @@ impl Path {
     }
 }
 
+/// A visitor of parameters by their dotted path (`encoder.layers.0.ffn.w1.weight`).
+pub(crate) trait PathVisitor {
+    fn visit<const D: usize>(&mut self, path: String, param: &Param<Tensor<D>>);
+}
+
+/// A mapper of parameters by their dotted path.
+pub(crate) trait PathMapper {
+    fn map<const D: usize>(&mut self, path: String, param: Param<Tensor<D>>) -> Param<Tensor<D>>;
+}
+
+/// Burn's visitor and mapper with the path tracked, handing each parameter to `inner` with it.
+pub(crate) struct Pathed<T> {
+    path: Path,
+    pub(crate) inner: T,
+}
+
+impl<T> Pathed<T> {
+    pub(crate) fn new(inner: T) -> Self {
+        Pathed {
+            path: Path::default(),
+            inner,
+        }
+    }
+}
+
+impl<T: PathVisitor> ModuleVisitor for Pathed<T> {
+    fn enter_module(&mut self, name: &str, container: &str) {
+        self.path.enter(name, container);
+    }
+    fn exit_module(&mut self, _: &str, container: &str) {
+        self.path.exit(container);
+    }
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.inner.visit(self.path.0.join("."), param);
+    }
+}
+
+impl<T: PathMapper> ModuleMapper for Pathed<T> {
+    fn enter_module(&mut self, name: &str, container: &str) {
+        self.path.enter(name, container);
+    }
+    fn exit_module(&mut self, _: &str, container: &str) {
+        self.path.exit(container);
+    }
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        self.inner.map(self.path.0.join("."), param)
+    }
+}
+
 /// Keep-masks of the pruned weight matrices, by parameter path; packed 64 entries a word.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Masks {
@@ -103,21 +152,13 @@ impl Masks {
 /// The values of the weight matrices whose paths `select` accepts (or of their gradients in
 /// `grads`), by path, with their shapes.
 struct Weights<'a> {
-    path: Path,
     select: &'a dyn Fn(&str) -> bool,
     grads: Option<&'a GradientsParams>,
     out: Vec<(String, [usize; 2], Vec<f32>)>,
 }
 
-impl ModuleVisitor for Weights<'_> {
-    fn enter_module(&mut self, name: &str, container: &str) {
-        self.path.enter(name, container);
-    }
-    fn exit_module(&mut self, _: &str, container: &str) {
-        self.path.exit(container);
-    }
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        let path = self.path.0.join(".");
+impl PathVisitor for Weights<'_> {
+    fn visit<const D: usize>(&mut self, path: String, param: &Param<Tensor<D>>) {
         if D == 2 && (self.select)(&path) {
             let t = match self.grads {
                 None => param.val(),
@@ -138,33 +179,21 @@ impl ModuleVisitor for Weights<'_> {
 }
 
 /// The paths of the weight matrices (2-D parameters), in the model's order.
-struct Paths {
-    path: Path,
-    out: Vec<String>,
-}
+struct Paths(Vec<String>);
 
-impl ModuleVisitor for Paths {
-    fn enter_module(&mut self, name: &str, container: &str) {
-        self.path.enter(name, container);
-    }
-    fn exit_module(&mut self, _: &str, container: &str) {
-        self.path.exit(container);
-    }
-    fn visit_float<const D: usize>(&mut self, _: &Param<Tensor<D>>) {
+impl PathVisitor for Paths {
+    fn visit<const D: usize>(&mut self, path: String, _: &Param<Tensor<D>>) {
         if D == 2 {
-            self.out.push(self.path.0.join("."));
+            self.0.push(path);
         }
     }
 }
 
 /// The paths of `model`'s weight matrices, in its order (what the conductor prunes by).
 pub fn matrix_paths<M: Module>(model: &M) -> Vec<String> {
-    let mut v = Paths {
-        path: Path::default(),
-        out: Vec::new(),
-    };
+    let mut v = Pathed::new(Paths(Vec::new()));
     model.visit(&mut v);
-    v.out
+    v.inner.0
 }
 
 /// The weight matrices `select` accepts: (path, shape, values).
@@ -188,59 +217,39 @@ fn read_matrices<M: Module>(
     select: &dyn Fn(&str) -> bool,
     grads: Option<&GradientsParams>,
 ) -> Vec<(String, [usize; 2], Vec<f32>)> {
-    let mut v = Weights {
-        path: Path::default(),
+    let mut v = Pathed::new(Weights {
         select,
         grads,
         out: Vec::new(),
-    };
+    });
     model.visit(&mut v);
-    v.out
+    v.inner.out
 }
 
 /// Tracks gradients for the weight matrices `select` accepts and for nothing else.
 struct Tracked<'a> {
-    path: Path,
     select: &'a dyn Fn(&str) -> bool,
 }
 
-impl ModuleMapper for Tracked<'_> {
-    fn enter_module(&mut self, name: &str, container: &str) {
-        self.path.enter(name, container);
-    }
-    fn exit_module(&mut self, _: &str, container: &str) {
-        self.path.exit(container);
-    }
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        let keep = D == 2 && (self.select)(&self.path.0.join("."));
-        param.set_require_grad(keep)
+impl PathMapper for Tracked<'_> {
+    fn map<const D: usize>(&mut self, path: String, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        param.set_require_grad(D == 2 && (self.select)(&path))
     }
 }
 
 /// `model` with gradients tracked only for the weight matrices `select` accepts (a backward pass
 /// then skips every other weight's gradient, the embeddings' among them).
 pub fn tracking_only<M: Module>(model: M, select: &dyn Fn(&str) -> bool) -> M {
-    model.map(&mut Tracked {
-        path: Path::default(),
-        select,
-    })
+    model.map(&mut Pathed::new(Tracked { select }))
 }
 
 /// Multiplies every masked weight matrix by its mask, leaving a trainable leaf.
 struct Apply<'a> {
-    path: Path,
     masks: &'a Masks,
 }
 
-impl ModuleMapper for Apply<'_> {
-    fn enter_module(&mut self, name: &str, container: &str) {
-        self.path.enter(name, container);
-    }
-    fn exit_module(&mut self, _: &str, container: &str) {
-        self.path.exit(container);
-    }
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        let path = self.path.0.join(".");
+impl PathMapper for Apply<'_> {
+    fn map<const D: usize>(&mut self, path: String, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let Some(&(len, _)) = self.masks.keep.get(&path) else {
             return param;
         };
@@ -265,10 +274,7 @@ pub fn apply_masks<M: Module>(model: M, masks: &Masks) -> M {
     if masks.is_empty() {
         return model;
     }
-    model.map(&mut Apply {
-        path: Path::default(),
-        masks,
-    })
+    model.map(&mut Pathed::new(Apply { masks }))
 }
 
 type Matrix = (String, [usize; 2], Vec<f32>);
@@ -489,19 +495,12 @@ mod engines_agree {
     /// Sets every encoder matrix to exact, distinct-ish values (multiples of 1/2048, so sums of
     /// squares are exact in any order).
     struct Fixed {
-        path: Path,
         m: usize,
     }
 
-    impl ModuleMapper for Fixed {
-        fn enter_module(&mut self, name: &str, container: &str) {
-            self.path.enter(name, container);
-        }
-        fn exit_module(&mut self, _: &str, container: &str) {
-            self.path.exit(container);
-        }
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-            if D != 2 || !self.path.0.join(".").contains(".encoder.") {
+    impl PathMapper for Fixed {
+        fn map<const D: usize>(&mut self, path: String, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            if D != 2 || !path.contains(".encoder.") {
                 return param;
             }
             self.m += 1;
@@ -570,10 +569,7 @@ mod engines_agree {
 
     #[test]
     fn the_burn_engines_masks_are_the_fixture_the_pytorch_engine_is_held_to() {
-        let model = crate::pretrained::fixture(&Device::flex()).map(&mut Fixed {
-            path: Path::default(),
-            m: 0,
-        });
+        let model = crate::pretrained::fixture(&Device::flex()).map(&mut Pathed::new(Fixed { m: 0 }));
         let encoder = weights(&model, &|p| p.contains(".encoder."));
         let shapes: BTreeMap<&str, [usize; 2]> = encoder.iter().map(|(p, s, _)| (p.as_str(), *s)).collect();
         let mut out = json!({

@@ -1,6 +1,8 @@
 //! The pieces of an optimizer step: AdamW, gradient accumulation, the global gradient norm and
 //! clipping.
 
+use std::collections::BTreeSet;
+
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::Tensor;
@@ -8,6 +10,7 @@ use contrai_recipe::Recipe;
 
 use crate::dropout::Dropout;
 use crate::model::{Batch, Classifier, cross_entropy};
+use crate::prune::{PathVisitor, Pathed};
 use crate::recompute::Blocks;
 
 struct SqNorm<'a> {
@@ -34,6 +37,45 @@ impl ModuleVisitor for Scale<'_> {
             self.grads.register(param.id, g.mul_scalar(self.factor));
         }
     }
+}
+
+/// Trainable parameters, by path, whose gradient is absent or zero (`among`: only those named).
+struct Ungraded<'a> {
+    grads: &'a GradientsParams,
+    among: Option<&'a BTreeSet<String>>,
+    out: BTreeSet<String>,
+}
+
+impl PathVisitor for Ungraded<'_> {
+    fn visit<const D: usize>(&mut self, path: String, param: &Param<Tensor<D>>) {
+        if !param.is_require_grad() || self.among.is_some_and(|a| !a.contains(&path)) {
+            return;
+        }
+        let graded = self
+            .grads
+            .get::<D>(param.id)
+            .is_some_and(|g| g.abs().max().into_scalar::<f32>() > 0.0);
+        if !graded {
+            self.out.insert(path);
+        }
+    }
+}
+
+/// The trainable parameters of `model` that `grads` gives no non-zero gradient, by path; with
+/// `among`, only those of its names (validate's check narrows the set step by step: a LoRA
+/// adapter's `a` gets its first gradient only once `b` has moved from zero).
+pub fn ungraded<M: Module>(
+    model: &M,
+    grads: &GradientsParams,
+    among: Option<&BTreeSet<String>>,
+) -> BTreeSet<String> {
+    let mut v = Pathed::new(Ungraded {
+        grads,
+        among,
+        out: BTreeSet::new(),
+    });
+    model.visit(&mut v);
+    v.inner.out
 }
 
 /// The global L2 norm of the gradients of `model`'s parameters.

@@ -289,8 +289,22 @@ fn a_lora_fine_tune_contracts_its_merged_encoder_through_every_phase() {
     let data = word_file(tmp.path(), 400);
     let run = tmp.path().join("run");
     let mut r = every_phase(lora_recipe(&data, 40));
-    r.validate.lr = 1e-2;
+    r.validate.adapter_lr = 1e-2;
     let out = train(&Options::new(r, &run), &Silent, &Collect::default()).unwrap();
+    // Validate knew an adapter job: its LR and fall, and every adapter and the head got a gradient.
+    let decisions = std::fs::read_to_string(run.join("decisions.jsonl")).unwrap();
+    let passed: serde_json::Value = decisions
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|d| d["kind"] == "validate_passed")
+        .unwrap();
+    let e = &passed["evidence"];
+    assert_eq!(
+        (e["adapters"].as_bool(), e["lr"].as_f64(), e["min_fall"].as_f64()),
+        (Some(true), Some(1e-2), Some(0.5)),
+        "{e}"
+    );
+    assert_eq!(e["no_gradient"], serde_json::json!([]), "{e}");
     // The plan counts the checkpoint's parameters (24,482 in the fixture; positions beyond the
     // recipe's length and token types aside), not the recipe's own sizes'.
     let plan: serde_json::Value =

@@ -194,6 +194,7 @@ class LrSegment(TypedDict):
 class ObservationPipelineCheckedFields(TypedDict):
     first_loss: float
     last_loss: float
+    no_gradient: NotRequired[list[str]]
     val_loss: float
 
 
@@ -527,6 +528,7 @@ class RunInfo(TypedDict):
     heads: NotRequired[Union[int, None]]
     job_steps: NotRequired[Union[int, None]]
     train_samples: int
+    tuning: NotRequired[Union["Tuning", None]]
     weights: list[str]
 
 
