@@ -4,7 +4,6 @@ matrix that pruning zeroed comes back from its originals."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 import torch
@@ -120,26 +119,6 @@ def test_put_back_restores_values_and_gradients() -> None:
     with put_back([w]):
         measure_in_place()
     assert torch.equal(w, value) and torch.equal(w.grad, grad)
-
-
-def test_the_int8_models_cpu_copy_never_copies_a_tensor_where_it_lives(monkeypatch: pytest.MonkeyPatch) -> None:
-    from contrai.model import cpu_copy
-
-    model = lora_like()
-    x = torch.randn(4, 64)
-    expected = model(x)
-
-    def refuse(*_: object) -> NoReturn:
-        raise AssertionError("a tensor deep-copied where it lives")
-
-    monkeypatch.setattr(torch.Tensor, "__deepcopy__", refuse)
-    monkeypatch.setattr(torch.nn.Parameter, "__deepcopy__", refuse)
-    copy_ = cpu_copy(model)
-    monkeypatch.undo()
-    assert torch.equal(copy_(x), expected)
-    with torch.no_grad():
-        copy_.adapter.weight.zero_()
-    assert model.adapter.weight.abs().sum() > 0, "the copy holds its own tensors"
 
 
 def test_the_envelope_is_the_run_formats_and_old_format_2_checkpoints_still_read(tmp_path: Path) -> None:

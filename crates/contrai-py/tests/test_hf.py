@@ -13,8 +13,8 @@ import pytest
 import torch
 from conftest import HF_RECIPE, ServedRows, declared, tiny_bert, token_task
 from packaging.specifiers import SpecifierSet
-from transformers import (BertForSequenceClassification, Trainer, TrainerCallback, TrainerControl, TrainerState,
-                          TrainingArguments)
+from transformers import (AutoModelForSequenceClassification, BertForSequenceClassification, Trainer,
+                          TrainerCallback, TrainerControl, TrainerState, TrainingArguments)
 
 import contrai
 from contrai._compat import UntestedVersion
@@ -147,6 +147,22 @@ def test_every_phase_happens_and_each_decision_is_applied(tmp_path: Path, recipe
     assert data.after_drop and not dropped & set(data.after_drop)
     # The holdout, read once; the report and the doctor read the run directory.
     assert evaluation["holdout_samples"] == 60 and evaluation["holdout_accuracy"] > 0.9
+    # The int8 model: weight-only codes put in place of the weights (no copy of the model),
+    # kept, and written as compressed-tensors — which transformers reads back and which gives
+    # the holdout accuracy the run recorded for it.
+    int8 = next(d for d in decisions if d["kind"] == "int8")
+    assert "weight-only int8" in int8["reason"] and "kept as final/int8" in int8["reason"], int8["reason"]
+    assert evaluation["int8"]["bytes"] < 0.5 * evaluation["int8"]["dense_bytes"]
+    pytest.importorskip("compressed_tensors")
+    loaded = AutoModelForSequenceClassification.from_pretrained(run / "final" / "int8")
+    loaded.train(False)
+    holdout = token_task(60, 3)
+    with torch.no_grad():
+        ids = torch.stack([r["input_ids"] for r in holdout])
+        mask = torch.stack([r["attention_mask"] for r in holdout])
+        got = loaded(input_ids=ids, attention_mask=mask).logits.argmax(-1)
+    correct = float((got == torch.stack([r["labels"] for r in holdout])).float().mean())
+    assert correct == pytest.approx(evaluation["int8"]["holdout_accuracy"], abs=1e-6)
     html = contrai.report(run)
     assert "Controller decisions" in html and "enter_contract" in html
     assert contrai.doctor(run)[0]["verdict"] in ("healthy", "action needed")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -93,3 +94,75 @@ def test_a_lora_causal_lm_trains_through_the_lifecycle(tmp_path: Path) -> None:
         if n in up:
             zeros = float((p == 0).float().mean())
             assert zeros == pytest.approx(0.3, abs=1 / p.numel() + 1e-9), (n, zeros)
+
+
+SFT_RECIPE = """
+[run]
+eval_every = 4
+checkpoint_every = 4
+phases = ["validate", "main"]
+[validate]
+batch = 4
+[main]
+steps = 4
+batch = 4
+lr = 2e-4
+"""
+
+
+def sft_job(tmp_path: Path, detach: str | None = None) -> Path:
+    """SmolLM2-135M with LoRA (r 8 on q/v) under TRL's SFTTrainer on real e-mails, attached to
+    ContraiCallback; ``detach``: a module whose output is cut from the loss (a broken path)."""
+    trl = pytest.importorskip("trl")
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from conftest import emails, real_llm
+
+    path = real_llm()
+    tok = AutoTokenizer.from_pretrained(path)
+    texts = [t[:400] for t in emails()[:48]]
+    train, val = Dataset.from_dict({"text": texts[:40]}), Dataset.from_dict({"text": texts[40:]})
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(path)
+    model = peft.get_peft_model(base, peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                                      lora_dropout=0.0, task_type="CAUSAL_LM"))
+    if detach:
+        model.get_submodule(detach).register_forward_hook(lambda _m, _i, out: out.detach())
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(SFT_RECIPE)
+    args = trl.SFTConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, per_device_eval_batch_size=8,
+                         max_steps=4, max_length=32, report_to=[], save_strategy="no", use_cpu=True, seed=0,
+                         disable_tqdm=True, learning_rate=2e-4)
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=train, eval_dataset=val, processing_class=tok)
+    ContraiCallback(recipe, run_dir=tmp_path / "run").attach(trainer)
+    trainer.train()
+    return tmp_path / "run"
+
+
+def decisions(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run / "decisions.jsonl").read_text().splitlines()]
+
+
+def test_validate_holds_a_lora_sft_job_to_what_adapters_reach(tmp_path: Path) -> None:
+    """The seed article's job: a whole model's −90 % on one batch is out of a LoRA's reach; the
+    adapter rule (its LR, its fall) passes it, and main trains."""
+    run = sft_job(tmp_path)
+    d = decisions(run)
+    passed = [x for x in d if x["kind"] == "validate_passed"]
+    assert passed, [x["reason"] for x in d][:3]
+    e = passed[0]["evidence"]
+    assert e["adapters"] is True and e["lr"] == 5e-3 and e["min_fall"] == 0.5 and e["no_gradient"] == [], e
+    assert "through the adapters" in passed[0]["reason"]
+    assert e["fall"] > 0.5
+
+
+def test_validate_names_the_adapters_that_never_get_a_gradient(tmp_path: Path) -> None:
+    """An adapter the loss does not reach (here: layer 3's value projection cut off by a detach)
+    stops the job in validate, by name, before any main step."""
+    with pytest.raises(Exception, match="received no gradient"):
+        sft_job(tmp_path, detach="base_model.model.model.layers.3.self_attn.v_proj")
+    failed = [x for x in decisions(tmp_path / "run") if x["kind"] == "validate_failed"]
+    assert len(failed) == 1
+    names = failed[0]["evidence"]["no_gradient"]
+    assert names and all("layers.3.self_attn.v_proj.lora_" in n for n in names), names

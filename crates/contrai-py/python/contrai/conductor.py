@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import _core
-from .protocol import Observation, RunPlan, State, Turn
+from .protocol import Observation, RunPlan, State, Tuning, Turn
 
 
 @dataclass
@@ -29,6 +29,9 @@ class RunInfo:
     job_steps: int | None = None
     # Whether the job recomputes activations (gradient checkpointing): the plan says what runs.
     gradient_checkpointing: bool | None = None
+    # Every weight trains, or adapters on a frozen base: validate holds an adapter job to
+    # what adapters reach.
+    tuning: Tuning | None = None
 
 
 def kind(item: Any) -> tuple[str, Any]:

@@ -11,6 +11,7 @@ the optimizer, the data and the model's outputs on a batch.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -30,10 +31,11 @@ from .compact import Cut, save_compacted, units_removed
 from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
 from .masks import Masks, head_count, matrices
-from .model import (class_names, cpu_batches, cpu_copy, dropout_sites, first_device, recompute, recomputes, set_dropout,
-                    state_bytes, unwrap)
+from .model import class_names, dropout_sites, first_device, recompute, recomputes, set_dropout, tuning, unwrap
 from .protocol import State, Turn
 from .resume import check_lr
+from .serving import write_compressed_tensors
+from .weightquant import QuantizeError, Scheme, fitting_group, quantized_bytes, quantized_in_place, save_codes
 
 WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
 # Rollback checkpoints kept besides the best ones (and the Trainer's own, unless it was told).
@@ -85,6 +87,10 @@ class Job:
 
     def train_dataset(self) -> Any:
         """The train dataset (a :class:`DroppableDataset` lets noisy samples be dropped)."""
+        return None
+
+    def tokenizer(self) -> Any:
+        """The job's tokenizer, written beside an exported model when the framework holds one."""
         return None
 
     def barrier(self) -> None:
@@ -217,7 +223,7 @@ class Engine:
         self.turn_log = None if turn_log is None else open(f"{os.fspath(turn_log)}.rank{job.rank}", "a")
         # The record of the latest checkpoint (the framework saves its own beside it).
         self.last_record: dict[str, Any] | None = None
-        self.int8: torch.nn.Module | None = None
+        self.int8: Scheme | None = None  # the int8 scheme validation measured
         # The run directory's one-writer lock (rank 0), held from start to the job's end.
         self.lock: _core.RunLock | None = None
         # The signal the job stopped on (a preemption), when it did.
@@ -268,6 +274,7 @@ class Engine:
             heads=head_count(m),
             job_steps=self.job_steps,
             gradient_checkpointing=self.recomputing,
+            tuning=tuning(m),
         )
 
     def checkpointing(self) -> bool:
@@ -648,9 +655,13 @@ class Engine:
 
     def check_pipeline(self, p: dict[str, Any]) -> dict[str, Any]:
         """Validate's check: the fresh model overfits one batch (dropout off); its trainable
-        weights are put back after (in place: a large model has no room for a copy)."""
+        weights are put back after (in place: a large model has no room for a copy). Reports the
+        trainable parameters no step gave a gradient (a LoRA ``A`` gets its first once ``B`` has
+        moved from zero, so every step counts)."""
         model = unwrap(self.job.model)
-        trainable: list[torch.Tensor] = [w for w in model.parameters() if w.requires_grad]
+        named = {n: w for n, w in model.named_parameters() if w.requires_grad}
+        trainable: list[torch.Tensor] = list(named.values())
+        missing = set(named)
         batch = self.job.train_batch()
         losses = []
         was = model.training
@@ -661,6 +672,7 @@ class Engine:
                 opt.zero_grad()
                 loss = self.job.outputs(model, batch).losses.mean()
                 loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+                missing = {n for n in missing if (g := named[n].grad) is None or not bool(g.any())}
                 opt.step()
                 losses.append(float(loss))
                 self.step += 1
@@ -668,7 +680,8 @@ class Engine:
             del opt
         model.train(was)
         val, _, _ = self.evaluation(self.job.model, self.job.eval_batches())
-        return {"PipelineChecked": {"first_loss": losses[0], "last_loss": losses[-1], "val_loss": val}}
+        return {"PipelineChecked": {"first_loss": losses[0], "last_loss": losses[-1], "val_loss": val,
+                                    "no_gradient": sorted(missing)}}
 
     def round_trip(self, _: Any) -> dict[str, Any]:
         """A checkpoint of the fresh model written and read back into it by the checkpoints' own
@@ -915,31 +928,48 @@ class Engine:
                              "instead": "the PyTorch engine does not distil yet; the fine-tuned model is the final one"}}
 
     def quantize(self, p: dict[str, Any]) -> dict[str, Any]:
-        """Int8 dynamic quantization of the linear layers (PyTorch's ``quantize_dynamic``, one
-        scale a weight matrix), evaluated on validation."""
+        """Weight-only int8 of the linear layers (one symmetric scale a group of input weights:
+        the recipe's block, or the largest group up to 128 that divides every layer), evaluated
+        on validation in place — each layer's dequantized codes in its weights, the dense ones
+        spilled to disk and put back after: never a second copy of the model, on any device."""
         model = unwrap(self.job.model)
-        dense = cpu_copy(model).eval()
-        # torch leaves quantize_dynamic unannotated (it returns the quantized module).
-        int8: torch.nn.Module = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
-            dense, {torch.nn.Linear}, dtype=torch.qint8)
-        self.int8 = int8
-        _, acc, _ = self.evaluation(int8, cpu_batches(self.job.eval_batches()))
-        block = "" if p["block"] is None else " (per-block scales asked; PyTorch's dynamic int8 has one a matrix)"
-        return {"Quantized": {"val_accuracy": nan0(acc), "bytes": len(state_bytes(int8)),
-                              "dense_bytes": len(state_bytes(dense)),
-                              "scheme": "torch dynamic int8 (qint8, one scale a matrix)" + block,
-                              "file": "final/model-int8.pt"}}
+        try:
+            scheme = Scheme(8, p["block"] or fitting_group(model))
+            with quantized_in_place(model, scheme):
+                _, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
+        except QuantizeError as e:
+            return {"Declined": {"what": "quantize the final model to int8", "instead": f"kept dense: {e}"}}
+        self.int8 = scheme
+        return {"Quantized": {"val_accuracy": nan0(acc), "bytes": quantized_bytes(model, scheme),
+                              "dense_bytes": sum(t.numel() * t.element_size() for t in model.state_dict().values()),
+                              "scheme": f"weight-only int8, round to nearest, one symmetric scale a group of "
+                                        f"{scheme.group} input weights, every nn.Linear but lm_head",
+                              "file": self.int8_file(model)}}
+
+    def int8_file(self, model: torch.nn.Module) -> str:
+        """Where the int8 model goes when kept: a Hugging Face model's compressed-tensors folder
+        (``from_pretrained`` reads it with the ``compressed-tensors`` package; vLLM serves it)
+        when that package is installed, else the codes in one ``torch.save`` file."""
+        servable = hasattr(model, "save_pretrained") and importlib.util.find_spec("compressed_tensors") is not None
+        return "final/int8" if servable else "final/model-int8.pt"
 
     def read_holdout(self, p: dict[str, Any]) -> dict[str, Any]:
-        """The holdout, read once: the final model and the int8 model evaluated on it."""
+        """The holdout, read once: the final model and the int8 model (put in place again: round
+        to nearest gives the codes validation saw) evaluated on it; the int8 model written when kept."""
         batches = self.job.holdout_batches()
         loss, acc, n = self.evaluation(self.job.model, batches, sharded=False)
         int8_acc = None
         if p["int8"] is not None and self.int8 is not None:
-            _, a, _ = self.evaluation(self.int8, cpu_batches(self.job.holdout_batches()), sharded=False)
-            int8_acc = nan0(a)
-            if p["int8"]["kept"] and self.leader:
-                torch.save(self.int8.state_dict(), self.run_dir / "final" / "model-int8.pt")
+            model = unwrap(self.job.model)
+            with quantized_in_place(model, self.int8) as q:
+                _, a, _ = self.evaluation(self.job.model, self.job.holdout_batches(), sharded=False)
+                int8_acc = nan0(a)
+                if p["int8"]["kept"] and self.leader:
+                    out = self.run_dir / self.int8_file(model)
+                    if out.suffix == ".pt":
+                        save_codes(model, q, out)
+                    else:
+                        write_compressed_tensors(model, q, out, self.job.tokenizer())
         if batches is None:
             self.substitute("read the holdout", "no holdout was given to the callback (holdout_dataset=)", {})
         self.holdout_eval = (loss, acc, n)

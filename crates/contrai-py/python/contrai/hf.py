@@ -127,6 +127,9 @@ class HfJob(Job):
     def train_dataset(self) -> Any:
         return self.loader.dataset
 
+    def tokenizer(self) -> Any:
+        return getattr(self.trainer, "processing_class", None)
+
 
 @dataclass
 class _Step:

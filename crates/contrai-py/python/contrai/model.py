@@ -1,15 +1,14 @@
 """What the PyTorch engine reads from and sets on a running ``torch.nn.Module``, whatever the
-framework: the model inside its wrappers, its device and class names, its bytes, every dropout
-probability it reads, whether it recomputes activations, and batches moved to the CPU (for the
-int8 model)."""
+framework: the model inside its wrappers, its device and class names, every dropout
+probability it reads, whether it recomputes activations, and how it trains (full or adapters)."""
 
 from __future__ import annotations
 
-import copy
-import io
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Iterator, TypeVar
 
 import torch
+
+from .protocol import Tuning
 
 M = TypeVar("M", bound=torch.nn.Module)
 
@@ -30,42 +29,6 @@ def class_names(model: torch.nn.Module, classes: int) -> list[str]:
     """The class names the model's config gives (``id2label``), else their indices."""
     labels = getattr(getattr(model, "config", None), "id2label", None) or {}
     return [str(labels.get(i, i)) for i in range(classes)]
-
-
-def cpu_copy(model: M) -> M:
-    """A copy of the model on the CPU, made without a second copy on its accelerator (which
-    ``copy.deepcopy(model).cpu()`` makes first): each parameter and buffer is copied straight to
-    the CPU, and deepcopy is told to use those."""
-    memo: dict[int, Any] = {}
-    for p in model.parameters():
-        memo[id(p)] = torch.nn.Parameter(p.detach().to("cpu", copy=True), requires_grad=False)
-    for b in model.buffers():
-        memo[id(b)] = b.detach().to("cpu", copy=True)
-    return copy.deepcopy(model, memo)
-
-
-def state_bytes(model: torch.nn.Module) -> bytes:
-    """The model's ``state_dict`` as ``torch.save`` writes it."""
-    buf = io.BytesIO()
-    torch.save(model.state_dict(), buf)
-    return buf.getvalue()
-
-
-def cpu_batches(batches: Iterable[Any] | None) -> Iterable[Any] | None:
-    """Batches moved to the CPU (the int8 model runs there)."""
-    if batches is None:
-        return None
-
-    def move(b: Any) -> Any:
-        if isinstance(b, torch.Tensor):
-            return b.cpu()
-        if isinstance(b, dict):
-            return {k: move(v) for k, v in b.items()}
-        if isinstance(b, (list, tuple)):
-            return type(b)(move(v) for v in b)
-        return b
-
-    return (move(b) for b in batches)
 
 
 _DROPOUT_ATTRS = ("dropout_prob", "attention_dropout", "attn_dropout", "dropout_p")
@@ -130,3 +93,17 @@ def recompute(model: torch.nn.Module) -> bool:
             config.use_cache = False  # type: ignore[union-attr]
         done = True
     return done
+
+
+def tuning(model: torch.nn.Module) -> Tuning:
+    """LoRA when PEFT's LoRA layers sit in the model, ``peft`` for another tuner's layers, else
+    ``full`` (PEFT's public layer classes; without PEFT installed, ``full``)."""
+    try:
+        from peft.tuners.lora import LoraLayer
+        from peft.tuners.tuners_utils import BaseTunerLayer
+    except ImportError:
+        return "full"
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    if any(isinstance(m, LoraLayer) for m in layers):
+        return "lora"
+    return "peft" if layers else "full"

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
 import torch
 
 from . import _core
-from .protocol import CheckpointCadence, DecayShape, JobFacts, Precision, PreflightFinding, Tuning
+from .model import tuning
+from .protocol import CheckpointCadence, DecayShape, JobFacts, Precision, PreflightFinding
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -444,7 +445,7 @@ def _lightning_eval(trainer: pl.Trainer, module: pl.LightningModule, given: Any)
 def _model_facts(model: torch.nn.Module, autocast: Precision | None) -> JobFacts:
     """Precision (the autocast format, else the trainable weights'), the dtype the model's config
     says, and how it is tuned (PEFT's LoRA layers, other tuner layers, or every weight)."""
-    facts: JobFacts = {"tuning": _tuning(model)}
+    facts: JobFacts = {"tuning": tuning(model)}
     precision = autocast or _weights_precision(model)
     if precision is not None:
         facts["precision"] = precision
@@ -476,20 +477,6 @@ def _precision_of(dtype: Any) -> Precision | None:
     """A torch dtype (or its name) as a precision."""
     names: dict[str, Precision] = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
     return names.get(str(dtype).removeprefix("torch."))
-
-
-def _tuning(model: torch.nn.Module) -> Tuning:
-    """LoRA when PEFT's LoRA layers sit in the model, ``peft`` for another tuner's layers, else
-    ``full`` (PEFT's public layer classes; without PEFT installed, ``full``)."""
-    try:
-        from peft.tuners.lora import LoraLayer
-        from peft.tuners.tuners_utils import BaseTunerLayer
-    except ImportError:
-        return "full"
-    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
-    if any(isinstance(m, LoraLayer) for m in layers):
-        return "lora"
-    return "peft" if layers else "full"
 
 
 def lr_curve(scheduler: Any, steps: int, keep: Sequence[torch.nn.Module] = ()) -> list[float] | None:

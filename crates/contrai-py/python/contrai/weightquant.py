@@ -10,6 +10,8 @@ after), and the exports (``contrai.serving``) quantize and write one layer at a 
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +91,33 @@ def targets(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Linear]]:
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and not name.endswith("lm_head"):
             yield name, module
+
+
+def fitting_group(model: torch.nn.Module, most: int = 128) -> int:
+    """The largest group of at most ``most`` input weights that divides every target's width
+    (128 for BERT-base's 768 and 3,072; 96 for SmolLM2-135M's 576 and 1,536)."""
+    widths = [layer.in_features for _, layer in targets(model)]
+    if not widths:
+        raise QuantizeError("the model has no linear layer to quantize (every nn.Linear but lm_head)")
+    width = math.gcd(*widths)
+    return max(g for g in range(1, min(most, width) + 1) if width % g == 0)
+
+
+def save_codes(model: torch.nn.Module, quantized: Quantized, path: Path) -> None:
+    """The quantized model as one ``torch.save`` file: each target's ``weight`` replaced by
+    ``weight_codes`` (int8) and ``weight_scale`` (float32, a scale a group), every other tensor
+    as it is; written beside ``path`` and renamed into place."""
+    state: dict[str, torch.Tensor] = {}
+    for key, value in model.state_dict().items():
+        layer = key.removesuffix(".weight")
+        if key.endswith(".weight") and layer in quantized.files:
+            q = quantized.codes(layer)
+            state[f"{layer}.weight_codes"], state[f"{layer}.weight_scale"] = q.codes, q.scale
+        else:
+            state[key] = value.detach().cpu()
+    tmp = path.with_name(f".{path.name}.partial")
+    torch.save({"scheme": quantized.scheme.name, "method": quantized.method, "state_dict": state}, tmp)
+    os.replace(tmp, path)
 
 
 def check(model: torch.nn.Module, scheme: Scheme) -> None:
