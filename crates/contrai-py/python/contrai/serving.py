@@ -87,7 +87,7 @@ def packed(name: str, weight: torch.Tensor, q: Codes, scheme: Scheme) -> dict[st
 
 
 def write_compressed_tensors(model: Any, quantized: Quantized, out: Path, tokenizer: Any = None,
-                             shard_bytes: int = 1 << 29) -> Path:
+                             shard_bytes: int = 1 << 28) -> Path:
     """``out`` holding the model with the codes of ``quantized`` (every linear layer but the
     head; ``contrai.weightquant.quantized_in_place``) in the pack-quantized layout, its config
     with the ``quantization_config`` loaders read, and the tokenizer when given; returns ``out``."""
