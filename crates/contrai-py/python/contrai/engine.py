@@ -34,8 +34,8 @@ from .masks import Masks, head_count, matrices
 from .model import class_names, dropout_sites, first_device, recompute, recomputes, set_dropout, tuning, unwrap
 from .protocol import State, Turn
 from .resume import check_lr
-from .serving import write_compressed_tensors
-from .weightquant import QuantizeError, Scheme, fitting_group, quantized_bytes, quantized_in_place, save_codes
+from .serving import save_codes, write_compressed_tensors
+from .weightquant import QuantizeError, Scheme, fitting_group, quantized_bytes, quantized_in_place
 
 WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
 # Rollback checkpoints kept besides the best ones (and the Trainer's own, unless it was told).

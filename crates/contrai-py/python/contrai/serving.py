@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 import torch
 
-from .weightquant import FLOATS, Codes, Quantized, QuantizeError, Scheme, targets
+from .weightquant import FLOATS, Codes, Quantized, QuantizeError, Scheme
 
 
 class ExportError(ValueError):
@@ -47,6 +47,21 @@ def atomic_dir(out: Path) -> Iterator[Path]:
             shutil.rmtree(old)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_file(out: Path) -> Iterator[Path]:
+    """A fresh file beside ``out``, renamed to ``out`` (replacing it) once the caller is done."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    os.close(fd)
+    tmp = Path(name)
+    os.chmod(tmp, 0o666 & ~umask())  # mkstemp's 0600, as atomic_dir's folder
+    try:
+        yield tmp
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def umask() -> int:
@@ -94,7 +109,6 @@ def write_compressed_tensors(model: Any, quantized: Quantized, out: Path, tokeni
     scheme = quantized.scheme
     config = model.config.to_dict()
     config["quantization_config"] = compressed_tensors_config(scheme)
-    layers = set(quantized.files)
     with atomic_dir(out) as tmp:
         shards = ShardWriter(tmp, shard_bytes)
         seen: set[int] = set()
@@ -103,8 +117,8 @@ def write_compressed_tensors(model: Any, quantized: Quantized, out: Path, tokeni
             if ptr in seen:  # a tied weight (the head sharing the embeddings) is written once
                 continue
             seen.add(ptr)
-            layer = key.removesuffix(".weight")
-            if key.endswith(".weight") and layer in layers:
+            layer = quantized.layer_of(key)
+            if layer is not None:
                 shards.add(packed(layer, tensor, quantized.codes(layer), scheme))
             else:
                 shards.add({key: tensor.detach().cpu().contiguous()})
@@ -341,12 +355,12 @@ def blocks_q4_0(q: Codes) -> Any:
     return np.concatenate([d, qs], axis=-1).reshape(rows, -1)
 
 
-def gguf_data(key: str, t: torch.Tensor, heads: int | None, quantized: Quantized, layers: dict[str, str]) -> Any:
+def gguf_data(key: str, t: torch.Tensor, heads: int | None, quantized: Quantized) -> Any:
     """A tensor's bytes as the file holds them: vectors in float32; the quantized layers' codes
     in their blocks; other matrices (embeddings, an untied head) in Q8_0."""
     import gguf
 
-    layer = layers.get(key)
+    layer = quantized.layer_of(key)
     if layer is None:
         a = t.detach().float().cpu()
         a = a if heads is None else rope_order(a, heads)
@@ -366,13 +380,7 @@ def write_gguf(model: Any, quantized: Quantized, tokenizer: Any, out: Path) -> P
 
     qtype = gguf_qtype(quantized.scheme)
     check_gguf(model)
-    layers = {f"{name}.weight": name for name in quantized.files}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    os.chmod(tmp, 0o666 & ~umask())  # mkstemp's 0600, as atomic_dir's folder
-    try:
+    with atomic_file(out) as tmp:
         writer = gguf.GGUFWriter(tmp, "llama")
         add_hyperparameters(writer, model, quantized.scheme)
         add_tokenizer(writer, tokenizer)
@@ -380,7 +388,7 @@ def write_gguf(model: Any, quantized: Quantized, tokenizer: Any, out: Path) -> P
             if t.dim() == 1:
                 writer.add_tensor_info(name, t.shape, np.dtype(np.float32), t.numel() * 4)
                 continue
-            kind = qtype if key in layers else gguf.GGMLQuantizationType.Q8_0
+            kind = qtype if quantized.layer_of(key) else gguf.GGMLQuantizationType.Q8_0
             block, block_bytes = gguf.GGML_QUANT_SIZES[kind]
             rows, cols = t.shape
             writer.add_tensor_info(name, (rows, cols // block * block_bytes), np.dtype(np.uint8),
@@ -389,12 +397,27 @@ def write_gguf(model: Any, quantized: Quantized, tokenizer: Any, out: Path) -> P
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for key, _, t, heads in gguf_tensors(model):
-            writer.write_tensor_data(gguf_data(key, t, heads, quantized, layers))
+            writer.write_tensor_data(gguf_data(key, t, heads, quantized))
         writer.close()
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     return out
+
+
+# ---- the codes as they are -------------------------------------------------------------------
+
+def save_codes(model: torch.nn.Module, quantized: Quantized, path: Path) -> None:
+    """The quantized model as one ``torch.save`` file: each target's ``weight`` replaced by
+    ``weight_codes`` (int8) and ``weight_scale`` (float32, a scale a group), every other tensor
+    as it is; written beside ``path`` and renamed into place."""
+    state: dict[str, torch.Tensor] = {}
+    for key, value in model.state_dict().items():
+        layer = quantized.layer_of(key)
+        if layer is not None:
+            q = quantized.codes(layer)
+            state[f"{layer}.weight_codes"], state[f"{layer}.weight_scale"] = q.codes, q.scale
+        else:
+            state[key] = value.detach().cpu()
+    with atomic_file(path) as tmp:
+        torch.save({"scheme": quantized.scheme.name, "method": quantized.method, "state_dict": state}, tmp)
 
 
 __all__ = ["ExportError", "QuantizeError", "Scheme", "write_compressed_tensors", "write_gguf"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,16 +65,10 @@ class Codes:
 
 
 def quantize(name: str, weight: torch.Tensor, scheme: Scheme) -> Codes:
-    """One matrix's codes and scales, on its own device; a shape the group does not divide or a
-    dtype that is no float is refused naming ``name``."""
-    if weight.dtype not in FLOATS:
-        raise QuantizeError(f"{name}: weights of dtype {weight.dtype} cannot be quantized (float32, float16 or "
-                            "bfloat16 expected)")
-    if weight.dim() != 2:
-        raise QuantizeError(f"{name}: a weight matrix has 2 dimensions, this one {weight.dim()}")
+    """One matrix's codes and scales, on its own device; a weight :func:`check_weight` refuses is
+    refused naming the layer ``name``."""
+    check_weight(name, weight, scheme)
     rows, cols = weight.shape
-    if cols % scheme.group:
-        raise QuantizeError(f"{name}: {cols} input weights a row is not a multiple of the group of {scheme.group}")
     w = weight.detach().float().view(rows, cols // scheme.group, scheme.group)
     scale = w.abs().amax(dim=-1) / scheme.qmax
     # An all-zero group (a pruned unit's) keeps scale 0 and codes 0.
@@ -103,33 +96,23 @@ def fitting_group(model: torch.nn.Module, most: int = 128) -> int:
     return max(g for g in range(1, min(most, width) + 1) if width % g == 0)
 
 
-def save_codes(model: torch.nn.Module, quantized: Quantized, path: Path) -> None:
-    """The quantized model as one ``torch.save`` file: each target's ``weight`` replaced by
-    ``weight_codes`` (int8) and ``weight_scale`` (float32, a scale a group), every other tensor
-    as it is; written beside ``path`` and renamed into place."""
-    state: dict[str, torch.Tensor] = {}
-    for key, value in model.state_dict().items():
-        layer = key.removesuffix(".weight")
-        if key.endswith(".weight") and layer in quantized.files:
-            q = quantized.codes(layer)
-            state[f"{layer}.weight_codes"], state[f"{layer}.weight_scale"] = q.codes, q.scale
-        else:
-            state[key] = value.detach().cpu()
-    tmp = path.with_name(f".{path.name}.partial")
-    torch.save({"scheme": quantized.scheme.name, "method": quantized.method, "state_dict": state}, tmp)
-    os.replace(tmp, path)
+def check_weight(name: str, weight: torch.Tensor, scheme: Scheme) -> None:
+    """The weight of layer ``name`` can be quantized under ``scheme`` (a float matrix whose rows
+    the group divides), or why not, naming it."""
+    if weight.dtype not in FLOATS:
+        raise QuantizeError(f"{name}.weight: dtype {weight.dtype} cannot be quantized (float32, float16 or bfloat16 "
+                            "expected)")
+    if weight.dim() != 2:
+        raise QuantizeError(f"{name}.weight: a weight matrix has 2 dimensions, this one {weight.dim()}")
+    if weight.shape[1] % scheme.group:
+        raise QuantizeError(f"{name}.weight: {weight.shape[1]} input weights a row is not a multiple of the group of "
+                            f"{scheme.group}")
 
 
 def check(model: torch.nn.Module, scheme: Scheme) -> None:
     """Every target quantizable under ``scheme``, or the first that is not, by name."""
     for name, layer in targets(model):
-        w = layer.weight
-        if w.dtype not in FLOATS:
-            raise QuantizeError(f"{name}.weight: dtype {w.dtype} cannot be quantized (float32, float16 or bfloat16 "
-                                "expected)")
-        if w.shape[1] % scheme.group:
-            raise QuantizeError(f"{name}.weight: {w.shape[1]} input weights a row is not a multiple of the group of "
-                                f"{scheme.group}")
+        check_weight(name, layer.weight, scheme)
 
 
 class Quantized:
@@ -147,6 +130,11 @@ class Quantized:
     def codes(self, name: str) -> Codes:
         saved = torch.load(self.files[name], weights_only=True)
         return Codes(saved["codes"], saved["scale"])
+
+    def layer_of(self, key: str) -> str | None:
+        """The quantized layer whose weight the state-dict ``key`` is, or None."""
+        layer = key.removesuffix(".weight")
+        return layer if key.endswith(".weight") and layer in self.files else None
 
 
 Calibrate = Callable[[torch.nn.Module], None]
@@ -250,10 +238,9 @@ def gptq(name: str, weight: torch.Tensor, h: torch.Tensor, scheme: Scheme, block
     """GPTQ (Frantar et al., 2022): columns quantized in order, each one's rounding error spread
     over the columns not yet quantized through the inverse Hessian's Cholesky factor; a group's
     scale is set from its weights as they stand when its first column is reached."""
+    check_weight(name, weight, scheme)
     w = weight.detach().float().clone()
     rows, cols = w.shape
-    if cols % scheme.group:
-        raise QuantizeError(f"{name}: {cols} input weights a row is not a multiple of the group of {scheme.group}")
     h = h.clone()
     dead = torch.diag(h) == 0
     h[dead, dead] = 1
