@@ -81,6 +81,11 @@ impl Prunable {
         )
     }
 
+    /// The selected matrices' paths, in the model's order.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(p, _, _)| p.as_str())
+    }
+
     /// Whether nothing is pruned.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()

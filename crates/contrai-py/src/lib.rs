@@ -383,6 +383,15 @@ fn module_of(path: &str) -> String {
     contrai_lifecycle::prune::module_of(path)
 }
 
+/// The matrices among `weights` that the recipe's `contract.prune` rules select, in their order
+/// (a LoRA job's merged model trains them through contraction).
+#[pyfunction]
+fn pruned_weights(text: &str, path: &str, weights: Vec<String>) -> PyResult<Vec<String>> {
+    let r = recipe(text, path)?;
+    let prunable = contrai_lifecycle::prune::Prunable::new(&r.contract.prune, &weights);
+    Ok(prunable.paths().map(str::to_string).collect())
+}
+
 /// Whether a module is attention, as the conductor tells (capped one weight at a time; pruned by
 /// whole heads when the recipe asks).
 #[pyfunction]
@@ -665,6 +674,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recipe_facts, m)?)?;
     m.add_function(wrap_pyfunction!(module_of, m)?)?;
     m.add_function(wrap_pyfunction!(is_attention, m)?)?;
+    m.add_function(wrap_pyfunction!(pruned_weights, m)?)?;
     m.add_function(wrap_pyfunction!(magnitude_masks, m)?)?;
     m.add_function(wrap_pyfunction!(weakest_groups, m)?)?;
     m.add_function(wrap_pyfunction!(default_recipe, m)?)?;

@@ -35,7 +35,7 @@ def lora_like() -> LoraLike:
 def prune_base(model: torch.nn.Module, ckpts: Checkpoints, share: float) -> Masks:
     masks = Masks()
     masks.update(model, {"targets": {"base.weight": {"sparsity": share, "cap": 1.0}}, "scope": "module", "heads": None})
-    ckpts.keep_originals(model, masks)
+    ckpts.keep_originals(model, masks.keep)
     masks.apply(model)
     return masks
 

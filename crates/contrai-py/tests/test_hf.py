@@ -303,7 +303,7 @@ def test_masks_take_structures_whole_only_where_the_names_show_them() -> None:
 
 
 def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_path: Path) -> None:
-    from contrai.compact import Cut, save_compacted, units_removed
+    from contrai.compact import Cut, save, units_removed
     from contrai.masks import Masks
 
     model = tiny_bert()
@@ -322,7 +322,7 @@ def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_pat
                        "scope": "module", "heads": None, "units": True})
     why = units_removed(model, few)
     assert isinstance(why, str) and "fewer than 16 whole units" in why
-    save_compacted(model, tmp_path, cut.state, cut.after)
+    save(model, tmp_path, cut)
     small = BertForSequenceClassification.from_pretrained(tmp_path)
     small.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers
     assert model.config.intermediate_size == 64 and small.config.intermediate_size == 48

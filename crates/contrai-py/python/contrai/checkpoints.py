@@ -4,9 +4,11 @@ restores (the conductor says when and which).
 A checkpoint holds what training can change, not the whole model: the trainable parameters, the
 buffers, the optimizer state, the pruning masks and the record (counters, journal lengths, the
 conductor's state). Frozen parameters are left out — a LoRA job's base is written once by the
-framework that loaded it, not at every checkpoint. The one way a frozen parameter changes is
-pruning: before a frozen matrix is first masked, its values are kept once in ``originals/``, and
-a restore rebuilds it as those values under the checkpoint's mask.
+framework that loaded it, not at every checkpoint. A frozen parameter changes in
+two ways — pruning, and a LoRA job's merge (``contrai.adapters``), after which the merged and the
+pruned matrices train —: before a frozen matrix first changes, its values are kept once in
+``originals/``, and a restore to a checkpoint that left it out rebuilds it as those values under
+the checkpoint's mask.
 
 The envelope is the run format's (``contrai_run::checkpoint`` through ``_core.Checkpoints``, the
 one the Burn engine writes): files go to a temporary directory, each forced to disk, are sealed by
@@ -23,13 +25,14 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 
 from . import _core
 from ._core import CorruptCheckpoint as CorruptCheckpoint
-from .masks import Masks, matrices
+from .adapters import plain
+from .masks import Masks
 
 FORMAT = 3
 
@@ -126,7 +129,7 @@ class Checkpoints:
         masks = Masks.load(str(d / "masks.pt")) if (d / "masks.pt").exists() else Masks()
         for name in set(record.get("frozen", [])) & self.originals():
             original = torch.load(self.original_file(name), map_location="cpu")
-            keep = masks.keep.get(name)
+            keep = masks.keep.get(plain(name))
             weights[name] = original if keep is None else original * keep.to(original.dtype)
         return Checkpoint(step, record, weights, optimizer, masks, skipped)
 
@@ -143,12 +146,14 @@ class Checkpoints:
         """The frozen matrices whose values before pruning are kept."""
         return {p.name[:-3] for p in (self.root / "originals").glob("*.pt")}
 
-    def keep_originals(self, model: torch.nn.Module, masks: Masks) -> None:
-        """Before ``masks`` are first applied: the values of each frozen matrix they cover, once
-        (a restore to a checkpoint from before the pruning needs them back)."""
+    def keep_originals(self, model: torch.nn.Module, names: Iterable[str]) -> None:
+        """Before the matrices ``names`` (as :func:`masks.matrices` names them) first change —
+        masks applied, adapters merged in, made trainable —: the values of each one still frozen,
+        once, under its parameter's name (a restore to a checkpoint from before needs them back)."""
         have = self.originals()
-        skip = frozen(model)
-        todo = [(n, p) for n, p in matrices(model) if n in masks.keep and n in skip and n not in have]
+        wanted = set(names)
+        todo = [(n, p) for n, p in model.named_parameters()
+                if not p.requires_grad and plain(n) in wanted and n not in have]
         if not todo:
             return
         (self.root / "originals").mkdir(parents=True, exist_ok=True)

@@ -10,10 +10,11 @@ prunes) stay as zeros, and the engine records it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
+from .adapters import unprefixed
 from .masks import Masks, group_of, matrices
 
 # The intermediate size left is a multiple of this: an odd size costs more than the units it
@@ -22,15 +23,15 @@ from .masks import Masks, group_of, matrices
 ALIGN = 16
 
 
-def kept_units(model: torch.nn.Module, masks: Masks) -> dict[str, torch.Tensor]:
+def kept_units(state: Mapping[str, torch.Tensor], keep: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Each feed-forward layer's kept units (over its expansion's rows), by expansion path; every
-    expansion of the model is listed (one never pruned keeps all)."""
+    expansion of the state is listed (one never pruned keeps all)."""
     out: dict[str, torch.Tensor] = {}
-    for path, p in matrices(model):
+    for path, t in state.items():
         g = group_of(path, heads=False, units=True)
-        if g is not None and g[0] == path:
-            keep = masks.keep.get(path)
-            out[path] = keep.cpu().any(dim=1) if keep is not None else torch.ones(p.shape[0], dtype=torch.bool)
+        if t.dim() == 2 and g is not None and g[0] == path:
+            k = keep.get(path)
+            out[path] = k.cpu().any(dim=1) if k is not None else torch.ones(t.shape[0], dtype=torch.bool)
     return out
 
 
@@ -48,14 +49,19 @@ class Cut:
 
 def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str | None:
     """The model's state with the pruned units cut out — the same number from every layer —, or
-    why none can be, or None when no unit was pruned whole."""
+    why none can be, or None when no unit was pruned whole. ``masks`` may name the weights as a
+    PEFT model around ``model`` does (``contrai.adapters.unloaded``)."""
     size = getattr(getattr(model, "config", None), "intermediate_size", None)
-    kept = kept_units(model, masks)
+    state = model.state_dict()
+    peft = hasattr(model, "peft_config")
+    keep = masks.keep if peft else {unprefixed(k): v for k, v in masks.keep.items()}
+    kept = kept_units(dict(matrices(model)) if peft else state, keep)
     dead = {path: (~k).nonzero().flatten() for path, k in kept.items()}
     if not any(len(d) for d in dead.values()):
         return None
-    if hasattr(model, "peft_config"):
-        return "a PEFT model exports its adapters; merge them (merge_and_unload) to cut the units"
+    if peft:
+        return ("a PEFT model whose adapters are not merged exports its adapters; merge them (merge_and_unload) to "
+                "cut the units")
     if not isinstance(size, int) or any(k.numel() != size for k in kept.values()):
         return "the model's config has no intermediate_size matching its feed-forward layers"
     fewest = min(len(d) for d in dead.values())
@@ -66,15 +72,14 @@ def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str | None:
     # Each layer keeps every unit but the first `cut` of its pruned ones.
     index = {}
     for key, d in dead.items():
-        keep = torch.ones(size, dtype=torch.bool)
-        keep[d[:cut]] = False
-        index[key] = keep.nonzero().flatten()
-    state = model.state_dict()
-    for path, _ in matrices(model):
+        keep_rows = torch.ones(size, dtype=torch.bool)
+        keep_rows[d[:cut]] = False
+        index[key] = keep_rows.nonzero().flatten()
+    for path, t in list(state.items()):
         g = group_of(path, heads=False, units=True)
-        if g is None or g[0] not in index:
+        if t.dim() != 2 or g is None or g[0] not in index:
             continue
-        state[path] = state[path].index_select(g[1], index[g[0]].to(state[path].device))
+        state[path] = t.index_select(g[1], index[g[0]].to(t.device))
         bias = path[: -len("weight")] + "bias"
         if g[1] == 0 and bias in state:
             state[bias] = state[bias].index_select(0, index[g[0]].to(state[bias].device))
@@ -82,12 +87,15 @@ def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str | None:
     return Cut(state, size, size - cut, left)
 
 
-def save_compacted(model: Any, directory: Any, state: dict[str, torch.Tensor], size: int) -> None:
-    """``save_pretrained`` of the cut state with ``intermediate_size`` = ``size`` in its config
-    (the model in memory keeps its own)."""
+def save(model: Any, directory: Any, cut: Cut | None = None) -> None:
+    """``save_pretrained`` of the model: with ``cut``, its cut state and ``intermediate_size`` in its
+    config (the model in memory keeps its own)."""
+    if cut is None:
+        model.save_pretrained(directory)
+        return
     before = model.config.intermediate_size
-    model.config.intermediate_size = size
+    model.config.intermediate_size = cut.after
     try:
-        model.save_pretrained(directory, state_dict=state)
+        model.save_pretrained(directory, state_dict=cut.state)
     finally:
         model.config.intermediate_size = before

@@ -26,11 +26,12 @@ import torch
 import torch.nn.functional as F
 
 from . import _core
+from .adapters import adapted_weights, fit_scheduler, merge, merged, split, unloaded
 from .checkpoints import Checkpoints, load_weights, put_back
-from .compact import Cut, save_compacted, units_removed
+from .compact import Cut, save, units_removed
 from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
-from .masks import Masks, head_count, matrices
+from .masks import Masks, head_count, matrices, projections, unit_inputs
 from .model import class_names, dropout_sites, first_device, recompute, recomputes, set_dropout, tuning, unwrap
 from .protocol import State, Turn
 from .resume import check_lr
@@ -38,6 +39,11 @@ from .serving import save_codes, write_compressed_tensors
 from .weightquant import QuantizeError, Scheme, fitting_group, quantized_bytes, quantized_in_place
 
 WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
+# The key that marks the optimizer parameter group of a LoRA job's merged weights (a saved
+# optimizer state keeps it).
+MERGED = "contrai_merged"
+# Training samples whose activations score feed-forward units for pruning.
+CALIBRATION = 64
 # Rollback checkpoints kept besides the best ones (and the Trainer's own, unless it was told).
 KEEP_LAST = 3
 
@@ -92,6 +98,10 @@ class Job:
     def tokenizer(self) -> Any:
         """The job's tokenizer, written beside an exported model when the framework holds one."""
         return None
+
+    def schedulers(self) -> list[Any]:
+        """The LR schedulers stepping the optimizer (told when its parameter groups change)."""
+        return []
 
     def barrier(self) -> None:
         """Waits for every rank (nothing on one process)."""
@@ -224,6 +234,8 @@ class Engine:
         # The record of the latest checkpoint (the framework saves its own beside it).
         self.last_record: dict[str, Any] | None = None
         self.int8: Scheme | None = None  # the int8 scheme validation measured
+        # The model exported, quantized and served (a LoRA job's without its PEFT layers), once exported.
+        self.final: torch.nn.Module | None = None
         # The run directory's one-writer lock (rank 0), held from start to the job's end.
         self.lock: _core.RunLock | None = None
         # The signal the job stopped on (a preemption), when it did.
@@ -479,8 +491,73 @@ class Engine:
             self.writer.write("plan", json.dumps(plan))
 
     def set_phase(self, p: dict[str, Any]) -> None:
-        """The phase the next turns belong to."""
+        """The phase the next turns belong to; past main, a LoRA job's adapters merged."""
         self.phase = p["phase"]
+        if self.phase not in ("validate", "main"):
+            self.merge_adapters()
+
+    def merge_adapters(self) -> None:
+        """A LoRA job's adapters merged into the weights they adapt (``contrai.adapters``), once;
+        from then on the merged matrices and those the recipe prunes train (optimizer state for
+        them alone: a large model's other weights stay frozen). Their values before are kept
+        (``Checkpoints.keep_originals``): a rollback to main's checkpoints needs them back. Under
+        DDP the adapters stay apart (recorded): DDP syncs only what trained when it wrapped the model."""
+        model = unwrap(self.job.model)
+        if tuning(model) != "lora" or merged(model):
+            return
+        if distributed(self.job.world):
+            self.substitute("merge the LoRA adapters when main ends",
+                            "kept apart: DDP syncs the gradients of what trained when it wrapped the model, and "
+                            "the merged weights were frozen then; pruned base weights can be refilled by their "
+                            "adapters", {"world": self.job.world})
+            return
+        adapted = adapted_weights(model)
+        pruned = _core.pruned_weights(self.recipe_toml, self.recipe_path, [n for n, _ in matrices(model)])
+        trains = list(dict.fromkeys(adapted + pruned))
+        if self.leader:
+            self.checkpoints.keep_originals(model, trains)
+        merge(model)
+        added = self.train_also(trains)
+        if self.leader:
+            print(f"[contrai] LoRA: {len(adapted)} adapted weights merged; {added} weight matrices train from here "
+                  f"(merged or pruned)")
+
+    def train_also(self, names: list[str]) -> int:
+        """The frozen matrices among ``names`` made trainable, in one new optimizer parameter group
+        (marked ``MERGED``) with the first group's LR and weight decay; how many."""
+        params = dict(matrices(unwrap(self.job.model)))
+        new = [params[n] for n in names if n in params and not params[n].requires_grad]
+        for w in new:
+            w.requires_grad_(True)
+        opt = self.job.optimizer
+        if opt is not None and new:
+            first = opt.param_groups[0]
+            opt.add_param_group({"params": new, "lr": first["lr"], "weight_decay": first.get("weight_decay", 0.0),
+                                 MERGED: True})
+            self.fit_schedulers()
+        return len(new)
+
+    def fit_schedulers(self) -> None:
+        """The job's LR schedulers fitted to the optimizer's parameter groups (``fit_scheduler``)."""
+        if self.job.optimizer is not None:
+            for s in self.job.schedulers():
+                fit_scheduler(s, len(self.job.optimizer.param_groups))
+
+    def split_adapters(self) -> None:
+        """Undoes :meth:`merge_adapters` before a restore to a checkpoint written before it (main's,
+        after a rollback): the merged group leaves the optimizer, its matrices freeze again, and
+        the layers hold their adapters apart — the restore puts back the base weights' values from
+        before the merge (their originals) and the checkpoint's adapters and optimizer."""
+        model = unwrap(self.job.model)
+        opt = self.job.optimizer
+        if opt is not None:
+            for group in [g for g in opt.param_groups if g.get(MERGED)]:
+                for w in group["params"]:
+                    opt.state.pop(w, None)
+                    w.requires_grad_(False)
+            opt.param_groups[:] = [g for g in opt.param_groups if not g.get(MERGED)]
+            self.fit_schedulers()
+        split(model)
 
     def substitute(self, what: str, instead: str, evidence: dict[str, Any]) -> None:
         """Records what the engine did instead of a decision it could not carry out as asked."""
@@ -567,7 +644,7 @@ class Engine:
         quarantine = self.writer.quarantine_len() if self.leader else 0
         return {"format": 1, "step": self.step, "samples": self.samples, "metrics_len": lens[0],
                 "decisions_len": lens[1], "quarantine_len": quarantine, "lost_steps": self.lost_steps,
-                "conductor": conductor_state}
+                "merged": merged(unwrap(self.job.model)), "conductor": conductor_state}
 
     def resume_record(self) -> dict[str, Any] | None:
         """The latest checkpoint's record as a framework saves it between steps: with the LR the
@@ -595,7 +672,10 @@ class Engine:
             self.substitute("restore the latest checkpoint", f"the checkpoints of steps {ckpt.skipped} do not match "
                             f"their SHA-256 sums: step {ckpt.step}, the newest that does, restored",
                             {"checkpoint_step": ckpt.step, "corrupt": ckpt.skipped})
-        lost = load_weights(unwrap(self.job.model), ckpt)
+        model = unwrap(self.job.model)
+        if merged(model) and not record.get("merged", False):
+            self.split_adapters()
+        lost = load_weights(model, ckpt)
         if lost:
             self.substitute("restore the checkpoint's weights", f"{len(lost)} parameters frozen when it was written "
                             "and trained since keep their current values (a checkpoint holds what trains)",
@@ -709,13 +789,36 @@ class Engine:
         """The masks grown to the order's sparsity (whole heads and units where asked and shown) and
         applied; the sparsity of each module."""
         model = unwrap(self.job.model)
-        whole = self.masks.update(model, order)
+        whole = self.masks.update(model, order, self.unit_inputs(model, order) if order.get("units") else None)
         self.whole |= whole
         self.structure_unavailable(order, {_core.module_of(p) for p in order["targets"]}, whole)
         if self.leader:
-            self.checkpoints.keep_originals(model, self.masks)
+            self.checkpoints.keep_originals(model, self.masks.keep)
         self.apply_masks()
         return {"Pruned": {"sparsity": self.sparsity_row()}}
+
+    def unit_inputs(self, model: torch.nn.Module, order: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The targeted feed-forward units' squared inputs to their projections over the first
+        ``CALIBRATION`` training samples (summed over ranks: every rank prunes alike), what whole
+        units are scored by (``Masks.update_groups``)."""
+        keys = [k for k in projections(model) if k in order["targets"]]
+        if not keys:
+            return {}
+
+        def forward() -> None:
+            was, seen = model.training, 0
+            model.eval()
+            with torch.no_grad():
+                for rows, b in self.job.train_rows():
+                    self.job.outputs(self.job.model, b)
+                    seen += len(rows)
+                    if seen >= CALIBRATION:
+                        break
+            model.train(was)
+
+        sums = unit_inputs(model, forward, keys)
+        flat = torch.tensor(self.job.all_reduce(torch.cat([sums[k] for k in keys]).tolist()), dtype=torch.float64)
+        return dict(zip(keys, torch.split(flat, [sums[k].numel() for k in keys])))
 
     def apply_masks(self) -> None:
         """Pruned weights back to exactly zero (after every optimizer step)."""
@@ -890,8 +993,8 @@ class Engine:
         """The final weights (masks applied) in ``final/``, evaluated on validation; a Hugging
         Face model's pruned feed-forward units cut out of its matrices as far as one
         ``intermediate_size`` allows (``compact``), what stays recorded."""
-        model = unwrap(self.job.model)
         self.apply_masks()
+        model = self.final = unloaded(unwrap(self.job.model))
         fin = self.run_dir / "final"
         if self.leader:
             fin.mkdir(parents=True, exist_ok=True)
@@ -907,13 +1010,16 @@ class Engine:
         if "heads" in self.whole:
             self.substitute("remove the pruned attention heads from the exported model",
                             "transformers 5 prunes no heads (no config.pruned_heads): they stay as zeros", {})
+        tok = self.job.tokenizer()
+        if hasattr(tok, "save_pretrained"):
+            tok.save_pretrained(fin)
         cut = units_removed(model, self.masks)
         if not isinstance(cut, Cut):
-            model.save_pretrained(fin)
+            save(model, fin)
             if cut is not None:
                 self.substitute("remove the pruned feed-forward units from the exported model", cut, {})
             return
-        save_compacted(model, fin, cut.state, cut.after)
+        save(model, fin, cut)
         print(f"[contrai] exported {fin}: pruned feed-forward units cut out, intermediate_size {cut.before} -> "
               f"{cut.after}")
         if cut.left:
@@ -932,7 +1038,7 @@ class Engine:
         the recipe's block, or the largest group up to 128 that divides every layer), evaluated
         on validation in place — each layer's dequantized codes in its weights, the dense ones
         spilled to disk and put back after: never a second copy of the model, on any device."""
-        model = unwrap(self.job.model)
+        model = self.served()
         try:
             scheme = Scheme(8, p["block"] or fitting_group(model))
             with quantized_in_place(model, scheme):
@@ -945,6 +1051,10 @@ class Engine:
                               "scheme": f"weight-only int8, round to nearest, one symmetric scale a group of "
                                         f"{scheme.group} input weights, every nn.Linear but lm_head",
                               "file": self.int8_file(model)}}
+
+    def served(self) -> torch.nn.Module:
+        """The exported model (``export``), else the job's."""
+        return self.final if self.final is not None else unwrap(self.job.model)
 
     def int8_file(self, model: torch.nn.Module) -> str:
         """Where the int8 model goes when kept: a Hugging Face model's compressed-tensors folder
@@ -960,7 +1070,7 @@ class Engine:
         loss, acc, n = self.evaluation(self.job.model, batches, sharded=False)
         int8_acc = None
         if p["int8"] is not None and self.int8 is not None:
-            model = unwrap(self.job.model)
+            model = self.served()
             with quantized_in_place(model, self.int8) as q:
                 _, a, _ = self.evaluation(self.job.model, self.job.holdout_batches(), sharded=False)
                 int8_acc = nan0(a)

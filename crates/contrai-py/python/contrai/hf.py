@@ -96,6 +96,9 @@ class HfJob(Job):
     def optimizer(self) -> torch.optim.Optimizer | None:  # type: ignore[override]
         return self.trainer.optimizer
 
+    def schedulers(self) -> list[Any]:
+        return [s for s in (self.trainer.lr_scheduler,) if s is not None]
+
     def logits(self, model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         return model(**inputs).logits, batch["labels"]

@@ -119,6 +119,9 @@ class LightningJob(Job):
         opts = self.trainer.optimizers
         return opts[0] if opts else None
 
+    def schedulers(self) -> list[Any]:
+        return [c.scheduler for c in self.trainer.lr_scheduler_configs]
+
     def logits(self, model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         return self.forward(model, _to(batch, self.module.device))
 

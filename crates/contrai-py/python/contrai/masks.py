@@ -17,18 +17,21 @@ come from the same rule (``_core.module_of``).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 
 from . import _core
+from .adapters import is_adapter, plain
 
 
 def matrices(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:
-    """The model's weight matrices (2-D parameters) by path, in its order."""
+    """The model's weight matrices (2-D parameters) by path, in its order; in a PEFT model, a base
+    layer's under its plain name and no adapter's (adapters are no weights of the model: a recipe's
+    globs name the model's own, and masks never touch an adapter)."""
     for name, p in model.named_parameters():
-        if p.dim() == 2:
-            yield name, p
+        if p.dim() == 2 and not is_adapter(name):
+            yield plain(name), p
 
 
 def head_count(model: torch.nn.Module) -> int | None:
@@ -50,15 +53,18 @@ class Masks:
     def empty(self) -> bool:
         return not self.keep
 
-    def update(self, model: torch.nn.Module, order: dict[str, Any]) -> set[str]:
+    def update(self, model: torch.nn.Module, order: dict[str, Any],
+               inputs: Mapping[str, torch.Tensor] | None = None) -> set[str]:
         """Masks every matrix of ``order["targets"]`` (path → ``{"sparsity", "cap"}``) to its
         module's share: whole heads (``order["heads"]``) and units (``order["units"]``) where
         asked and the model's names show them, the rest by magnitude within each module or under
-        one global threshold with the modules' caps; pruned weights stay pruned. Returns the
-        structures pruned whole (``"heads"``, ``"units"``)."""
+        one global threshold with the modules' caps; pruned weights stay pruned. ``inputs``: the
+        units' summed squared inputs to their projection (:func:`unit_inputs`), by structure; a
+        structure with them is scored by what each unit adds to the projection's output. Returns
+        the structures pruned whole (``"heads"``, ``"units"``)."""
         params = dict(matrices(model))
         heads = order.get("heads")
-        whole = self.update_groups(params, order["targets"], heads, bool(order.get("units")))
+        whole = self.update_groups(params, order["targets"], heads, bool(order.get("units")), inputs or {})
         grouped = {path for paths in whole.values() for path in paths}
 
         def single(path: str) -> bool:
@@ -85,10 +91,15 @@ class Masks:
         return {kind for kind, paths in whole.items() if paths}
 
     def update_groups(self, params: Mapping[str, torch.Tensor], targets: dict[str, Any], heads: int | None,
-                      units: bool) -> dict[str, set[str]]:
+                      units: bool, inputs: Mapping[str, torch.Tensor]) -> dict[str, set[str]]:
         """Whole heads and units: in each targeted structure the ``floor(share × groups)`` groups
-        with the smallest L2 norm over all their matrices are masked (groups masked before
-        first). Returns the paths masked this way, by structure."""
+        with the smallest score are masked (groups masked before first). The score: the squared
+        L2 norm over all the group's matrices; for units whose ``inputs`` are known, the
+        squared norm of what each adds to the projection's output (its summed squared input times
+        its projection column's squared norm) — weight norms alone miss the scale of the
+        activations, and cut a pretrained LLM's critical units first (SmolLM2-135M, 10 % of
+        every layer's units: e-mail loss 4.10 → 8.85 by weight norm, → 4.25 by output). Returns
+        the paths masked this way, by structure."""
         members: dict[str, list[tuple[str, int]]] = {}
         for path in params:
             g = group_of(path, heads is not None, units)
@@ -102,9 +113,13 @@ class Masks:
                 continue
             norm = torch.zeros(groups, dtype=torch.float64)
             dead = torch.ones(groups, dtype=torch.bool)
+            seen = inputs.get(key) if kind == "units" else None
             for path, axis in ms:
                 w = params[path].detach().double().cpu()
-                norm += (w * w).sum(dim=1 - axis).view(groups, -1).sum(1)
+                if seen is None:
+                    norm += (w * w).sum(dim=1 - axis).view(groups, -1).sum(1)
+                elif axis == 1:
+                    norm += (w * w).sum(dim=0) * seen.double().cpu()
                 keep = self.keep.get(path)
                 if keep is None:
                     dead[:] = False
@@ -204,6 +219,38 @@ def group_of(path: str, heads: bool, units: bool) -> tuple[str, int] | None:
         if w.endswith(".mlp.down_proj"):
             return w[: -len("down_proj")] + "up_proj.weight", 1
     return None
+
+
+def projections(model: torch.nn.Module) -> dict[str, str]:
+    """The module projecting each feed-forward layer's units back (``down_proj``, BERT's
+    ``output.dense``), by the path that keys its units (:func:`group_of`)."""
+    out = {}
+    for path, _ in matrices(model):
+        g = group_of(path, heads=False, units=True)
+        if g is not None and g[1] == 1:
+            out[g[0]] = path[: -len(".weight")]
+    return out
+
+
+def unit_inputs(model: torch.nn.Module, forward: Callable[[], None], keys: Iterable[str]) -> dict[str, torch.Tensor]:
+    """Each projection's squared input a unit, summed over the batches ``forward`` runs the model on,
+    by its structure's key (:func:`projections`), on the CPU in float64."""
+    where = {k: m for k, m in projections(model).items() if k in set(keys)}
+    sums: dict[str, torch.Tensor] = {}
+
+    def hook(key: str) -> Callable[..., None]:
+        def add(_m: torch.nn.Module, args: tuple[Any, ...]) -> None:
+            x = args[0].detach().double()
+            sums[key] = sums.get(key, 0) + x.pow(2).reshape(-1, x.shape[-1]).sum(0).cpu()
+        return add
+
+    handles = [model.get_submodule(path).register_forward_pre_hook(hook(key)) for key, path in where.items()]
+    try:
+        forward()
+    finally:
+        for h in handles:
+            h.remove()
+    return sums
 
 
 def target_of(target: dict[str, float]) -> tuple[float, float]:

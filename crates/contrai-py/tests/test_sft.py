@@ -1,0 +1,178 @@
+"""The seed article's job end to end: SmolLM2-135M (a real pretrained causal LM,
+``scripts/fixtures/smollm2.py``) fine-tuned with LoRA (r 8, q/v) under TRL's ``SFTTrainer`` with
+``ContraiCallback`` on real e-mails, through validate, main, contraction and refine. Contraction
+merges the adapters and cuts whole feed-forward units (gate and up rows with the down
+projection's columns); the exports are read back by their consumers — ``transformers`` for the
+safetensors and compressed-tensors folders, ``llama-cpp-python`` for GGUF — and give the greedy
+next token of the PyTorch model they were written from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import emails, real_llm
+from contrai.engine import planned_steps
+from contrai.hf import ContraiCallback
+from contrai.serving import write_gguf
+from contrai.weightquant import Scheme, fitting_group, quantized_in_place
+
+peft = pytest.importorskip("peft")
+trl = pytest.importorskip("trl")
+from trl import SFTTrainer  # type: ignore[attr-defined]  # noqa: E402  (after the skip; trl re-exports lazily)
+
+RECIPE = """
+[run]
+eval_every = 4
+checkpoint_every = 4
+phases = ["validate", "main", "contract", "refine"]
+[validate]
+batch = 4
+[main]
+steps = 16
+batch = 4
+lr = 1e-3
+warmup = 0.0
+[contract]
+budget = 0.3
+batch = 4
+eval_every = 2
+prune_every = 2
+prune_span = 0.5
+stable_checkpoints = 1000
+patience = {patience}
+tolerance = 0.0
+divergence = 1.0
+drop_noisiest = 0.1
+prune_units = true
+prune = [{{ params = "*.mlp.up_proj.weight", init = 0.1, final = {final} }}]
+[refine]
+budget = 0.1
+quantize = "int8"
+max_drop = 2.0
+[refine.distill]
+enabled = false
+"""
+
+LENGTH = 64
+
+
+def token_rows(tok: Any, texts: list[str]) -> list[dict[str, list[int]]]:
+    """The texts as SFTTrainer takes them tokenized: ``LENGTH`` tokens each (longer cut, shorter left out)."""
+    rows = [tok(t)["input_ids"][:LENGTH] for t in texts]
+    return [{"input_ids": r} for r in rows if len(r) == LENGTH]
+
+
+class NanOnce(SFTTrainer):
+    """An SFTTrainer whose loss is NaN at optimizer step ``at``, once (an fp16-style overflow)."""
+
+    def __init__(self, *a: Any, at: int | None, **k: Any) -> None:
+        super().__init__(*a, **k)
+        self.at, self.done = at, False
+
+    def compute_loss(self, model: Any, inputs: Any, *a: Any, **k: Any) -> Any:
+        loss = super().compute_loss(model, inputs, *a, **k)  # type: ignore[no-untyped-call]
+        if self.at is not None and self.state.global_step + 1 == self.at and not self.done:
+            self.done = True
+            return loss * float("nan")
+        return loss
+
+
+def sft_run(tmp_path: Path, final: float = 0.25, patience: int = 1000, nan_at: int | None = None) -> tuple[Any, Any, Path]:
+    """The job: its trainer, its tokenizer and its run directory."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = real_llm()
+    tok = AutoTokenizer.from_pretrained(path)
+    rows = token_rows(tok, emails()[:200])
+    train, val, holdout = rows[:64], rows[64:80], rows[80:96]
+    torch.manual_seed(0)
+    model = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(path),
+                                peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                                lora_dropout=0.0, task_type="CAUSAL_LM"))
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE.format(final=final, patience=patience))
+    args = trl.SFTConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, per_device_eval_batch_size=8,
+                         max_steps=planned_steps(recipe.read_text(), str(recipe)), max_length=LENGTH, report_to=[],
+                         save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, learning_rate=1e-3)
+    trainer = NanOnce(model=model, args=args, train_dataset=Dataset.from_list(train),
+                      eval_dataset=Dataset.from_list(val), processing_class=tok, at=nan_at)
+    ContraiCallback(recipe, run_dir=tmp_path / "run", holdout_dataset=Dataset.from_list(holdout)).attach(trainer)
+    trainer.train()
+    return trainer, tok, tmp_path / "run"
+
+
+def holdout_ids(tok: Any) -> torch.Tensor:
+    """The holdout's token blocks (the rows the run read once at its end)."""
+    return torch.tensor([r["input_ids"] for r in token_rows(tok, emails()[:200])[80:96]])
+
+
+@torch.no_grad()
+def greedy(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The model's greedy next token at every position."""
+    model.eval()
+    out: torch.Tensor = model(input_ids=ids).logits.argmax(-1)
+    return out
+
+
+def agreement(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a == b).float().mean())
+
+
+def llama_cpp_greedy(gguf: Path, ids: torch.Tensor) -> torch.Tensor:
+    """llama.cpp's greedy next token at every position of each row."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=128, logits_all=True, verbose=False, n_threads=2)
+    try:
+        rows = []
+        for row in ids.tolist():
+            llm.reset()
+            llm.eval(row)
+            rows.append(torch.tensor(llm.scores[:len(row)]).argmax(-1))
+        return torch.stack(rows)
+    finally:
+        llm.close()
+
+
+def decisions(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run / "decisions.jsonl").read_text().splitlines()]
+
+
+def test_a_lora_sft_job_is_contracted_merged_cut_and_served_by_each_consumer(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    trainer, tok, run = sft_run(tmp_path)
+    d = decisions(run)
+    kinds = [x["kind"] for x in d]
+    assert "validate_passed" in kinds and "enter_contract" in kinds and kinds[-1] == "holdout", kinds
+    # Contraction acted on the merged model: no adapter layer is left, the feed-forward matrices
+    # the recipe prunes trained and lost whole units.
+    model = trainer.model.get_base_model()
+    assert not any("lora_" in n for n, _ in model.named_parameters())
+    ids = holdout_ids(tok)
+    served = greedy(model, ids)
+    # (1) The merged model with its pruned units cut out, through from_pretrained.
+    exported = AutoModelForCausalLM.from_pretrained(run / "final")
+    size = exported.config.intermediate_size
+    assert size < model.config.intermediate_size and size % 32 == 0, size
+    assert agreement(greedy(exported, ids), served) >= 0.99
+    # (2) The int8 model, kept within max_drop, in the compressed-tensors layout.
+    ev = json.loads((run / "final" / "eval.json").read_text())
+    assert ev["int8"]["kept"], ev["int8"]
+    int8 = AutoModelForCausalLM.from_pretrained(run / "final" / "int8")
+    with quantized_in_place(model, Scheme(8, fitting_group(model))):
+        want = greedy(model, ids)
+    assert agreement(greedy(int8, ids), want) >= 0.95
+    # (3) GGUF Q8_0 and Q4_0 of the cut model, through llama.cpp.
+    for bits, least in ((8, 0.95), (4, 0.90)):
+        out = run / "final" / f"model-q{bits}.gguf"
+        with quantized_in_place(exported, Scheme(bits, 32)) as q:
+            want = greedy(exported, ids)
+            write_gguf(exported, q, tok, out)
+        got = llama_cpp_greedy(out, ids)
+        assert agreement(got, want) >= least, (bits, agreement(got, want))
