@@ -170,3 +170,51 @@ def test_validate_names_the_adapters_that_never_get_a_gradient(tmp_path: Path) -
     assert len(failed) == 1
     names = failed[0]["evidence"]["no_gradient"]
     assert names and all("layers.3.self_attn.v_proj.lora_" in n for n in names), names
+
+
+def test_a_restore_to_mains_checkpoint_after_the_merge_splits_the_adapters_again(tmp_path: Path) -> None:
+    """Past main the adapters are merged and the merged and pruned matrices train in their own
+    optimizer group; a rollback to a checkpoint written before (main's) puts back the model that
+    checkpoint held — adapters apart, base weights as they were, the group gone — exactly."""
+    from contrai.adapters import merged
+    from contrai.engine import MERGED, Engine, Job
+    from contrai.masks import Masks
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    model = peft.get_peft_model(LlamaForCausalLM(cfg), peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                                      task_type="CAUSAL_LM"))
+    ids = torch.randint(0, 64, (4, 16))
+
+    def step() -> None:
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    step()  # main: the adapters move from zero
+    job = Job()
+    job.model, job.optimizer = model, opt
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE)
+    engine = Engine(job, tmp_path / "run", RECIPE, str(recipe), classes=64)
+    main = {"step": 1, "merged": merged(model), "conductor": {}}
+    engine.checkpoints.write(1, model, opt, Masks(), main, [])
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+    engine.set_phase({"phase": "contract", "restart_order": False})
+    up = model.base_model.model.model.layers[0].mlp.up_proj.weight
+    q = model.base_model.model.model.layers[0].self_attn.q_proj.base_layer.weight
+    assert merged(model) and up.requires_grad and q.requires_grad
+    assert [bool(g.get(MERGED)) for g in opt.param_groups] == [False, True]
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, want, rtol=1e-5, atol=1e-5)  # the merge computes the same
+    step()  # contraction trains the merged weights
+    engine.restore({"to": {"Step": 1}, "scope": "Weights"})
+    assert not merged(model) and not up.requires_grad and not q.requires_grad
+    assert len(opt.param_groups) == 1
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, want, rtol=0, atol=0)
+    engine.set_phase({"phase": "contract", "restart_order": False})
+    assert merged(model) and len(opt.param_groups) == 2, "the next contraction merges again"

@@ -150,6 +150,9 @@ def test_a_lora_sft_job_is_contracted_merged_cut_and_served_by_each_consumer(tmp
     d = decisions(run)
     kinds = [x["kind"] for x in d]
     assert "validate_passed" in kinds and "enter_contract" in kinds and kinds[-1] == "holdout", kinds
+    assert "engine_substitute" not in kinds, [x["reason"] for x in d if x["kind"] == "engine_substitute"]
+    dropped = next(x for x in d if x["kind"] == "drop_noisiest")["evidence"]
+    assert dropped["count"] > 0 and len(trainer.train_dataset.dropped) == dropped["count"], dropped
     # Contraction acted on the merged model: no adapter layer is left, the feed-forward matrices
     # the recipe prunes trained and lost whole units.
     model = trainer.model.get_base_model()
@@ -168,6 +171,16 @@ def test_a_lora_sft_job_is_contracted_merged_cut_and_served_by_each_consumer(tmp
     with quantized_in_place(model, Scheme(8, fitting_group(model))):
         want = greedy(model, ids)
     assert agreement(greedy(int8, ids), want) >= 0.95
+    # The model card lists both, as the Burn engine's does: the cut model's parameters, bytes, figures.
+    card = json.loads((run / "final" / "model-card.json").read_text())
+    assert card["architecture"] == "LlamaForCausalLM" and "model" not in card
+    dense, q8 = card["variants"]
+    # (parameters() counts the head tied to the embeddings once, as the card does)
+    assert dense["parameters"] == sum(p.numel() for p in exported.parameters())
+    assert dense["parameters"] < sum(p.numel() for p in model.parameters())
+    assert q8["name"] == "int8" and q8["file"] == "final/int8" and q8["bytes"] < 0.6 * dense["bytes"]
+    assert dense["latency_ms"] > 0 and dense["holdout_loss"] == pytest.approx(ev["holdout_loss"])
+    assert "intermediate_size 1536 → 1152" in dense["note"]
     # (3) GGUF Q8_0 and Q4_0 of the cut model, through llama.cpp.
     for bits, least in ((8, 0.95), (4, 0.90)):
         out = run / "final" / f"model-q{bits}.gguf"
@@ -176,3 +189,20 @@ def test_a_lora_sft_job_is_contracted_merged_cut_and_served_by_each_consumer(tmp
             write_gguf(exported, q, tok, out)
         got = llama_cpp_greedy(out, ids)
         assert agreement(got, want) >= least, (bits, agreement(got, want))
+
+
+def test_a_contraction_that_costs_perplexity_is_rolled_back_on_the_merged_model(tmp_path: Path) -> None:
+    """Half the feed-forward units cut with no patience: the first evaluation after the cut is
+    worse than the model contraction started from, and contraction rolls back to its checkpoint
+    (the merged model's) and ends; the run still finishes with its exports."""
+    from transformers import AutoModelForCausalLM
+
+    trainer, tok, run = sft_run(tmp_path, final=0.5, patience=1)
+    d = decisions(run)
+    kinds = [x["kind"] for x in d]
+    back = [x for x in d if x["kind"] == "rollback_contract"]
+    assert len(back) == 1 and kinds[-1] == "holdout", kinds
+    assert back[0]["evidence"]["val_loss"] > back[0]["evidence"]["best_val_loss"]
+    exported = AutoModelForCausalLM.from_pretrained(run / "final")
+    ids = holdout_ids(tok)
+    assert agreement(greedy(exported, ids), greedy(trainer.model.get_base_model(), ids)) >= 0.99

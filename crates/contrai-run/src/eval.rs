@@ -100,8 +100,14 @@ pub struct Variant {
 /// `final/model-card.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelCard {
-    /// The model's settings (the recipe's `[model]`).
-    pub model: contrai_recipe::recipe::Model,
+    /// The model's settings (the recipe's `[model]`), for a model Contrai built; None for a job's
+    /// own model (the PyTorch engine's: [`Self::architecture`] names it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<contrai_recipe::recipe::Model>,
+    /// The class of a job's own model (`LlamaForCausalLM` ...); its exported `config.json` holds
+    /// the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
     /// Class names in index order.
     pub classes: Vec<String>,
     /// Parameters of the f32 model.

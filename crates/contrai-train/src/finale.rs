@@ -196,7 +196,8 @@ impl Engine<'_> {
             .find(|v| v.name == FinalModel::Student.as_ref())
             .cloned();
         let card = ModelCard {
-            model: self.recipe.model.clone(),
+            model: Some(self.recipe.model.clone()),
+            architecture: None,
             classes: x.classes.names.clone(),
             parameters: valid.num_params(),
             sparsity: self.net.masks.by_module(),

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from . import _core
 from .adapters import adapted_weights, fit_scheduler, merge, merged, split, unloaded
+from .card import Variant, card, disk_bytes, dtype_name, latency_ms, parameters, zero_weights
 from .checkpoints import Checkpoints, load_weights, put_back
 from .compact import Cut, save, units_removed
 from .conductor import Conductor, RunInfo, kind
@@ -236,6 +237,11 @@ class Engine:
         self.int8: Scheme | None = None  # the int8 scheme validation measured
         # The model exported, quantized and served (a LoRA job's without its PEFT layers), once exported.
         self.final: torch.nn.Module | None = None
+        # What the model card says of the exported model: its parameters (units cut out) and how it was made.
+        self.export_parameters = 0
+        self.export_note = ""
+        # The int8 model as validation measured it (the ``Quantized`` observation).
+        self.int8_made: dict[str, Any] | None = None
         # The run directory's one-writer lock (rank 0), held from start to the job's end.
         self.lock: _core.RunLock | None = None
         # The signal the job stopped on (a preemption), when it did.
@@ -502,9 +508,10 @@ class Engine:
         them alone: a large model's other weights stay frozen). Their values before are kept
         (``Checkpoints.keep_originals``): a rollback to main's checkpoints needs them back. Under
         DDP the adapters stay apart (recorded): DDP syncs only what trained when it wrapped the model."""
-        model = unwrap(self.job.model)
-        if tuning(model) != "lora" or merged(model):
+        model = getattr(self.job, "model", None)  # a job may hold no model (the engine's own tests)
+        if model is None or tuning(unwrap(model)) != "lora" or merged(unwrap(model)):
             return
+        model = unwrap(model)
         if distributed(self.job.world):
             self.substitute("merge the LoRA adapters when main ends",
                             "kept apart: DDP syncs the gradients of what trained when it wrapped the model, and "
@@ -1002,6 +1009,7 @@ class Engine:
                 self.save_pretrained(model, fin)
             else:
                 torch.save(model.state_dict(), fin / "model.pt")
+                self.export_parameters = parameters(model.state_dict())
         loss, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
         self.final_val = (loss, acc)
         return {"Exported": {"val_loss": loss, "val_accuracy": nan0(acc)}}
@@ -1014,12 +1022,16 @@ class Engine:
         if hasattr(tok, "save_pretrained"):
             tok.save_pretrained(fin)
         cut = units_removed(model, self.masks)
+        self.export_note = "merged LoRA adapters; " if merged(unwrap(self.job.model)) else ""
         if not isinstance(cut, Cut):
             save(model, fin)
+            self.export_parameters = parameters(model.state_dict())
             if cut is not None:
                 self.substitute("remove the pruned feed-forward units from the exported model", cut, {})
             return
         save(model, fin, cut)
+        self.export_parameters = parameters(cut.state)
+        self.export_note += f"pruned feed-forward units cut out (intermediate_size {cut.before} → {cut.after})"
         print(f"[contrai] exported {fin}: pruned feed-forward units cut out, intermediate_size {cut.before} -> "
               f"{cut.after}")
         if cut.left:
@@ -1046,11 +1058,12 @@ class Engine:
         except QuantizeError as e:
             return {"Declined": {"what": "quantize the final model to int8", "instead": f"kept dense: {e}"}}
         self.int8 = scheme
-        return {"Quantized": {"val_accuracy": nan0(acc), "bytes": quantized_bytes(model, scheme),
-                              "dense_bytes": sum(t.numel() * t.element_size() for t in model.state_dict().values()),
-                              "scheme": f"weight-only int8, round to nearest, one symmetric scale a group of "
-                                        f"{scheme.group} input weights, every nn.Linear but lm_head",
-                              "file": self.int8_file(model)}}
+        self.int8_made = {"val_accuracy": nan0(acc), "bytes": quantized_bytes(model, scheme),
+                          "dense_bytes": sum(t.numel() * t.element_size() for t in model.state_dict().values()),
+                          "scheme": f"weight-only int8, round to nearest, one symmetric scale a group of "
+                                    f"{scheme.group} input weights, every nn.Linear but lm_head",
+                          "file": self.int8_file(model)}
+        return {"Quantized": self.int8_made}
 
     def served(self) -> torch.nn.Module:
         """The exported model (``export``), else the job's."""
@@ -1069,11 +1082,12 @@ class Engine:
         batches = self.job.holdout_batches()
         loss, acc, n = self.evaluation(self.job.model, batches, sharded=False)
         int8_acc = None
+        int8_holdout = (math.nan, math.nan)
         if p["int8"] is not None and self.int8 is not None:
             model = self.served()
             with quantized_in_place(model, self.int8) as q:
-                _, a, _ = self.evaluation(self.job.model, self.job.holdout_batches(), sharded=False)
-                int8_acc = nan0(a)
+                l8, a, _ = self.evaluation(self.job.model, self.job.holdout_batches(), sharded=False)
+                int8_acc, int8_holdout = nan0(a), (l8, a)
                 if p["int8"]["kept"] and self.leader:
                     out = self.run_dir / self.int8_file(model)
                     if out.suffix == ".pt":
@@ -1083,7 +1097,35 @@ class Engine:
         if batches is None:
             self.substitute("read the holdout", "no holdout was given to the callback (holdout_dataset=)", {})
         self.holdout_eval = (loss, acc, n)
+        if self.leader:
+            self.write_card(p["int8"], int8_holdout)
         return {"HoldoutRead": {"loss": nan0(loss), "accuracy": nan0(acc), "samples": n, "int8_accuracy": int8_acc}}
+
+    def write_card(self, verdict: dict[str, Any] | None, int8_holdout: tuple[float, float]) -> None:
+        """``final/model-card.json`` (``contrai.card``): the exported model, and the int8 model
+        when refine made one (its file when kept; its bytes as counted when refused)."""
+        model = self.served()
+        batch = next(iter(self.job.eval_batches()))
+        was = model.training
+        model.eval()
+        latency = latency_ms(lambda: self.job.logits(self.job.model, batch))
+        model.train(was)
+        loss, acc, _ = self.holdout_eval
+        zeros = zero_weights(model)
+        variants = [Variant(dtype_name(model), "final", self.export_parameters, zeros,
+                            disk_bytes(self.run_dir / "final"), nan0(self.final_val[1]), nan0(acc), nan0(loss),
+                            latency, self.export_note or "the final model")]
+        made = self.int8_made
+        if verdict is not None and made is not None:
+            kept = bool(verdict["kept"])
+            note = f"{made['scheme']}; " + ("kept" if kept else f"refused: {verdict['drop_points']:.2f} validation "
+                                                                 "points lost")
+            variants.append(Variant("int8", made["file"] if kept else None, self.export_parameters, zeros,
+                                    disk_bytes(self.run_dir / made["file"]) if kept else made["bytes"],
+                                    made["val_accuracy"], nan0(int8_holdout[1]), nan0(int8_holdout[0]), None, note))
+        self.writer.write("model_card", words_json(card(
+            model, class_names(model, self.classes), self.masks.by_module(), bool(self.recomputing),
+            sum(1 for _ in single_samples(batch)), variants)))
 
     def finish(self, summary: dict[str, Any]) -> None:
         """``final/eval.json``, written last: the run is over."""

@@ -1,12 +1,14 @@
 """Contrai's lifecycle inside a Hugging Face ``Trainer``: one callback, attached to its Trainer.
 
->>> trainer = Trainer(model=model, args=args, train_dataset=DroppableDataset(train), eval_dataset=val)
+>>> trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val)
 >>> ContraiCallback("recipe.toml", run_dir="runs/x").attach(trainer)
 >>> trainer.train()
 
 ``attach`` hands the callback its Trainer and registers it there (a callback already passed in
-``Trainer(callbacks=[...])`` is not added twice). A callback never attached still finds the
-Trainer that calls it, with a ``FutureWarning``: that way goes in a later release.
+``Trainer(callbacks=[...])`` is not added twice), and wraps a map-style train dataset in
+:class:`DroppableDataset` so that contraction can drop its noisiest rows. A callback never
+attached still finds the Trainer that calls it, with a ``FutureWarning``: that way goes in a
+later release.
 
 The recipe governs the run: its phases, its LR schedule (the Trainer's scheduler is overridden
 step by step), its evaluation and checkpoint cadence. Every step's loss and gradient norm and
@@ -64,6 +66,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from . import _core
 from ._compat import hf as compat
 from .checkpoints import newest_verified
+from .data import DroppableDataset
 from .batches import StepBatches, unwatch, watch
 from .preempt import Preemption, stopped
 from .preflight import Mode, facts_hf, gate, under_recipe
@@ -205,11 +208,13 @@ class ContraiCallback(TrainerCallback):
 
     def attach(self, trainer: Trainer) -> ContraiCallback:
         """Binds the callback to ``trainer`` and registers it among its callbacks (once, whether or
-        not it was passed in ``callbacks=``); returns the callback."""
+        not it was passed in ``callbacks=``); a map-style train dataset becomes droppable
+        (:func:`droppable`); returns the callback."""
         if self.trainer is not None and self.trainer is not trainer:
             raise ValueError("ContraiCallback is attached to another Trainer already: one callback runs one job")
         compat.check()
         self.trainer = trainer
+        trainer.train_dataset = droppable(trainer.train_dataset)
         compat.register(trainer, self)
         return self
 
@@ -436,6 +441,18 @@ class ContraiCallback(TrainerCallback):
         if self.engine is not None:
             unwatch(self.engine.job.train_dataset())
             self.engine.release()
+
+
+def droppable(dataset: Any) -> Any:
+    """A map-style dataset wrapped in :class:`DroppableDataset` (unless it is one), so that
+    contraction can drop its noisiest rows; an iterable one (no ``len``, no index) as it is. The
+    Trainer takes the wrapper's rows through its collator, unused columns removed there: TRL's
+    ``SFTTrainer`` prepares only a ``datasets.Dataset``, so its user cannot wrap it beforehand."""
+    if dataset is None or isinstance(dataset, (DroppableDataset, torch.utils.data.IterableDataset)):
+        return dataset
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        return dataset
+    return DroppableDataset(dataset)
 
 
 def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:

@@ -1,0 +1,86 @@
+"""The PyTorch engine's ``final/model-card.json``: the exported model and its int8 variant side
+by side, each with its parameters, zero weights, bytes on disk, validation and holdout figures
+and CPU latency — the card the Burn engine writes (``contrai_run::ModelCard``), which
+``contrai report`` shows; a job's own model is named by its class instead of a recipe ``[model]``."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from .masks import matrices
+
+# Timed forward passes a variant (after one to warm up); the card gives their median.
+LATENCY_REPEATS = 5
+
+
+@dataclass
+class Variant:
+    """One exported model, as ``contrai_run::Variant`` holds it."""
+
+    name: str
+    file: str | None
+    parameters: int
+    zero_weights: float
+    bytes: int
+    val_accuracy: float
+    holdout_accuracy: float
+    holdout_loss: float
+    latency_ms: float | None
+    note: str
+
+
+def parameters(state: Mapping[str, torch.Tensor]) -> int:
+    """Entries of a state, a tied tensor (the head sharing the embeddings) once."""
+    seen: dict[int, int] = {}
+    for t in state.values():
+        seen[t.data_ptr()] = t.numel()
+    return sum(seen.values())
+
+
+def zero_weights(model: torch.nn.Module) -> float:
+    """Share of the weight-matrix entries that are exactly zero."""
+    zeros = total = 0
+    for _, w in matrices(model):
+        zeros += int((w == 0).sum())
+        total += w.numel()
+    return zeros / total if total else 0.0
+
+
+def disk_bytes(path: Path) -> int:
+    """Bytes of a file, or of the weight files of a folder (``*.safetensors``, ``*.pt``)."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for pattern in ("*.safetensors", "*.pt") for f in path.glob(pattern))
+
+
+def latency_ms(forward: Callable[[], Any]) -> float:
+    """Median milliseconds of ``forward`` (no gradients), after one call to warm up."""
+    times = []
+    with torch.no_grad():
+        for i in range(LATENCY_REPEATS + 1):
+            t = time.perf_counter()
+            forward()
+            if i:
+                times.append(1000 * (time.perf_counter() - t))
+    return statistics.median(times)
+
+
+def dtype_name(model: torch.nn.Module) -> str:
+    """The name of the model's weights' type as the cards write it (``f32``, ``bf16``, ``f16``)."""
+    dtype = next(model.parameters()).dtype
+    return {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}.get(dtype, str(dtype))
+
+
+def card(model: torch.nn.Module, classes: list[str], sparsity: dict[str, float], checkpointing: bool,
+         latency_batch: int, variants: list[Variant]) -> dict[str, Any]:
+    """The card's JSON object (non-finite figures as the run format writes them)."""
+    return {"architecture": type(model).__name__, "classes": classes,
+            "parameters": variants[0].parameters if variants else 0, "sparsity": sparsity,
+            "gradient_checkpointing": checkpointing, "latency_batch": latency_batch,
+            "variants": [asdict(x) for x in variants]}
