@@ -310,23 +310,23 @@ def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_pat
     model.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers
     m = Masks()
     ffn = "bert.encoder.layer.{}.intermediate.dense.weight"
-    m.update(model, {"targets": {ffn.format(0): {"sparsity": 0.5, "cap": 1.0}, ffn.format(1): {"sparsity": 0.25, "cap": 1.0}},
+    m.update(model, {"targets": {ffn.format(0): {"sparsity": 0.5, "cap": 1.0}, ffn.format(1): {"sparsity": 0.75, "cap": 1.0}},
                      "scope": "module", "heads": None, "units": True})
     m.apply(model)
     cut = units_removed(model, m)
     assert isinstance(cut, Cut)
-    assert (cut.before, cut.after, cut.left) == (64, 48, 16)
-    # 12 units fewer would leave 52, not a multiple of 16: none are cut.
+    assert (cut.before, cut.after, cut.left) == (64, 32, 16)
+    # 16 units fewer would leave 48, not a multiple of 32: none are cut.
     few = Masks()
-    few.update(model, {"targets": {ffn.format(0): {"sparsity": 0.5, "cap": 1.0}, ffn.format(1): {"sparsity": 0.2, "cap": 1.0}},
+    few.update(model, {"targets": {ffn.format(0): {"sparsity": 0.5, "cap": 1.0}, ffn.format(1): {"sparsity": 0.25, "cap": 1.0}},
                        "scope": "module", "heads": None, "units": True})
     why = units_removed(model, few)
-    assert isinstance(why, str) and "fewer than 16 whole units" in why
+    assert isinstance(why, str) and "fewer than 32 whole units" in why
     save(model, tmp_path, cut)
     small = BertForSequenceClassification.from_pretrained(tmp_path)
     small.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers
-    assert model.config.intermediate_size == 64 and small.config.intermediate_size == 48
-    assert int((bert_layers(small)[0].intermediate.dense.weight == 0).all(dim=1).sum()) == 16
+    assert model.config.intermediate_size == 64 and small.config.intermediate_size == 32
+    assert int((bert_layers(small)[1].intermediate.dense.weight == 0).all(dim=1).sum()) == 16
     batch = {k: torch.stack([r[k] for r in token_task(8, 4)]) for k in ("input_ids", "attention_mask")}
     with torch.no_grad():
         torch.testing.assert_close(small(**batch).logits, model(**batch).logits, atol=1e-5, rtol=1e-5)

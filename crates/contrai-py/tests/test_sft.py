@@ -29,9 +29,10 @@ RECIPE = """
 [run]
 eval_every = 4
 checkpoint_every = 4
-phases = ["validate", "main", "contract", "refine"]
+phases = [{phases}"main", "contract", "refine"]
 [validate]
 batch = 4
+steps = 15
 [main]
 steps = 16
 batch = 4
@@ -82,8 +83,9 @@ class NanOnce(SFTTrainer):
         return loss
 
 
-def sft_run(tmp_path: Path, final: float = 0.25, patience: int = 1000, nan_at: int | None = None) -> tuple[Any, Any, Path]:
-    """The job: its trainer, its tokenizer and its run directory."""
+def sft_run(tmp_path: Path, final: float = 0.25, patience: int = 1000, validate: bool = True,
+            nan_at: int | None = None) -> tuple[Any, Any, Path]:
+    """The job (validate first when ``validate``): its trainer, its tokenizer and its run directory."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -96,7 +98,7 @@ def sft_run(tmp_path: Path, final: float = 0.25, patience: int = 1000, nan_at: i
                                 peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                                 lora_dropout=0.0, task_type="CAUSAL_LM"))
     recipe = tmp_path / "recipe.toml"
-    recipe.write_text(RECIPE.format(final=final, patience=patience))
+    recipe.write_text(RECIPE.format(final=final, patience=patience, phases='"validate", ' if validate else ""))
     args = trl.SFTConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, per_device_eval_batch_size=8,
                          max_steps=planned_steps(recipe.read_text(), str(recipe)), max_length=LENGTH, report_to=[],
                          save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, learning_rate=1e-3)
@@ -180,7 +182,8 @@ def test_a_lora_sft_job_is_contracted_merged_cut_and_served_by_each_consumer(tmp
     assert dense["parameters"] < sum(p.numel() for p in model.parameters())
     assert q8["name"] == "int8" and q8["file"] == "final/int8" and q8["bytes"] < 0.6 * dense["bytes"]
     assert dense["latency_ms"] > 0 and dense["holdout_loss"] == pytest.approx(ev["holdout_loss"])
-    assert "intermediate_size 1536 → 1152" in dense["note"]
+    assert "LoRA adapters merged; pruned feed-forward units cut out (intermediate_size 1536 → 1152)" in dense["note"]
+    assert dense["zero_weights"] < 0.01 and q8["zero_weights"] > 0.1, "the cut model has no pruned zeros left"
     # (3) GGUF Q8_0 and Q4_0 of the cut model, through llama.cpp.
     for bits, least in ((8, 0.95), (4, 0.90)):
         out = run / "final" / f"model-q{bits}.gguf"
@@ -191,16 +194,18 @@ def test_a_lora_sft_job_is_contracted_merged_cut_and_served_by_each_consumer(tmp
         assert agreement(got, want) >= least, (bits, agreement(got, want))
 
 
-def test_a_contraction_that_costs_perplexity_is_rolled_back_on_the_merged_model(tmp_path: Path) -> None:
-    """Half the feed-forward units cut with no patience: the first evaluation after the cut is
-    worse than the model contraction started from, and contraction rolls back to its checkpoint
-    (the merged model's) and ends; the run still finishes with its exports."""
+def test_a_nan_and_a_contraction_that_costs_perplexity_are_rolled_back_on_the_merged_model(tmp_path: Path) -> None:
+    """A NaN loss at contraction's first step goes back to its entry checkpoint (the merged
+    model, its optimizer group with it); then half the feed-forward units cut with no patience:
+    the first evaluation after the cut is worse than the model contraction started from, and
+    contraction rolls back to its checkpoint and ends; the run still finishes with its exports."""
     from transformers import AutoModelForCausalLM
 
-    trainer, tok, run = sft_run(tmp_path, final=0.5, patience=1)
+    trainer, tok, run = sft_run(tmp_path, final=0.5, patience=1, validate=False, nan_at=17)
     d = decisions(run)
     kinds = [x["kind"] for x in d]
     back = [x for x in d if x["kind"] == "rollback_contract"]
+    assert kinds.index("enter_contract") < kinds.index("rollback_nonfinite") < kinds.index("rollback_contract"), kinds
     assert len(back) == 1 and kinds[-1] == "holdout", kinds
     assert back[0]["evidence"]["val_loss"] > back[0]["evidence"]["best_val_loss"]
     exported = AutoModelForCausalLM.from_pretrained(run / "final")

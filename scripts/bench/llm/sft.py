@@ -13,6 +13,9 @@ GPTQ on 32 training e-mails); its bytes on disk as safetensors and GGUF Q8_0 / Q
     CONTRAI_LLM=~/.cache/contrai-llm/smollm2-135m \\
         python scripts/bench/llm/sft.py ../shared/data/spamassassin.jsonl OUT_DIR [--json]
 
+``--speed``: only llama.cpp's tokens/s of the GGUF files an earlier run left in OUT_DIR, side by
+side in one quiet process (agreement is not measured then).
+
 One process; the two cores do one thing at a time.
 """
 
@@ -63,6 +66,9 @@ enabled = false
 """
 
 
+WAYS = ["plain", "contrai", "contrai-pruned"]
+
+
 def rows(tok: Any, texts: list[str]) -> list[list[int]]:
     return [ids[:SEQ] for ids in (tok(t)["input_ids"] for t in texts) if len(ids) >= SEQ]
 
@@ -84,7 +90,7 @@ def fine_tune(way: str, path: Path, tok: Any, train: list[list[int]], val: list[
     args = trl.SFTConfig(output_dir=str(out / f"{way}-trainer"), per_device_train_batch_size=8,
                          per_device_eval_batch_size=16, max_steps=steps, max_length=SEQ, report_to=[],
                          save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, learning_rate=1e-3,
-                         warmup_ratio=0.05, logging_steps=20)
+                         warmup_steps=round(0.05 * steps), logging_steps=20)
     ds = lambda r: Dataset.from_list([{"input_ids": x} for x in r])  # noqa: E731
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=ds(train), eval_dataset=ds(val),
                              processing_class=tok)
@@ -130,6 +136,8 @@ def main() -> None:
     ap.add_argument("--main", type=int, default=60, help="main's steps (the whole plan is main / 0.6)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--speed", action="store_true", help="time the GGUF files in OUT_DIR only")
+    ap.add_argument("--ways", nargs="+", default=WAYS, choices=WAYS, help="the fine-tunes to run")
     args = ap.parse_args()
     torch.set_num_threads(2)
     path = Path(os.environ["CONTRAI_LLM"])
@@ -139,9 +147,15 @@ def main() -> None:
     first = rows(tok, texts[:len(texts) // 2])
     train, val, calib = first[:640], first[640:704], torch.tensor(first[704:736])
     holdout = rows(tok, texts[len(texts) // 2:])[:64]
+    if args.speed:
+        ids = torch.tensor(holdout)
+        for gguf in sorted(args.out.glob("*.gguf")):
+            got = llama_cpp_run(gguf, ids[:1], torch.zeros(1, SEQ, dtype=torch.long), args.repeats)
+            print(gguf.name, {k: round(v, 1) for k, v in got.items() if k.endswith("per_s")}, flush=True)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {}
-    for way in ("plain", "contrai", "contrai-pruned"):
+    for way in args.ways:
         model, seconds = fine_tune(way, path, tok, train, val, holdout, args.out, args.main)
         report[way] = {"train_s": seconds} | variants(way, model, tok, torch.tensor(holdout), calib, args.out,
                                                       args.repeats)

@@ -13,8 +13,6 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from .masks import matrices
-
 # Timed forward passes a variant (after one to warm up); the card gives their median.
 LATENCY_REPEATS = 5
 
@@ -43,13 +41,14 @@ def parameters(state: Mapping[str, torch.Tensor]) -> int:
     return sum(seen.values())
 
 
-def zero_weights(model: torch.nn.Module) -> float:
-    """Share of the weight-matrix entries that are exactly zero."""
-    zeros = total = 0
-    for _, w in matrices(model):
-        zeros += int((w == 0).sum())
-        total += w.numel()
-    return zeros / total if total else 0.0
+def zero_weights(state: Mapping[str, torch.Tensor]) -> float:
+    """Share of the weight-matrix entries (2-D ``….weight`` tensors, a tied one once) that are exactly zero."""
+    seen: dict[int, tuple[int, int]] = {}
+    for name, w in state.items():
+        if name.endswith(".weight") and w.dim() == 2:
+            seen[w.data_ptr()] = (int((w == 0).sum()), w.numel())
+    total = sum(n for _, n in seen.values())
+    return sum(z for z, _ in seen.values()) / total if total else 0.0
 
 
 def disk_bytes(path: Path) -> int:
@@ -57,6 +56,11 @@ def disk_bytes(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(f.stat().st_size for pattern in ("*.safetensors", "*.pt") for f in path.glob(pattern))
+
+
+def describe(state: Mapping[str, torch.Tensor]) -> tuple[int, float]:
+    """A state's parameters and share of zero weights, as a variant gives them."""
+    return parameters(state), zero_weights(state)
 
 
 def latency_ms(forward: Callable[[], Any]) -> float:

@@ -19,8 +19,10 @@ from .masks import Masks, group_of, matrices
 
 # The intermediate size left is a multiple of this: an odd size costs more than the units it
 # saves (MiniLM-L6 on a 2-core AVX2 CPU, batch 32 × 128 tokens: 1,383 units ran at 1.04× the
-# dense 1,536 — 1,384 at 0.93×); 16 floats fill an AVX-512 register.
-ALIGN = 16
+# dense 1,536 — 1,384 at 0.93×; 16 floats fill an AVX-512 register), and GGUF's Q8_0 / Q4_0 and
+# an int4 group of 32 need whole blocks of 32 in the down projection's rows (a cut to 1,392
+# units left SmolLM2 unservable by llama.cpp).
+ALIGN = 32
 
 
 def kept_units(state: Mapping[str, torch.Tensor], keep: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

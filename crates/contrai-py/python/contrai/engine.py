@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from . import _core
 from .adapters import adapted_weights, fit_scheduler, merge, merged, split, unloaded
-from .card import Variant, card, disk_bytes, dtype_name, latency_ms, parameters, zero_weights
+from .card import Variant, card, describe, disk_bytes, dtype_name, latency_ms
 from .checkpoints import Checkpoints, load_weights, put_back
 from .compact import Cut, save, units_removed
 from .conductor import Conductor, RunInfo, kind
@@ -237,8 +237,9 @@ class Engine:
         self.int8: Scheme | None = None  # the int8 scheme validation measured
         # The model exported, quantized and served (a LoRA job's without its PEFT layers), once exported.
         self.final: torch.nn.Module | None = None
-        # What the model card says of the exported model: its parameters (units cut out) and how it was made.
-        self.export_parameters = 0
+        # The exported model's parameters and share of zero weights (pruned units cut out) and how
+        # it was made, for the model card.
+        self.exported = (0, 0.0)
         self.export_note = ""
         # The int8 model as validation measured it (the ``Quantized`` observation).
         self.int8_made: dict[str, Any] | None = None
@@ -997,10 +998,12 @@ class Engine:
     # ---- the end ------------------------------------------------------------------------------
 
     def export(self, _: Any) -> dict[str, Any]:
-        """The final weights (masks applied) in ``final/``, evaluated on validation; a Hugging
-        Face model's pruned feed-forward units cut out of its matrices as far as one
-        ``intermediate_size`` allows (``compact``), what stays recorded."""
+        """The final weights (masks applied) in ``final/``, evaluated on validation: a LoRA job's
+        merged model without PEFT's layers (``adapters.unloaded``, what is quantized and served
+        from here on), a Hugging Face model's pruned feed-forward units cut out of its matrices
+        as far as one ``intermediate_size`` allows (``compact``), what stays recorded."""
         self.apply_masks()
+        self.export_note = "LoRA adapters merged" if merged(unwrap(self.job.model)) else ""
         model = self.final = unloaded(unwrap(self.job.model))
         fin = self.run_dir / "final"
         if self.leader:
@@ -1009,7 +1012,7 @@ class Engine:
                 self.save_pretrained(model, fin)
             else:
                 torch.save(model.state_dict(), fin / "model.pt")
-                self.export_parameters = parameters(model.state_dict())
+                self.exported = describe(model.state_dict())
         loss, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
         self.final_val = (loss, acc)
         return {"Exported": {"val_loss": loss, "val_accuracy": nan0(acc)}}
@@ -1022,16 +1025,16 @@ class Engine:
         if hasattr(tok, "save_pretrained"):
             tok.save_pretrained(fin)
         cut = units_removed(model, self.masks)
-        self.export_note = "merged LoRA adapters; " if merged(unwrap(self.job.model)) else ""
         if not isinstance(cut, Cut):
             save(model, fin)
-            self.export_parameters = parameters(model.state_dict())
+            self.exported = describe(model.state_dict())
             if cut is not None:
                 self.substitute("remove the pruned feed-forward units from the exported model", cut, {})
             return
         save(model, fin, cut)
-        self.export_parameters = parameters(cut.state)
-        self.export_note += f"pruned feed-forward units cut out (intermediate_size {cut.before} → {cut.after})"
+        self.exported = describe(cut.state)
+        self.export_note = "; ".join(x for x in (self.export_note, f"pruned feed-forward units cut out "
+                                                 f"(intermediate_size {cut.before} → {cut.after})") if x)
         print(f"[contrai] exported {fin}: pruned feed-forward units cut out, intermediate_size {cut.before} -> "
               f"{cut.after}")
         if cut.left:
@@ -1111,16 +1114,19 @@ class Engine:
         latency = latency_ms(lambda: self.job.logits(self.job.model, batch))
         model.train(was)
         loss, acc, _ = self.holdout_eval
-        zeros = zero_weights(model)
-        variants = [Variant(dtype_name(model), "final", self.export_parameters, zeros,
+        # The latency is the model in memory's: on its device, its pruned units zeros, not cut out.
+        timed = f"latency on {first_device(model).type}" + (", before the cut" if "units" in self.whole else "")
+        variants = [Variant(dtype_name(model), "final", *self.exported,
                             disk_bytes(self.run_dir / "final"), nan0(self.final_val[1]), nan0(acc), nan0(loss),
-                            latency, self.export_note or "the final model")]
+                            latency, "; ".join(x for x in (self.export_note, timed) if x))]
         made = self.int8_made
         if verdict is not None and made is not None:
             kept = bool(verdict["kept"])
             note = f"{made['scheme']}; " + ("kept" if kept else f"refused: {verdict['drop_points']:.2f} validation "
                                                                  "points lost")
-            variants.append(Variant("int8", made["file"] if kept else None, self.export_parameters, zeros,
+            if "units" in self.whole:
+                note += "; pruned units stay as zeros in it (quantized before the cut)"
+            variants.append(Variant("int8", made["file"] if kept else None, *describe(model.state_dict()),
                                     disk_bytes(self.run_dir / made["file"]) if kept else made["bytes"],
                                     made["val_accuracy"], nan0(int8_holdout[1]), nan0(int8_holdout[0]), None, note))
         self.writer.write("model_card", words_json(card(
