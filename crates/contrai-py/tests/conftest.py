@@ -132,6 +132,11 @@ def real_llm() -> Path:
     pytest.skip("no pretrained LLM: set CONTRAI_LLM (python scripts/fixtures/smollm2.py DIR makes one)")
 
 
+def decisions(run: Path) -> list[dict[str, Any]]:
+    """A run directory's decisions, in order."""
+    return [json.loads(x) for x in (run / "decisions.jsonl").read_text().splitlines()]
+
+
 def emails() -> list[str]:
     """The texts of ../shared/data/spamassassin.jsonl (real e-mails), in the file's order."""
     data = Path(__file__).resolve().parents[4] / "shared" / "data" / "spamassassin.jsonl"

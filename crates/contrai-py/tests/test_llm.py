@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
+from conftest import decisions
 from contrai.adapters import is_adapter, plain, unprefixed
 from contrai.hf import ContraiCallback
 
@@ -142,10 +143,6 @@ def sft_job(tmp_path: Path, detach: str | None = None) -> Path:
     ContraiCallback(recipe, run_dir=tmp_path / "run").attach(trainer)
     trainer.train()
     return tmp_path / "run"
-
-
-def decisions(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (run / "decisions.jsonl").read_text().splitlines()]
 
 
 def test_validate_holds_a_lora_sft_job_to_what_adapters_reach(tmp_path: Path) -> None:

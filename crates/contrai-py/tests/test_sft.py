@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import emails, real_llm
+from conftest import decisions, emails, real_llm
 from contrai.engine import planned_steps
 from contrai.hf import ContraiCallback
 from contrai.serving import write_gguf
@@ -139,10 +139,6 @@ def llama_cpp_greedy(gguf: Path, ids: torch.Tensor) -> torch.Tensor:
         return torch.stack(rows)
     finally:
         llm.close()
-
-
-def decisions(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (run / "decisions.jsonl").read_text().splitlines()]
 
 
 def test_a_lora_sft_job_is_contracted_merged_cut_and_served_by_each_consumer(tmp_path: Path) -> None:

@@ -33,22 +33,18 @@ class Variant:
     note: str
 
 
-def parameters(state: Mapping[str, torch.Tensor]) -> int:
-    """Entries of a state, a tied tensor (the head sharing the embeddings) once."""
-    seen: dict[int, int] = {}
-    for t in state.values():
-        seen[t.data_ptr()] = t.numel()
-    return sum(seen.values())
-
-
-def zero_weights(state: Mapping[str, torch.Tensor]) -> float:
-    """Share of the weight-matrix entries (2-D ``….weight`` tensors, a tied one once) that are exactly zero."""
-    seen: dict[int, tuple[int, int]] = {}
-    for name, w in state.items():
-        if name.endswith(".weight") and w.dim() == 2:
-            seen[w.data_ptr()] = (int((w == 0).sum()), w.numel())
-    total = sum(n for _, n in seen.values())
-    return sum(z for z, _ in seen.values()) / total if total else 0.0
+def describe(state: Mapping[str, torch.Tensor]) -> tuple[int, float]:
+    """A state's parameters and the share of its weight-matrix entries (2-D ``….weight``
+    tensors) that are exactly zero, as a variant gives them; a tied tensor (the head sharing the
+    embeddings) counted once."""
+    entries: dict[int, int] = {}
+    zeros: dict[int, tuple[int, int]] = {}
+    for name, t in state.items():
+        entries[t.data_ptr()] = t.numel()
+        if name.endswith(".weight") and t.dim() == 2:
+            zeros[t.data_ptr()] = (int((t == 0).sum()), t.numel())
+    total = sum(n for _, n in zeros.values())
+    return sum(entries.values()), (sum(z for z, _ in zeros.values()) / total if total else 0.0)
 
 
 def disk_bytes(path: Path) -> int:
@@ -56,11 +52,6 @@ def disk_bytes(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(f.stat().st_size for pattern in ("*.safetensors", "*.pt") for f in path.glob(pattern))
-
-
-def describe(state: Mapping[str, torch.Tensor]) -> tuple[int, float]:
-    """A state's parameters and share of zero weights, as a variant gives them."""
-    return parameters(state), zero_weights(state)
 
 
 def latency_ms(forward: Callable[[], Any]) -> float:

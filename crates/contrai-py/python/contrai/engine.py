@@ -27,12 +27,13 @@ import torch.nn.functional as F
 
 from . import _core
 from .adapters import adapted_weights, fit_scheduler, merge, merged, split, unloaded
+from .batches import batch_size
 from .card import Variant, card, describe, disk_bytes, dtype_name, latency_ms
 from .checkpoints import Checkpoints, load_weights, put_back
 from .compact import Cut, save, units_removed
 from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
-from .masks import Masks, head_count, matrices, projections, unit_inputs
+from .masks import Masks, head_count, matrices, unit_inputs
 from .model import class_names, dropout_sites, first_device, recompute, recomputes, set_dropout, tuning, unwrap
 from .protocol import State, Turn
 from .resume import check_lr
@@ -809,9 +810,6 @@ class Engine:
         """The targeted feed-forward units' squared inputs to their projections over the first
         ``CALIBRATION`` training samples (summed over ranks: every rank prunes alike), what whole
         units are scored by (``Masks.update_groups``)."""
-        keys = [k for k in projections(model) if k in order["targets"]]
-        if not keys:
-            return {}
 
         def forward() -> None:
             was, seen = model.training, 0
@@ -824,7 +822,10 @@ class Engine:
                         break
             model.train(was)
 
-        sums = unit_inputs(model, forward, keys)
+        sums = unit_inputs(model, forward, order["targets"])
+        keys = list(sums)
+        if not keys:
+            return {}
         flat = torch.tensor(self.job.all_reduce(torch.cat([sums[k] for k in keys]).tolist()), dtype=torch.float64)
         return dict(zip(keys, torch.split(flat, [sums[k].numel() for k in keys])))
 
@@ -1131,7 +1132,7 @@ class Engine:
                                     made["val_accuracy"], nan0(int8_holdout[1]), nan0(int8_holdout[0]), None, note))
         self.writer.write("model_card", words_json(card(
             model, class_names(model, self.classes), self.masks.by_module(), bool(self.recomputing),
-            sum(1 for _ in single_samples(batch)), variants)))
+            batch_size(batch) or 0, variants)))
 
     def finish(self, summary: dict[str, Any]) -> None:
         """``final/eval.json``, written last: the run is over."""

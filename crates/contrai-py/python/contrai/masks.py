@@ -17,7 +17,7 @@ come from the same rule (``_core.module_of``).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Container, Iterator, Mapping
 
 import torch
 
@@ -232,11 +232,14 @@ def projections(model: torch.nn.Module) -> dict[str, str]:
     return out
 
 
-def unit_inputs(model: torch.nn.Module, forward: Callable[[], None], keys: Iterable[str]) -> dict[str, torch.Tensor]:
+def unit_inputs(model: torch.nn.Module, forward: Callable[[], None], keys: Container[str]) -> dict[str, torch.Tensor]:
     """Each projection's squared input a unit, summed over the batches ``forward`` runs the model on,
-    by its structure's key (:func:`projections`), on the CPU in float64."""
-    where = {k: m for k, m in projections(model).items() if k in set(keys)}
+    by its structure's key (:func:`projections`) among ``keys``, on the CPU in float64; nothing
+    (``forward`` not run) when no projection's key is among them."""
+    where = {k: m for k, m in projections(model).items() if k in keys}
     sums: dict[str, torch.Tensor] = {}
+    if not where:
+        return sums
 
     def hook(key: str) -> Callable[..., None]:
         def add(_m: torch.nn.Module, args: tuple[Any, ...]) -> None:
