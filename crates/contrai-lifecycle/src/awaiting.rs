@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use contrai_recipe::Phase;
-use contrai_run::{Decision, Int8Eval};
+use contrai_recipe::{Phase, Quantize};
+use contrai_run::{Decision, Measure, QuantEval};
 
-use crate::protocol::Int8Verdict;
+use crate::protocol::{QuantHoldout, QuantVerdict};
 use crate::sensitivity::{Joint, Scan, Sensitivity};
 
 /// A phase's end decided during a step, recorded once the step's rules have all run.
@@ -120,32 +120,45 @@ pub struct Search {
 /// What the end waits for.
 #[derive(Debug)]
 pub enum FinishStep {
-    /// The final model's export and validation accuracy.
+    /// The final model's export and validation scores.
     Exported,
     /// The student.
     Distilled {
-        /// The final model's validation accuracy.
-        val_accuracy: f32,
+        /// The final model's validation scores.
+        dense: Scores,
     },
-    /// The int8 model.
+    /// A quantized model.
     Quantized {
-        /// The final model's validation accuracy.
-        val_accuracy: f32,
+        /// The final model's validation scores.
+        dense: Scores,
+        /// The variant asked for.
+        variant: Quantize,
+        /// The variants made before it.
+        made: Vec<QuantMade>,
     },
     /// The holdout's one read.
     Holdout {
-        /// The int8 model, when one was made.
-        int8: Option<Int8Made>,
+        /// The quantized models made.
+        made: Vec<QuantMade>,
     },
 }
 
-/// The int8 model as measured before the holdout, and its verdict.
+/// A model's validation loss and accuracy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scores {
+    /// Mean validation loss.
+    pub loss: f32,
+    /// Validation accuracy.
+    pub accuracy: f32,
+}
+
+/// A quantized model as measured before the holdout, and its verdict.
 #[derive(Debug)]
-pub struct Int8Made {
+pub struct QuantMade {
     /// Kept or refused, and what it cost.
-    pub verdict: Int8Verdict,
-    /// Its validation accuracy, and the final model's.
-    pub val_accuracy: (f32, f32),
+    pub verdict: QuantVerdict,
+    /// Its validation scores, and the final model's.
+    pub val: (Scores, Scores),
     /// Bytes of its record, and of the f32 record.
     pub bytes: (u64, u64),
     /// How the engine quantized, in words.
@@ -154,14 +167,21 @@ pub struct Int8Made {
     pub file: String,
 }
 
-impl Int8Made {
-    /// `final/eval.json`'s part, with the holdout accuracy of the one read.
-    pub fn eval(&self, holdout_accuracy: f32) -> Int8Eval {
-        Int8Eval {
+impl QuantMade {
+    /// `final/eval.json`'s part, with the holdout figures of the one read (NaN when the engine
+    /// gave none).
+    pub fn eval(&self, holdout: Option<&QuantHoldout>) -> QuantEval {
+        let (loss, accuracy) = holdout.map_or((f32::NAN, f32::NAN), |h| (h.loss, h.accuracy));
+        let perplexity = |loss: f32| f64::from(loss).exp();
+        let lm = self.verdict.measure == Measure::Perplexity;
+        QuantEval {
             kept: self.verdict.kept,
-            val_accuracy: self.val_accuracy.0,
-            holdout_accuracy,
+            val_accuracy: self.val.0.accuracy,
+            holdout_accuracy: accuracy,
             drop_points: self.verdict.drop_points,
+            measure: self.verdict.measure,
+            val_perplexity: lm.then(|| (perplexity(self.val.0.loss), perplexity(self.val.1.loss))),
+            holdout_perplexity: lm.then(|| perplexity(loss)),
             bytes: self.bytes.0,
             dense_bytes: self.bytes.1,
         }

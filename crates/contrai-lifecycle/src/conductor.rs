@@ -52,6 +52,22 @@ pub struct RunInfo {
     /// `validate.adapter_min_fall`.
     #[serde(default)]
     pub tuning: Option<Tuning>,
+    /// What the model predicts: a quantized variant of a language model is judged by its
+    /// perplexity, a classifier's by its accuracy.
+    #[serde(default)]
+    pub task: Task,
+}
+
+/// What the model predicts.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Task {
+    /// A class a sample.
+    #[default]
+    Classification,
+    /// The next token at every position (a causal or masked language model).
+    LanguageModel,
 }
 
 impl RunInfo {

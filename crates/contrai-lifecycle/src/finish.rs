@@ -1,23 +1,34 @@
 //! The end of the run, after the last phase: the final model exported and evaluated, the student
-//! distilled and the int8 model made (when refine runs and the recipe asks), the int8 model kept
-//! only when it costs at most `refine.max_drop` validation points, and the holdout read **once**,
-//! last.
+//! distilled and the quantized variants made (when refine runs and the recipe asks), each kept
+//! only when it costs at most `refine.max_drop` on validation ([`quant_verdict`]), and the holdout
+//! read **once**, last.
 
 use contrai_recipe::{Phase, Quantize};
-use contrai_run::{Decision, DecisionKind, Int8Eval};
+use contrai_run::{Decision, DecisionKind, Measure, QuantEval};
 use serde_json::json;
 
-use crate::awaiting::{Await as Awaiting, FinishStep as Await, Int8Made};
-use crate::conductor::Conductor;
+use crate::awaiting::{Await as Awaiting, FinishStep as Await, QuantMade, Scores};
+use crate::conductor::{Conductor, Task};
 use crate::error::{ConductorError, Result};
-use crate::protocol::{Action, Int8Verdict, Observation, Request, Summary, Turn};
+use crate::protocol::{Action, Observation, QuantHoldout, QuantVerdict, Request, Summary, Turn};
 
-/// The int8 rule: kept when it loses at most `refine.max_drop` validation accuracy points.
-pub fn int8_verdict(dense_accuracy: f32, int8_accuracy: f32, max_drop: f64) -> Int8Verdict {
-    let drop_points = 100.0 * f64::from(dense_accuracy - int8_accuracy);
-    Int8Verdict {
+/// The rule for a quantized variant: kept when it costs at most `refine.max_drop` — validation
+/// accuracy points for a classifier; for a language model the rise of its validation perplexity
+/// in percent (its token accuracy moves little while the text it writes changes). A cost that
+/// cannot be measured (a non-finite loss) refuses it.
+pub fn quant_verdict(variant: Quantize, task: Task, dense: Scores, q: Scores, max_drop: f64) -> QuantVerdict {
+    let (drop_points, measure) = match task {
+        Task::Classification => (100.0 * f64::from(dense.accuracy - q.accuracy), Measure::Accuracy),
+        Task::LanguageModel => (
+            100.0 * f64::from(q.loss - dense.loss).exp_m1(),
+            Measure::Perplexity,
+        ),
+    };
+    QuantVerdict {
+        variant,
         kept: drop_points <= max_drop,
         drop_points,
+        measure,
     }
 }
 
@@ -30,81 +41,104 @@ impl Conductor {
 
     pub(crate) fn on_finish(&mut self, step: Await, obs: Observation) -> Result<Turn> {
         let refine = self.recipe.run.has_phase(Phase::Refine);
-        let r = &self.recipe.refine;
         match (step, obs) {
-            (Await::Exported, Observation::Exported { val_accuracy, .. }) => {
-                if refine && r.distill.enabled {
-                    let next = Awaiting::Finish(Await::Distilled { val_accuracy });
+            (
+                Await::Exported,
+                Observation::Exported {
+                    val_loss,
+                    val_accuracy,
+                },
+            ) => {
+                let dense = Scores {
+                    loss: val_loss,
+                    accuracy: val_accuracy,
+                };
+                if refine && self.recipe.refine.distill.enabled {
+                    let next = Awaiting::Finish(Await::Distilled { dense });
                     return Ok(self.ask(Vec::new(), Request::Distil, next));
                 }
-                Ok(self.quantize(Vec::new(), val_accuracy))
+                Ok(self.quantize(Vec::new(), dense, Vec::new(), None))
             }
-            (Await::Distilled { val_accuracy }, obs @ Observation::Distilled { .. }) => {
+            (Await::Distilled { dense }, obs @ Observation::Distilled { .. }) => {
                 let d = self.distill_decision(&obs);
-                Ok(self.quantize(vec![Action::Record(d)], val_accuracy))
+                Ok(self.quantize(vec![Action::Record(d)], dense, Vec::new(), None))
             }
-            (Await::Distilled { val_accuracy }, Observation::Declined { what, instead }) => {
+            (Await::Distilled { dense }, Observation::Declined { what, instead }) => {
                 let d = self.declined(&what, &instead);
-                Ok(self.quantize(vec![Action::Record(d)], val_accuracy))
+                Ok(self.quantize(vec![Action::Record(d)], dense, Vec::new(), None))
             }
-            (Await::Quantized { .. }, Observation::Declined { what, instead }) => {
+            (Await::Quantized { dense, variant, made }, Observation::Declined { what, instead }) => {
                 let d = self.declined(&what, &instead);
-                let request = Request::ReadHoldout { int8: None };
-                Ok(self.ask(
-                    vec![Action::Record(d)],
-                    request,
-                    Awaiting::Finish(Await::Holdout { int8: None }),
-                ))
+                Ok(self.quantize(vec![Action::Record(d)], dense, made, Some(variant)))
             }
             (
-                Await::Quantized { val_accuracy },
+                Await::Quantized {
+                    dense,
+                    variant,
+                    mut made,
+                },
                 Observation::Quantized {
-                    val_accuracy: q,
+                    val_loss,
+                    val_accuracy,
                     bytes,
                     dense_bytes,
                     scheme,
                     file,
                 },
             ) => {
-                let verdict = int8_verdict(val_accuracy, q, r.max_drop);
-                let request = Request::ReadHoldout { int8: Some(verdict) };
-                let int8 = Some(Int8Made {
-                    verdict,
-                    val_accuracy: (q, val_accuracy),
+                let q = Scores {
+                    loss: val_loss,
+                    accuracy: val_accuracy,
+                };
+                made.push(QuantMade {
+                    verdict: quant_verdict(variant, self.info.task, dense, q, self.recipe.refine.max_drop),
+                    val: (q, dense),
                     bytes: (bytes, dense_bytes),
                     scheme,
                     file,
                 });
-                Ok(self.ask(Vec::new(), request, Awaiting::Finish(Await::Holdout { int8 })))
+                Ok(self.quantize(Vec::new(), dense, made, Some(variant)))
             }
             (
-                Await::Holdout { int8 },
+                Await::Holdout { made },
                 Observation::HoldoutRead {
                     loss,
                     accuracy,
                     samples,
-                    int8_accuracy,
+                    quantized,
                 },
-            ) => Ok(self.finished(int8, int8_accuracy, (loss, accuracy, samples))),
+            ) => Ok(self.finished(&made, &quantized, (loss, accuracy, samples))),
             (step, obs) => Err(ConductorError::Protocol(format!(
                 "{obs:?} does not answer the end's {step:?}"
             ))),
         }
     }
 
-    /// The int8 model when refine runs and the recipe asks for it; else straight to the holdout.
-    fn quantize(&mut self, out: Vec<Action>, val_accuracy: f32) -> Turn {
+    /// The quantized variant `refine.quantize` lists after `done` (when refine runs); after the
+    /// last, the holdout.
+    fn quantize(
+        &mut self,
+        out: Vec<Action>,
+        dense: Scores,
+        made: Vec<QuantMade>,
+        done: Option<Quantize>,
+    ) -> Turn {
         let r = &self.recipe.refine;
-        if self.recipe.run.has_phase(Phase::Refine) && r.quantize == Quantize::Int8 {
+        let asked = r
+            .quantize
+            .after(done)
+            .filter(|_| self.recipe.run.has_phase(Phase::Refine));
+        if let Some(variant) = asked {
             let block = Some(r.quantize_block).filter(|b| *b > 0);
-            return self.ask(
-                out,
-                Request::Quantize { block },
-                Awaiting::Finish(Await::Quantized { val_accuracy }),
-            );
+            let next = Awaiting::Finish(Await::Quantized { dense, variant, made });
+            return self.ask(out, Request::Quantize { to: variant, block }, next);
         }
-        let request = Request::ReadHoldout { int8: None };
-        self.ask(out, request, Awaiting::Finish(Await::Holdout { int8: None }))
+        let quantized = made.iter().map(|m| m.verdict).collect();
+        self.ask(
+            out,
+            Request::ReadHoldout { quantized },
+            Awaiting::Finish(Await::Holdout { made }),
+        )
     }
 
     /// What the engine did instead of a request it could not carry out.
@@ -148,25 +182,33 @@ impl Conductor {
     /// The holdout was read: the int8 verdict and the holdout recorded, and the run is over.
     fn finished(
         &mut self,
-        int8: Option<Int8Made>,
-        int8_accuracy: Option<f32>,
+        made: &[QuantMade],
+        quantized: &[QuantHoldout],
         holdout: (f32, f32, usize),
     ) -> Turn {
         let (loss, accuracy, samples) = holdout;
         let phase = self.recipe.run.phases.last().copied().unwrap_or(Phase::Main);
         let step = self.state.step;
         let mut out = Vec::new();
-        let int8 = int8.map(|made| {
-            let eval = made.eval(int8_accuracy.unwrap_or(f32::NAN));
-            out.push(Action::Record(self.int8_decision(step, phase, &made, &eval)));
-            eval
-        });
+        let (mut int8, mut int4) = (None, None);
+        for m in made {
+            let eval = m.eval(quantized.iter().find(|h| h.variant == m.verdict.variant));
+            out.push(Action::Record(self.quant_decision(step, phase, m, &eval)));
+            match m.verdict.variant {
+                Quantize::Int8 => int8 = Some(eval),
+                Quantize::Int4 => int4 = Some(eval),
+            }
+        }
+        let perplexity = match self.info.task {
+            Task::LanguageModel => format!(", perplexity {:.2}", f64::from(loss).exp()),
+            Task::Classification => String::new(),
+        };
         out.push(Action::Record(Decision::new(
             step,
             phase,
             DecisionKind::Holdout,
             format!(
-                "the holdout, read once: accuracy {:.2} %, loss {loss:.4} on {samples} samples",
+                "the holdout, read once: accuracy {:.2} %, loss {loss:.4}{perplexity} on {samples} samples",
                 100.0 * accuracy
             ),
             json!({"holdout_accuracy": accuracy, "holdout_loss": loss, "samples": samples}),
@@ -178,31 +220,46 @@ impl Conductor {
             main_end: s.main_end.map(|(at, kind)| (at, kind.to_string())),
             planned_steps: self.steps.all(),
             int8,
+            int4,
         };
         self.ask(out, Request::Finish(Box::new(summary)), Awaiting::Over)
     }
 
-    fn int8_decision(&self, step: u64, phase: Phase, made: &Int8Made, q: &Int8Eval) -> Decision {
+    /// A quantized variant's verdict, recorded with what it cost and saved.
+    fn quant_decision(&self, step: u64, phase: Phase, made: &QuantMade, q: &QuantEval) -> Decision {
         let max_drop = self.recipe.refine.max_drop;
-        let (kind, what) = if q.kept {
-            (DecisionKind::Int8, format!("kept as {}", made.file))
-        } else {
-            (
+        let variant = made.verdict.variant;
+        let (kind, what) = match (variant, q.kept) {
+            (Quantize::Int8, true) => (DecisionKind::Int8, format!("kept as {}", made.file)),
+            (Quantize::Int4, true) => (DecisionKind::Int4, format!("kept as {}", made.file)),
+            (Quantize::Int8, false) => (
                 DecisionKind::RefuseInt8,
                 "refused: the model stays f32".to_string(),
-            )
+            ),
+            (Quantize::Int4, false) => (
+                DecisionKind::RefuseInt4,
+                "refused: the model stays f32".to_string(),
+            ),
+        };
+        let cost = match q.val_perplexity {
+            Some((quantized, dense)) => format!(
+                "validation perplexity {dense:.2} → {quantized:.2} ({:+.2} %, limit +{max_drop} %)",
+                q.drop_points
+            ),
+            None => format!(
+                "validation accuracy {:.2} % → {:.2} % ({:+.2} points, limit −{max_drop} points)",
+                100.0 * made.val.1.accuracy,
+                100.0 * q.val_accuracy,
+                -q.drop_points,
+            ),
         };
         Decision::new(
             step,
             phase,
             kind,
             format!(
-                "int8 ({}): validation accuracy {:.2} % → {:.2} % ({:+.2} points, limit −{} points), {} → {} bytes ({:.1}x smaller); {what}",
+                "{variant} ({}): {cost}, {} → {} bytes ({:.1}x smaller); {what}",
                 made.scheme,
-                100.0 * made.val_accuracy.1,
-                100.0 * q.val_accuracy,
-                -q.drop_points,
-                max_drop,
                 q.dense_bytes,
                 q.bytes,
                 q.dense_bytes as f64 / q.bytes.max(1) as f64
@@ -216,11 +273,40 @@ impl Conductor {
 mod tests {
     use super::*;
 
+    fn scores(loss: f32, accuracy: f32) -> Scores {
+        Scores { loss, accuracy }
+    }
+
     #[test]
-    fn int8_is_kept_within_max_drop_points() {
-        let v = int8_verdict(0.95, 0.945, 1.0);
+    fn a_classifier_s_variant_is_kept_within_max_drop_accuracy_points() {
+        let c = Task::Classification;
+        let v = quant_verdict(Quantize::Int8, c, scores(0.3, 0.95), scores(0.3, 0.945), 1.0);
         assert!(v.kept && (v.drop_points - 0.5).abs() < 1e-4, "{v:?}");
-        assert!(!int8_verdict(0.95, 0.93, 1.0).kept);
-        assert!(int8_verdict(0.95, 0.96, 0.0).kept, "a gain is kept at any limit");
+        assert_eq!(v.measure, Measure::Accuracy);
+        assert!(!quant_verdict(Quantize::Int8, c, scores(0.3, 0.95), scores(0.3, 0.93), 1.0).kept);
+        let gain = quant_verdict(Quantize::Int4, c, scores(0.3, 0.95), scores(0.9, 0.96), 0.0);
+        assert!(gain.kept, "a gain is kept at any limit, whatever the loss");
+    }
+
+    #[test]
+    fn a_language_model_s_variant_is_judged_by_its_perplexity_rise_in_percent() {
+        let lm = Task::LanguageModel;
+        // ln(1.015) ≈ 0.014889: perplexity 1.5 % higher; the token accuracy is not looked at.
+        let v = quant_verdict(
+            Quantize::Int4,
+            lm,
+            scores(3.0, 0.40),
+            scores(3.014_889, 0.40),
+            2.0,
+        );
+        assert!(v.kept && (v.drop_points - 1.5).abs() < 1e-3, "{v:?}");
+        assert_eq!(v.measure, Measure::Perplexity);
+        let worse = quant_verdict(Quantize::Int4, lm, scores(3.0, 0.40), scores(3.2, 0.41), 2.0);
+        assert!(
+            !worse.kept && (worse.drop_points - 22.14).abs() < 0.01,
+            "{worse:?}"
+        );
+        let nan = quant_verdict(Quantize::Int8, lm, scores(3.0, 0.4), scores(f32::NAN, 0.4), 100.0);
+        assert!(!nan.kept, "an unmeasured cost refuses the variant");
     }
 }

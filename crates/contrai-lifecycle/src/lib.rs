@@ -15,7 +15,7 @@
 //! - the contraction's settings, noisy samples, guard and divergence rule — [`contract`];
 //! - pruning's targets, schedule and caps — [`prune`]; diagnose's sensitivity caps —
 //!   [`sensitivity`], measured by [`diagnose`];
-//! - the end: int8 verdict, student, the holdout read once — [`finish`];
+//! - the end: the quantized variants' verdicts, student, the holdout read once — [`finish`];
 //! - a job's configuration checked before step 1 — [`preflight`].
 
 #![warn(missing_docs)]
@@ -41,10 +41,10 @@ pub mod transitions;
 pub mod watch;
 
 pub use budget::PhaseSteps;
-pub use conductor::{Conductor, RunInfo};
+pub use conductor::{Conductor, RunInfo, Task};
 pub use error::{ConductorError, Result};
 pub use protocol::{
-    Action, Failure, Int8Verdict, Observation, PruneOrder, Request, RestorePoint, RestoreScope, SkippedBatch,
-    StepPlan, Summary, Target, Turn,
+    Action, Failure, Observation, PruneOrder, QuantHoldout, QuantVerdict, Request, RestorePoint,
+    RestoreScope, SkippedBatch, StepPlan, Summary, Target, Turn,
 };
 pub use state::{STATE_VERSION, Stage, State};

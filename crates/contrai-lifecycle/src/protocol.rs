@@ -5,8 +5,9 @@
 
 use std::collections::BTreeMap;
 
+use contrai_recipe::Quantize;
 use contrai_recipe::{Phase, PruneScope};
-use contrai_run::{Decision, Int8Eval, MetricsRow, QuarantineEntry, RunPlan};
+use contrai_run::{Decision, Measure, MetricsRow, QuantEval, QuarantineEntry, RunPlan};
 use serde::{Deserialize, Serialize};
 
 use crate::state::State;
@@ -150,18 +151,21 @@ pub enum Request {
     /// Distil the final model into the recipe's student on the kept training rows; answered by
     /// [`Observation::Distilled`] (or [`Observation::Declined`]).
     Distil,
-    /// Quantize the final model to int8 and evaluate it on validation; answered by
-    /// [`Observation::Quantized`] (or [`Observation::Declined`]).
+    /// Quantize the final model's weights (one variant of `refine.quantize`) and evaluate it on
+    /// validation; answered by [`Observation::Quantized`] (or [`Observation::Declined`]).
     Quantize {
-        /// Weights a scale (None: one scale a matrix).
+        /// The variant.
+        to: Quantize,
+        /// Weights a scale (None: the engine's choice — one scale a matrix, or the largest
+        /// group that fits).
         block: Option<u8>,
     },
-    /// Read the holdout — once — and evaluate every exported model on it; keep the int8 model's
-    /// file when its verdict says so; write the model card; answered by
+    /// Read the holdout — once — and evaluate every exported model on it; keep each quantized
+    /// model's files when its verdict says so; write the model card; answered by
     /// [`Observation::HoldoutRead`].
     ReadHoldout {
-        /// The int8 model's verdict, when there is one.
-        int8: Option<Int8Verdict>,
+        /// The quantized variants' verdicts, in the order they were made.
+        quantized: Vec<QuantVerdict>,
     },
     /// The run is over: write `final/eval.json` from this summary.
     Finish(Box<Summary>),
@@ -254,14 +258,30 @@ impl Target {
     }
 }
 
-/// Whether the int8 model is kept, and what it cost.
+/// Whether a quantized variant is kept, and what it cost.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Int8Verdict {
-    /// Kept: it lost at most `refine.max_drop` validation accuracy points.
+pub struct QuantVerdict {
+    /// The variant.
+    pub variant: Quantize,
+    /// Kept: it cost at most `refine.max_drop`.
     pub kept: bool,
-    /// Validation accuracy points it lost (negative: gained).
+    /// What it cost on validation (negative: gained), in `measure`.
     pub drop_points: f64,
+    /// Accuracy points, or a language model's perplexity percent.
+    pub measure: Measure,
+}
+
+/// A quantized variant's holdout figures.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct QuantHoldout {
+    /// The variant.
+    pub variant: Quantize,
+    /// Its mean holdout loss.
+    pub loss: f32,
+    /// Its holdout accuracy.
+    pub accuracy: f32,
 }
 
 /// Why a run stops before its end.
@@ -287,7 +307,9 @@ pub struct Summary {
     /// Steps the recipe planned for all phases.
     pub planned_steps: u64,
     /// The int8 model's evaluation, when one was made.
-    pub int8: Option<Int8Eval>,
+    pub int8: Option<QuantEval>,
+    /// The int4 model's evaluation, when one was made.
+    pub int4: Option<QuantEval>,
 }
 
 /// What an engine reports.
@@ -402,8 +424,10 @@ pub enum Observation {
         /// Its validation accuracy there.
         val_accuracy: f32,
     },
-    /// The int8 model was made and evaluated on validation.
+    /// A quantized model was made and evaluated on validation.
     Quantized {
+        /// Its validation loss.
+        val_loss: f32,
         /// Its validation accuracy.
         val_accuracy: f32,
         /// Bytes of its record.
@@ -431,7 +455,7 @@ pub enum Observation {
         accuracy: f32,
         /// Holdout samples.
         samples: usize,
-        /// The int8 model's holdout accuracy, when there is one.
-        int8_accuracy: Option<f32>,
+        /// Each quantized model's holdout figures (those made).
+        quantized: Vec<QuantHoldout>,
     },
 }

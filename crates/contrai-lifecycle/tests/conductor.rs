@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 
 use contrai_lifecycle::sensitivity::{MIN_SCAN_SAMPLES, Scan};
 use contrai_lifecycle::{
-    Action, Conductor, Observation, Request, RestorePoint, RestoreScope, RunInfo, State, Turn,
+    Action, Conductor, Observation, QuantHoldout, Request, RestorePoint, RestoreScope, RunInfo, State, Task,
+    Turn,
 };
-use contrai_recipe::{Phase, Recipe};
+use contrai_recipe::{Phase, Quantizations, Quantize, Recipe};
 use contrai_run::{Decision, DecisionKind, EvalRow, MetricsRow, TrainRow};
 
 /// A curve of the simulated run: the value at a global step in a phase.
@@ -55,6 +56,7 @@ fn info() -> RunInfo {
         job_steps: None,
         gradient_checkpointing: None,
         tuning: None,
+        task: Task::Classification,
     }
 }
 
@@ -244,18 +246,27 @@ impl Sim {
                 val_loss: 0.35,
                 val_accuracy: 0.88,
             },
-            Request::Quantize { .. } => Observation::Quantized {
+            // int8 costs a little, int4 more (on the loss 0.3 the export reports).
+            Request::Quantize { to, .. } => Observation::Quantized {
+                val_loss: if *to == Quantize::Int4 { 0.4 } else { 0.303 },
                 val_accuracy: 0.895,
                 bytes: 25,
                 dense_bytes: 100,
                 scheme: "int8".into(),
                 file: "final/model-int8.bpk".into(),
             },
-            Request::ReadHoldout { .. } => Observation::HoldoutRead {
+            Request::ReadHoldout { quantized } => Observation::HoldoutRead {
                 loss: 0.31,
                 accuracy: 0.9,
                 samples: 20,
-                int8_accuracy: Some(0.9),
+                quantized: quantized
+                    .iter()
+                    .map(|v| QuantHoldout {
+                        variant: v.variant,
+                        loss: 0.32,
+                        accuracy: 0.9,
+                    })
+                    .collect(),
             },
             Request::Finish(_) | Request::Fail(_) => unreachable!("handled by run"),
         }
@@ -307,7 +318,12 @@ fn simulate(recipe: Recipe, train: Curve, val: Curve, nan_at: Vec<u64>) -> Sim {
 impl Sim {
     /// Runs `recipe` from its first turn.
     fn run_from_start(&mut self, recipe: Recipe) {
-        let mut c = Conductor::new(recipe, info());
+        self.run_with(recipe, info());
+    }
+
+    /// Runs `recipe` from its first turn on a run `info` describes.
+    fn run_with(&mut self, recipe: Recipe, info: RunInfo) {
+        let mut c = Conductor::new(recipe, info);
         let first = c.begin().unwrap();
         self.run(&mut c, first);
     }
@@ -787,5 +803,68 @@ fn a_recipe_that_leaves_main_steps_to_the_job_is_laid_on_its_budget() {
             .actions
             .iter()
             .any(|a| matches!(a, Action::Record(d) if d.kind == DecisionKind::PlanFromJob))
+    );
+}
+
+#[test]
+fn each_quantized_variant_is_judged_on_its_own_a_language_model_s_by_perplexity() {
+    let mut r = recipe();
+    r.refine.quantize = Quantizations::new([Quantize::Int8, Quantize::Int4]);
+    r.refine.max_drop = 2.0;
+    r.refine.distill.enabled = false;
+    let mut sim = Sim::new(falling(), settles());
+    let lm = RunInfo {
+        task: Task::LanguageModel,
+        ..info()
+    };
+    sim.run_with(r.clone(), lm);
+    assert_eq!(sim.end, Some(Ok(())));
+    // int8: the loss 0.300 → 0.303 is perplexity +0.3 %: kept; int4: 0.3 → 0.4 is +10.5 %: refused.
+    let asked: Vec<Quantize> = sim
+        .turns
+        .iter()
+        .filter_map(|t| match t.request {
+            Request::Quantize { to, .. } => Some(to),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked, [Quantize::Int8, Quantize::Int4]);
+    let int8 = sim.decision(DecisionKind::Int8);
+    assert!(
+        int8.reason
+            .contains("validation perplexity 1.35 → 1.35 (+0.30 %, limit +2 %)"),
+        "{}",
+        int8.reason
+    );
+    let int4 = sim.decision(DecisionKind::RefuseInt4);
+    assert!(
+        int4.reason
+            .starts_with("int4 (int8): validation perplexity 1.35 → 1.49 (+10.52 %"),
+        "{}",
+        int4.reason
+    );
+    assert_eq!(int4.evidence["measure"], "perplexity");
+    let holdout = sim.decision(DecisionKind::Holdout);
+    assert!(
+        holdout.reason.contains("perplexity 1.36 on 20 samples"),
+        "{}",
+        holdout.reason
+    );
+    let Some(Request::Finish(summary)) = sim.turns.last().map(|t| &t.request) else {
+        panic!("the run finishes")
+    };
+    let (q8, q4) = (summary.int8.as_ref().unwrap(), summary.int4.as_ref().unwrap());
+    assert!(q8.kept && !q4.kept);
+    assert!((q4.holdout_perplexity.unwrap() - 0.32f64.exp()).abs() < 1e-6);
+    // A classifier's variants by accuracy points: 0.9 → 0.895 is 0.5 points, both kept.
+    let mut sim = Sim::new(falling(), settles());
+    sim.run_with(r, info());
+    assert!(sim.kinds().contains(&DecisionKind::Int4));
+    assert!(
+        !sim.decision(DecisionKind::Int4)
+            .evidence
+            .as_object()
+            .unwrap()
+            .contains_key("measure")
     );
 }

@@ -62,6 +62,7 @@ fn info() -> RunInfo {
         job_steps: None,
         gradient_checkpointing: None,
         tuning: None,
+        task: contrai_lifecycle::Task::Classification,
     }
 }
 
@@ -283,7 +284,7 @@ impl Sim {
                 loss: 0.5,
                 accuracy: 0.8,
                 samples: 10,
-                int8_accuracy: None,
+                quantized: Vec::new(),
             },
             other => panic!("not asked in these runs: {other:?}"),
         }

@@ -156,6 +156,7 @@ pub enum PruneSchedule {
 }
 
 /// Post-training quantization in refine.
+/// A weight-only quantized variant of the final model (one entry of `refine.quantize`).
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(
     Debug,
@@ -163,6 +164,7 @@ pub enum PruneSchedule {
     Copy,
     PartialEq,
     Eq,
+    Hash,
     Serialize,
     Deserialize,
     strum::Display,
@@ -173,10 +175,109 @@ pub enum PruneSchedule {
 #[serde(rename_all = "lowercase")]
 #[strum(serialize_all = "lowercase")]
 pub enum Quantize {
-    /// Int8 weights with one scale a matrix (or a block of a row).
+    /// 8-bit weight codes, one scale a matrix or a block of a row.
     Int8,
-    /// The model stays f32.
-    None,
+    /// 4-bit weight codes, one scale a block of a row (an engine that has no int4 declines it).
+    Int4,
+}
+
+impl Quantize {
+    /// Bits a weight code takes.
+    pub fn bits(self) -> u8 {
+        match self {
+            Quantize::Int8 => 8,
+            Quantize::Int4 => 4,
+        }
+    }
+}
+
+/// `refine.quantize`: the quantized variants refine makes, in order, each kept or refused on its
+/// own — `"int8"`, `"int4"`, `"none"`, or a list (`["int8", "int4"]`; `[]` is `"none"`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Quantizations(Vec<Quantize>);
+
+/// How `refine.quantize` says that no quantized variant is made.
+const NO_QUANTIZATION: &str = "none";
+
+impl Quantizations {
+    /// These variants, in this order (each once).
+    pub fn new(variants: impl IntoIterator<Item = Quantize>) -> Self {
+        let mut v: Vec<Quantize> = Vec::new();
+        for q in variants {
+            if !v.contains(&q) {
+                v.push(q);
+            }
+        }
+        Quantizations(v)
+    }
+
+    /// The variants in the order refine makes them.
+    pub fn iter(&self) -> impl Iterator<Item = Quantize> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// The variant made after `done` (the first when `done` is None).
+    pub fn after(&self, done: Option<Quantize>) -> Option<Quantize> {
+        match done {
+            None => self.0.first().copied(),
+            Some(d) => self.iter().skip_while(|q| *q != d).nth(1),
+        }
+    }
+
+    /// `recipe init`'s list of the values allowed.
+    pub fn choices() -> String {
+        format!("{} | {NO_QUANTIZATION}", choices::<Quantize>())
+    }
+}
+
+impl Serialize for Quantizations {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [] => s.serialize_str(NO_QUANTIZATION),
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Quantizations {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(QuantizationsVisitor)
+    }
+}
+
+struct QuantizationsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for QuantizationsVisitor {
+    type Value = Quantizations;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "one of {} or a list of them", Quantizations::choices())
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Quantizations, E> {
+        if v == NO_QUANTIZATION {
+            return Ok(Quantizations::default());
+        }
+        let q = v.parse().map_err(|_| {
+            E::custom(format!(
+                "unknown value `{v}`, expected {}",
+                Quantizations::choices()
+            ))
+        })?;
+        Ok(Quantizations::new([q]))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Quantizations, A::Error> {
+        let mut v = Vec::new();
+        while let Some(q) = seq.next_element::<Quantize>()? {
+            if v.contains(&q) {
+                return Err(serde::de::Error::custom(format!("`{q}` is listed twice")));
+            }
+            v.push(q);
+        }
+        Ok(Quantizations(v))
+    }
 }
 
 /// A type's values as `a | b | c` (for comments and help).
@@ -216,5 +317,37 @@ mod tests {
             "validate | main | diagnose | contract | refine"
         );
         assert!(Phase::Validate < Phase::Refine);
+    }
+
+    #[derive(Debug, Deserialize, Serialize)]
+    struct Refine {
+        quantize: Quantizations,
+    }
+
+    fn read(v: &str) -> Result<Vec<Quantize>, String> {
+        toml::from_str::<Refine>(&format!("quantize = {v}"))
+            .map(|r| r.quantize.iter().collect())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn refine_quantize_is_one_variant_none_or_a_list_and_writes_back_alike() {
+        use Quantize::*;
+        assert_eq!(read("\"int8\""), Ok(vec![Int8]));
+        assert_eq!(read("\"none\""), Ok(vec![]));
+        assert_eq!(read("[]"), Ok(vec![]));
+        assert_eq!(read("[\"int8\", \"int4\"]"), Ok(vec![Int8, Int4]));
+        let e = read("\"int3\"").unwrap_err();
+        assert!(e.contains("expected int8 | int4 | none"), "{e}");
+        let e = read("[\"int4\", \"int4\"]").unwrap_err();
+        assert!(e.contains("`int4` is listed twice"), "{e}");
+        for v in ["\"none\"", "\"int4\"", "[\"int8\", \"int4\"]"] {
+            let r: Refine = toml::from_str(&format!("quantize = {v}")).unwrap();
+            assert_eq!(toml::to_string(&r).unwrap().trim(), format!("quantize = {v}"));
+        }
+        let both = Quantizations::new([Int8, Int4]);
+        assert_eq!(both.after(None), Some(Int8));
+        assert_eq!(both.after(Some(Int8)), Some(Int4));
+        assert_eq!(both.after(Some(Int4)), None);
     }
 }

@@ -9,7 +9,9 @@ pub mod recipe;
 pub mod schedule;
 pub mod template;
 
-pub use choice::{Dedup, ModelKind, OnConflict, Phase, Pooling, PruneSchedule, PruneScope, Quantize};
+pub use choice::{
+    Dedup, ModelKind, OnConflict, Phase, Pooling, PruneSchedule, PruneScope, Quantizations, Quantize,
+};
 pub use load::RecipeError;
 pub use recipe::Recipe;
 pub use schedule::{Decay, Schedule};

@@ -471,7 +471,7 @@ impl Recipe {
             return err(
                 "refine.max_drop",
                 format!(
-                    "is {}, expected accuracy points in [0, 100]",
+                    "is {}, expected accuracy points (or perplexity %) in [0, 100]",
                     self.refine.max_drop
                 ),
             );

@@ -3,7 +3,9 @@
 use contrai_base::Format;
 use serde::{Deserialize, Serialize};
 
-use crate::choice::{Dedup, ModelKind, OnConflict, Phase, PruneSchedule, PruneScope, Quantize};
+use crate::choice::{
+    Dedup, ModelKind, OnConflict, Phase, PruneSchedule, PruneScope, Quantizations, Quantize,
+};
 use crate::schedule::Decay;
 
 /// A whole run's settings (`contrai recipe init` prints the default with comments).
@@ -439,9 +441,10 @@ fn default_prune_init() -> f64 {
 pub struct Refine {
     /// Share of all steps given to the final anneal.
     pub budget: f64,
-    /// Post-training quantization.
-    pub quantize: Quantize,
-    /// Largest accuracy drop (points) a quantized model may cost before it is refused.
+    /// The weight-only quantized variants made after training, each judged on its own.
+    pub quantize: Quantizations,
+    /// Largest drop a quantized variant may cost before it is refused: validation accuracy
+    /// points, or for a language model its validation perplexity's rise in percent.
     pub max_drop: f64,
     /// 0: one int8 scale a weight matrix; N (1–255): a scale every N weights of a row.
     pub quantize_block: u8,
@@ -453,7 +456,7 @@ impl Default for Refine {
     fn default() -> Self {
         Refine {
             budget: 0.05,
-            quantize: Quantize::Int8,
+            quantize: Quantizations::new([Quantize::Int8]),
             max_drop: 1.0,
             quantize_block: 0,
             distill: Distill::default(),

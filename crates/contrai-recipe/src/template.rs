@@ -1,6 +1,6 @@
 //! The default recipe as commented TOML: what `contrai recipe init` prints.
 
-use crate::choice::{Dedup, ModelKind, OnConflict, PruneSchedule, PruneScope, Quantize, choices};
+use crate::choice::{Dedup, ModelKind, OnConflict, PruneSchedule, PruneScope, Quantizations, choices};
 use crate::schedule::Decay;
 
 /// The default recipe, every key with a comment; it parses to [`crate::Recipe::default`]. The
@@ -111,7 +111,7 @@ fn fill(text: &str) -> String {
         .replace("@DECAY@", &choices::<Decay>())
         .replace("@PRUNE_SCHEDULE@", &choices::<PruneSchedule>())
         .replace("@PRUNE_SCOPE@", &choices::<PruneScope>())
-        .replace("@QUANTIZE@", &choices::<Quantize>())
+        .replace("@QUANTIZE@", &Quantizations::choices())
 }
 
 const TEMPLATE: &str = r#"# Contrai recipe. Every key below is shown with its default; delete what you do not change.
@@ -202,8 +202,8 @@ prune = [                # weight matrices by glob over parameter paths (an MLP'
 
 [refine]
 budget = 0.05            # share of all steps for the final anneal
-quantize = "int8"        # @QUANTIZE@
-max_drop = 1.0           # accuracy points a quantized model may lose before it is refused
+quantize = "int8"        # @QUANTIZE@, or a list: ["int8", "int4"] (each judged on its own)
+max_drop = 1.0           # accuracy points (a language model: perplexity %) a quantized variant may lose
 quantize_block = 0       # 0: one scale a weight matrix | N (≤ 255): a scale every N weights
 
 [refine.distill]         # a smaller student taught by the refined model (final/student.safetensors)

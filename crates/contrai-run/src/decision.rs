@@ -130,6 +130,10 @@ pub enum DecisionKind {
     Int8,
     /// The int8 model cost too much accuracy and was refused.
     RefuseInt8,
+    /// The int4 model was kept.
+    Int4,
+    /// The int4 model cost too much and was refused.
+    RefuseInt4,
     /// A student was distilled from the refined model.
     Distill,
     /// The holdout was read, once.

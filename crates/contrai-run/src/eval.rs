@@ -39,19 +39,41 @@ pub struct FinalEval {
     /// Share of zeros in each pruned module of the final weights.
     #[serde(default)]
     pub sparsity: BTreeMap<String, f64>,
-    /// The int8 model, when `refine.quantize = "int8"`.
+    /// The int8 model, when `refine.quantize` lists `int8`.
     #[serde(default)]
-    pub int8: Option<Int8Eval>,
+    pub int8: Option<QuantEval>,
+    /// The int4 model, when `refine.quantize` lists `int4` and the engine made one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub int4: Option<QuantEval>,
     /// The distilled student, when `refine.distill.enabled`.
     #[serde(default)]
     pub student: Option<Variant>,
 }
 
-/// The int8 post-training quantization of the final model.
+/// What a quantized variant's cost is measured in: validation accuracy points for a classifier,
+/// the rise of validation perplexity in percent for a language model.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Measure {
+    /// Accuracy points lost.
+    #[default]
+    Accuracy,
+    /// Perplexity gained, in percent.
+    Perplexity,
+}
+
+impl Measure {
+    fn is_accuracy(&self) -> bool {
+        *self == Measure::Accuracy
+    }
+}
+
+/// A post-training quantization of the final model (int8 or int4 weights).
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Int8Eval {
-    /// Whether it was kept (its validation accuracy dropped by at most `refine.max_drop` points).
+pub struct QuantEval {
+    /// Whether it was kept (it cost at most `refine.max_drop`, in [`Self::measure`]).
     pub kept: bool,
     /// Its validation accuracy.
     #[serde(with = "crate::nonfinite")]
@@ -61,8 +83,17 @@ pub struct Int8Eval {
     #[serde(with = "crate::nonfinite")]
     #[cfg_attr(feature = "schema", schemars(with = "f64"))]
     pub holdout_accuracy: f32,
-    /// Validation accuracy points lost to quantization.
+    /// What quantization cost: validation accuracy points, or perplexity percent (see `measure`).
     pub drop_points: f64,
+    /// What `drop_points` counts.
+    #[serde(default, skip_serializing_if = "Measure::is_accuracy")]
+    pub measure: Measure,
+    /// Its validation perplexity and the dense model's, for a language model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_perplexity: Option<(f64, f64)>,
+    /// Its holdout perplexity, for a language model (same single read of the holdout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holdout_perplexity: Option<f64>,
     /// Bytes of its record.
     pub bytes: u64,
     /// Bytes of the f32 record.

@@ -24,7 +24,7 @@ pub mod rows;
 use std::path::{Path, PathBuf};
 
 pub use decision::{Decision, DecisionKind};
-pub use eval::{FinalEval, Int8Eval, ModelCard, Variant};
+pub use eval::{FinalEval, Measure, ModelCard, QuantEval, Variant};
 pub use format::{FORMAT, RunFormat};
 pub use journal::{JsonLines, read_jsonl};
 pub use plan::{LrSegment, LrShape, PhasePlan, Plan, RunPlan};

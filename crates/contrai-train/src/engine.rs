@@ -14,7 +14,8 @@ use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
 use contrai_data::Progress;
 use contrai_lifecycle::{
-    Action, Conductor, Observation, PruneOrder, Request, RunInfo, SkippedBatch, StepPlan, preflight::Tuning,
+    Action, Conductor, Observation, PruneOrder, Request, RunInfo, SkippedBatch, StepPlan, Task,
+    preflight::Tuning,
 };
 use contrai_recipe::{Phase, Recipe};
 use contrai_run::{
@@ -195,6 +196,7 @@ impl<'a> Engine<'a> {
                 Some(_) => Tuning::Lora,
                 None => Tuning::Full,
             }),
+            task: Task::Classification,
         };
         let model = match &recipe.model.lora {
             Some(l) => {
@@ -413,8 +415,8 @@ impl<'a> Engine<'a> {
             }),
             Request::Export => self.export(),
             Request::Distil => self.distil(),
-            Request::Quantize { block } => self.quantize(block),
-            Request::ReadHoldout { int8 } => self.read_holdout(int8),
+            Request::Quantize { to, block } => self.quantize(to, block),
+            Request::ReadHoldout { quantized } => self.read_holdout(&quantized),
             Request::Train(_) | Request::Finish(_) | Request::Fail(_) => Err(TrainError::Unsupported(
                 "internal: the loop answers training steps, the finish and failures itself".into(),
             )),

@@ -3,7 +3,8 @@
 //! it, the model card, and `final/eval.json` last (its presence marks a finished run).
 
 use burn::module::Module;
-use contrai_lifecycle::{Int8Verdict, Observation, Summary};
+use contrai_lifecycle::{Observation, QuantHoldout, QuantVerdict, Summary};
+use contrai_recipe::Quantize;
 use contrai_run::{FINAL_CARD, FINAL_INT8, FINAL_MODEL, FINAL_STUDENT, FinalEval, FinalModel, ModelCard};
 
 use crate::batch::{Encoded, Encoder};
@@ -95,13 +96,21 @@ impl Engine<'_> {
         Ok(obs)
     }
 
-    /// Quantizes the final model to int8 and evaluates it on validation.
-    pub(crate) fn quantize(&mut self, block: Option<u8>) -> Result<Observation> {
+    /// Quantizes the final model to int8 and evaluates it on validation (int4 is declined:
+    /// Burn's quantization here is int8).
+    pub(crate) fn quantize(&mut self, to: Quantize, block: Option<u8>) -> Result<Observation> {
+        if to != Quantize::Int8 {
+            return Ok(Observation::Declined {
+                what: format!("quantize the final model to {to}"),
+                instead: "the Burn engine quantizes to int8 only: no int4 variant".into(),
+            });
+        }
         let valid = self.net.model.valid();
         let q = quantize_int8(valid.clone(), block);
         let bytes = record_bytes(&q)?;
-        let val_accuracy = evaluate(&q, &self.data.val, self.eval_batch(), &self.plain).1;
+        let (val_loss, val_accuracy) = evaluate(&q, &self.data.val, self.eval_batch(), &self.plain);
         let obs = Observation::Quantized {
+            val_loss,
             val_accuracy,
             bytes: bytes.len() as u64,
             dense_bytes: record_bytes(&valid)?.len() as u64,
@@ -114,7 +123,8 @@ impl Engine<'_> {
 
     /// Reads the holdout — once — and measures every model on it side by side; keeps the int8
     /// model when its verdict says so; writes the model card.
-    pub(crate) fn read_holdout(&mut self, verdict: Option<Int8Verdict>) -> Result<Observation> {
+    pub(crate) fn read_holdout(&mut self, verdicts: &[QuantVerdict]) -> Result<Observation> {
+        let verdict = verdicts.iter().find(|v| v.variant == Quantize::Int8);
         let samples = self.data.holdout.read_once()?;
         let reads = self.data.holdout.reads();
         if reads > 1 {
@@ -152,10 +162,14 @@ impl Engine<'_> {
             note,
         )];
         let mut models = vec![&valid];
-        let mut int8_accuracy = None;
-        if let (Some((q, bytes, q_val)), Some(v)) = (&self.finale.int8, &verdict) {
+        let mut quantized = Vec::new();
+        if let (Some((q, bytes, q_val)), Some(v)) = (&self.finale.int8, verdict) {
             let holdout = evaluate(q, &hold, eb, &self.plain);
-            int8_accuracy = Some(holdout.1);
+            quantized.push(QuantHoldout {
+                variant: Quantize::Int8,
+                loss: holdout.0,
+                accuracy: holdout.1,
+            });
             let m = Measured {
                 val_accuracy: *q_val,
                 holdout,
@@ -210,7 +224,7 @@ impl Engine<'_> {
             loss: holdout_loss,
             accuracy: holdout_accuracy,
             samples: hold.len(),
-            int8_accuracy,
+            quantized,
         })
     }
 
@@ -240,6 +254,7 @@ impl Engine<'_> {
             planned_steps: summary.planned_steps,
             sparsity: self.net.masks.by_module(),
             int8: summary.int8,
+            int4: summary.int4,
             student: f.student_variant.clone(),
         };
         contrai_run::write_json(&self.run.eval(), &eval)?;

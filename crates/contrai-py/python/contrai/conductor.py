@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import _core
-from .protocol import Observation, RunPlan, State, Tuning, Turn
+from .protocol import Observation, RunPlan, State, Task, Tuning, Turn
 
 
 @dataclass
@@ -32,6 +32,8 @@ class RunInfo:
     # Every weight trains, or adapters on a frozen base: validate holds an adapter job to
     # what adapters reach.
     tuning: Tuning | None = None
+    # What the model predicts: a language model's quantized variants are judged by perplexity.
+    task: Task = "classification"
 
 
 def kind(item: Any) -> tuple[str, Any]:

@@ -34,8 +34,8 @@ from .compact import Cut, save, units_removed
 from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
 from .masks import Masks, head_count, matrices, unit_inputs
-from .model import class_names, dropout_sites, first_device, recompute, recomputes, set_dropout, tuning, unwrap
-from .protocol import State, Turn
+from .model import class_names, dropout_sites, first_device, recompute, recomputes, set_dropout, task, tuning, unwrap
+from .protocol import Quantize, State, Turn
 from .resume import check_lr
 from .serving import save_codes, write_compressed_tensors
 from .weightquant import QuantizeError, Scheme, fitting_group, quantized_bytes, quantized_in_place
@@ -48,6 +48,8 @@ MERGED = "contrai_merged"
 CALIBRATION = 64
 # Rollback checkpoints kept besides the best ones (and the Trainer's own, unless it was told).
 KEEP_LAST = 3
+# The code width of each quantized variant ``refine.quantize`` may list.
+BITS: dict[Quantize, int] = {"int8": 8, "int4": 4}
 
 
 @dataclass
@@ -235,15 +237,16 @@ class Engine:
         self.turn_log = None if turn_log is None else open(f"{os.fspath(turn_log)}.rank{job.rank}", "a")
         # The record of the latest checkpoint (the framework saves its own beside it).
         self.last_record: dict[str, Any] | None = None
-        self.int8: Scheme | None = None  # the int8 scheme validation measured
         # The model exported, quantized and served (a LoRA job's without its PEFT layers), once exported.
         self.final: torch.nn.Module | None = None
         # The exported model's parameters and share of zero weights (pruned units cut out) and how
         # it was made, for the model card.
         self.exported = (0, 0.0)
         self.export_note = ""
-        # The int8 model as validation measured it (the ``Quantized`` observation).
-        self.int8_made: dict[str, Any] | None = None
+        # Each quantized variant's scheme and what validation measured (its ``Quantized``
+        # observation), and its holdout loss and accuracy once read.
+        self.quantized: dict[Quantize, tuple[Scheme, dict[str, Any]]] = {}
+        self.quantized_holdout: dict[Quantize, tuple[float, float]] = {}
         # The run directory's one-writer lock (rank 0), held from start to the job's end.
         self.lock: _core.RunLock | None = None
         # The signal the job stopped on (a preemption), when it did.
@@ -295,6 +298,7 @@ class Engine:
             job_steps=self.job_steps,
             gradient_checkpointing=self.recomputing,
             tuning=tuning(m),
+            task=task(m),
         )
 
     def checkpointing(self) -> bool:
@@ -1050,50 +1054,55 @@ class Engine:
                              "instead": "the PyTorch engine does not distil yet; the fine-tuned model is the final one"}}
 
     def quantize(self, p: dict[str, Any]) -> dict[str, Any]:
-        """Weight-only int8 of the linear layers (one symmetric scale a group of input weights:
-        the recipe's block, or the largest group up to 128 that divides every layer), evaluated
-        on validation in place — each layer's dequantized codes in its weights, the dense ones
-        spilled to disk and put back after: never a second copy of the model, on any device."""
+        """A weight-only variant of the final model (``p["to"]``: int8 or int4 codes of every linear
+        layer but ``lm_head``, one symmetric scale a group of input weights: the recipe's block,
+        or the largest group up to 128 that divides every layer), evaluated on validation in place
+        — each layer's dequantized codes in its weights, the dense ones spilled to disk and put
+        back after: never a second copy of the model, on any device."""
+        variant: Quantize = p["to"]
         model = self.served()
         try:
-            scheme = Scheme(8, p["block"] or fitting_group(model))
+            scheme = Scheme(BITS[variant], p["block"] or fitting_group(model))
             with quantized_in_place(model, scheme):
-                _, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
+                loss, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
         except QuantizeError as e:
-            return {"Declined": {"what": "quantize the final model to int8", "instead": f"kept dense: {e}"}}
-        self.int8 = scheme
-        self.int8_made = {"val_accuracy": nan0(acc), "bytes": quantized_bytes(model, scheme),
-                          "dense_bytes": sum(t.numel() * t.element_size() for t in model.state_dict().values()),
-                          "scheme": f"weight-only int8, round to nearest, one symmetric scale a group of "
-                                    f"{scheme.group} input weights, every nn.Linear but lm_head",
-                          "file": self.int8_file(model)}
-        return {"Quantized": self.int8_made}
+            return {"Declined": {"what": f"quantize the final model to {variant}", "instead": f"kept dense: {e}"}}
+        made = {"val_loss": loss, "val_accuracy": nan0(acc), "bytes": quantized_bytes(model, scheme),
+                "dense_bytes": sum(t.numel() * t.element_size() for t in model.state_dict().values()),
+                "scheme": f"weight-only {variant}, round to nearest, one symmetric scale a group of "
+                          f"{scheme.group} input weights, every nn.Linear but lm_head",
+                "file": self.quantized_file(model, variant)}
+        self.quantized[variant] = (scheme, made)
+        return {"Quantized": made}
 
     def served(self) -> torch.nn.Module:
         """The exported model (``export``), else the job's."""
         return self.final if self.final is not None else unwrap(self.job.model)
 
-    def int8_file(self, model: torch.nn.Module) -> str:
-        """Where the int8 model goes when kept: a Hugging Face model's compressed-tensors folder
-        (``from_pretrained`` reads it with the ``compressed-tensors`` package; vLLM serves it)
-        when that package is installed, else the codes in one ``torch.save`` file."""
+    def quantized_file(self, model: torch.nn.Module, variant: Quantize) -> str:
+        """Where a quantized variant goes when kept: a Hugging Face model's compressed-tensors
+        folder (``from_pretrained`` reads it with the ``compressed-tensors`` package; vLLM serves
+        it) when that package is installed, else the codes in one ``torch.save`` file."""
         servable = hasattr(model, "save_pretrained") and importlib.util.find_spec("compressed_tensors") is not None
-        return "final/int8" if servable else "final/model-int8.pt"
+        return f"final/{variant}" if servable else f"final/model-{variant}.pt"
 
     def read_holdout(self, p: dict[str, Any]) -> dict[str, Any]:
-        """The holdout, read once: the final model and the int8 model (put in place again: round
-        to nearest gives the codes validation saw) evaluated on it; the int8 model written when kept."""
+        """The holdout, read once: the final model and each quantized variant (put in place
+        again: round to nearest gives the codes validation saw) evaluated on it; a variant's
+        files written when its verdict keeps it."""
         batches = self.job.holdout_batches()
         loss, acc, n = self.evaluation(self.job.model, batches, sharded=False)
-        int8_acc = None
-        int8_holdout = (math.nan, math.nan)
-        if p["int8"] is not None and self.int8 is not None:
+        quantized = []
+        for verdict in p["quantized"]:
+            variant = verdict["variant"]
+            scheme, made = self.quantized[variant]
             model = self.served()
-            with quantized_in_place(model, self.int8) as q:
-                l8, a, _ = self.evaluation(self.job.model, self.job.holdout_batches(), sharded=False)
-                int8_acc, int8_holdout = nan0(a), (l8, a)
-                if p["int8"]["kept"] and self.leader:
-                    out = self.run_dir / self.int8_file(model)
+            with quantized_in_place(model, scheme) as q:
+                lq, aq, _ = self.evaluation(self.job.model, self.job.holdout_batches(), sharded=False)
+                self.quantized_holdout[variant] = (lq, aq)
+                quantized.append({"variant": variant, "loss": nan0(lq), "accuracy": nan0(aq)})
+                if verdict["kept"] and self.leader:
+                    out = self.run_dir / made["file"]
                     if out.suffix == ".pt":
                         save_codes(model, q, out)
                     else:
@@ -1102,12 +1111,12 @@ class Engine:
             self.substitute("read the holdout", "no holdout was given to the callback (holdout_dataset=)", {})
         self.holdout_eval = (loss, acc, n)
         if self.leader:
-            self.write_card(p["int8"], int8_holdout)
-        return {"HoldoutRead": {"loss": nan0(loss), "accuracy": nan0(acc), "samples": n, "int8_accuracy": int8_acc}}
+            self.write_card(p["quantized"])
+        return {"HoldoutRead": {"loss": nan0(loss), "accuracy": nan0(acc), "samples": n, "quantized": quantized}}
 
-    def write_card(self, verdict: dict[str, Any] | None, int8_holdout: tuple[float, float]) -> None:
-        """``final/model-card.json`` (``contrai.card``): the exported model, and the int8 model
-        when refine made one (its file when kept; its bytes as counted when refused)."""
+    def write_card(self, verdicts: list[dict[str, Any]]) -> None:
+        """``final/model-card.json`` (``contrai.card``): the exported model, and each quantized
+        variant refine made (its file when kept; its bytes as counted when refused)."""
         model = self.served()
         batch = next(iter(self.job.eval_batches()))
         was = model.training
@@ -1120,19 +1129,26 @@ class Engine:
         variants = [Variant(dtype_name(model), "final", *self.exported,
                             disk_bytes(self.run_dir / "final"), nan0(self.final_val[1]), nan0(acc), nan0(loss),
                             latency, "; ".join(x for x in (self.export_note, timed) if x))]
-        made = self.int8_made
-        if verdict is not None and made is not None:
-            kept = bool(verdict["kept"])
-            note = f"{made['scheme']}; " + ("kept" if kept else f"refused: {verdict['drop_points']:.2f} validation "
-                                                                 "points lost")
-            if "units" in self.whole:
-                note += "; pruned units stay as zeros in it (quantized before the cut)"
-            variants.append(Variant("int8", made["file"] if kept else None, *describe(model.state_dict()),
-                                    disk_bytes(self.run_dir / made["file"]) if kept else made["bytes"],
-                                    made["val_accuracy"], nan0(int8_holdout[1]), nan0(int8_holdout[0]), None, note))
+        for verdict in verdicts:
+            variants.append(self.quantized_variant(model, verdict))
         self.writer.write("model_card", words_json(card(
             model, class_names(model, self.classes), self.masks.by_module(), bool(self.recomputing),
             batch_size(batch) or 0, variants)))
+
+    def quantized_variant(self, model: torch.nn.Module, verdict: dict[str, Any]) -> Variant:
+        """A quantized variant's line in the model card. No latency: PyTorch runs it with its
+        weights dequantized (a server's int kernels set its speed; ``BENCHMARKS.md`` has llama.cpp's)."""
+        variant, kept = verdict["variant"], bool(verdict["kept"])
+        _, made = self.quantized[variant]
+        unit = "validation points" if verdict["measure"] == "accuracy" else "% validation perplexity"
+        note = f"{made['scheme']}; " + ("kept" if kept else f"refused: {verdict['drop_points']:+.2f} {unit}")
+        if "units" in self.whole:
+            note += "; pruned units stay as zeros in it (quantized before the cut)"
+        note += "; no latency: PyTorch runs it dequantized"
+        hl, ha = self.quantized_holdout.get(variant, (math.nan, math.nan))
+        return Variant(variant, made["file"] if kept else None, *describe(model.state_dict()),
+                       disk_bytes(self.run_dir / made["file"]) if kept else made["bytes"],
+                       made["val_accuracy"], nan0(ha), nan0(hl), None, note)
 
     def finish(self, summary: dict[str, Any]) -> None:
         """``final/eval.json``, written last: the run is over."""
@@ -1148,6 +1164,8 @@ class Engine:
               "best": summary["best"], "holdout_reads": 1, "main_end": summary["main_end"],
               "planned_steps": summary["planned_steps"], "sparsity": self.masks.by_module(),
               "int8": summary["int8"], "student": None}
+        if summary.get("int4") is not None:
+            ev["int4"] = summary["int4"]
         self.writer.write("eval", words_json(ev))
 
 

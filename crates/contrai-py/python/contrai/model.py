@@ -8,7 +8,7 @@ from typing import Any, Iterator, TypeVar
 
 import torch
 
-from .protocol import Tuning
+from .protocol import Task, Tuning
 
 M = TypeVar("M", bound=torch.nn.Module)
 
@@ -25,8 +25,21 @@ def first_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def task(model: torch.nn.Module) -> Task:
+    """``language_model`` when a module of the model has Hugging Face output embeddings (an LM
+    head: a logit a vocabulary entry at every position), else ``classification``."""
+    for m in model.modules():
+        head = getattr(m, "get_output_embeddings", None)
+        if callable(head) and head() is not None:
+            return "language_model"
+    return "classification"
+
+
 def class_names(model: torch.nn.Module, classes: int) -> list[str]:
-    """The class names the model's config gives (``id2label``), else their indices."""
+    """The class names the model's config gives (``id2label``), else their indices; none for a
+    language model (its config's two default labels name no class it predicts)."""
+    if task(model) == "language_model":
+        return []
     labels = getattr(getattr(model, "config", None), "id2label", None) or {}
     return [str(labels.get(i, i)) for i in range(classes)]
 

@@ -138,24 +138,6 @@ class FailureDiverged(TypedDict):
     Diverged: str
 
 
-class Int8Eval(TypedDict):
-    """The int8 post-training quantization of the final model."""
-
-    bytes: int
-    dense_bytes: int
-    drop_points: float
-    holdout_accuracy: float
-    kept: bool
-    val_accuracy: float
-
-
-class Int8Verdict(TypedDict):
-    """Whether the int8 model is kept, and what it cost."""
-
-    drop_points: float
-    kept: bool
-
-
 class JobFacts(TypedDict):
     """What is known of a job before its first step; `None` where its source cannot tell."""
 
@@ -325,10 +307,11 @@ class ObservationQuantizedFields(TypedDict):
     file: str
     scheme: str
     val_accuracy: float
+    val_loss: float
 
 
 class ObservationQuantized(TypedDict):
-    """The int8 model was made and evaluated on validation."""
+    """A quantized model was made and evaluated on validation."""
 
     Quantized: "ObservationQuantizedFields"
 
@@ -346,8 +329,8 @@ class ObservationDeclined(TypedDict):
 
 class ObservationHoldoutReadFields(TypedDict):
     accuracy: float
-    int8_accuracy: NotRequired[Union[float, None]]
     loss: float
+    quantized: list["QuantHoldout"]
     samples: int
 
 
@@ -387,6 +370,37 @@ class PruneOrder(TypedDict):
     scope: "PruneScope"
     targets: dict[str, "Target"]
     units: NotRequired[bool]
+
+
+class QuantEval(TypedDict):
+    """A post-training quantization of the final model (int8 or int4 weights)."""
+
+    bytes: int
+    dense_bytes: int
+    drop_points: float
+    holdout_accuracy: float
+    holdout_perplexity: NotRequired[Union[float, None]]
+    kept: bool
+    measure: NotRequired["Measure"]
+    val_accuracy: float
+    val_perplexity: NotRequired[Union[tuple[float, float], None]]
+
+
+class QuantHoldout(TypedDict):
+    """A quantized variant's holdout figures."""
+
+    accuracy: float
+    loss: float
+    variant: "Quantize"
+
+
+class QuantVerdict(TypedDict):
+    """Whether a quantized variant is kept, and what it cost."""
+
+    drop_points: float
+    kept: bool
+    measure: "Measure"
+    variant: "Quantize"
 
 
 class QuarantineEntry(TypedDict):
@@ -478,20 +492,21 @@ class RequestMeasureJoint(TypedDict):
 
 class RequestQuantizeFields(TypedDict):
     block: NotRequired[Union[int, None]]
+    to: "Quantize"
 
 
 class RequestQuantize(TypedDict):
-    """Quantize the final model to int8 and evaluate it on validation; answered by [`Observation::Quantized`] (or [`Observation::Declined`])."""
+    """Quantize the final model's weights (one variant of `refine.quantize`) and evaluate it on validation; answered by [`Observation::Quantized`] (or [`Observation::Declined`])."""
 
     Quantize: "RequestQuantizeFields"
 
 
 class RequestReadHoldoutFields(TypedDict):
-    int8: NotRequired[Union["Int8Verdict", None]]
+    quantized: list["QuantVerdict"]
 
 
 class RequestReadHoldout(TypedDict):
-    """Read the holdout — once — and evaluate every exported model on it; keep the int8 model's file when its verdict says so; write the model card; answered by [`Observation::HoldoutRead`]."""
+    """Read the holdout — once — and evaluate every exported model on it; keep each quantized model's files when its verdict says so; write the model card; answered by [`Observation::HoldoutRead`]."""
 
     ReadHoldout: "RequestReadHoldoutFields"
 
@@ -527,6 +542,7 @@ class RunInfo(TypedDict):
     gradient_checkpointing: NotRequired[Union[bool, None]]
     heads: NotRequired[Union[int, None]]
     job_steps: NotRequired[Union[int, None]]
+    task: NotRequired["Task"]
     train_samples: int
     tuning: NotRequired[Union["Tuning", None]]
     weights: list[str]
@@ -627,7 +643,8 @@ class Summary(TypedDict):
     """What the conductor knows at the end, for `final/eval.json`."""
 
     best: NotRequired[Union[tuple[int, float], None]]
-    int8: NotRequired[Union["Int8Eval", None]]
+    int4: NotRequired[Union["QuantEval", None]]
+    int8: NotRequired[Union["QuantEval", None]]
     main_end: NotRequired[Union[tuple[int, str], None]]
     planned_steps: int
     step: int
@@ -669,13 +686,15 @@ CheckpointCadence = Union[Literal["Never"], "CheckpointCadenceSteps"]
 
 DecayShape = Union[Literal["cosine"], Literal["linear"], Literal["constant"], Literal["other"]]
 
-DecisionKind = Union[Literal["validate_passed"], Literal["validate_failed"], Literal["checkpoint_round_trip"], Literal["plan_from_job"], Literal["lr_cut_plateau"], Literal["doctor_finding"], Literal["end_main_overfitting"], Literal["main_stable"], Literal["main_complete"], Literal["force_contract"], Literal["skip_contract"], Literal["rollback_nonfinite"], Literal["abort_nonfinite"], Literal["rollback_spike"], Literal["drop_spiking"], Literal["lr_cut_spike"], Literal["abort_spike"], Literal["benign_spike"], Literal["rollback_contract"], Literal["freeze_pruning"], Literal["drop_noisiest"], Literal["enter_contract"], Literal["enter_refine"], Literal["doctor"], Literal["sensitivity"], Literal["int8"], Literal["refuse_int8"], Literal["distill"], Literal["holdout"], Literal["engine_substitute"]]
+DecisionKind = Union[Literal["validate_passed"], Literal["validate_failed"], Literal["checkpoint_round_trip"], Literal["plan_from_job"], Literal["lr_cut_plateau"], Literal["doctor_finding"], Literal["end_main_overfitting"], Literal["main_stable"], Literal["main_complete"], Literal["force_contract"], Literal["skip_contract"], Literal["rollback_nonfinite"], Literal["abort_nonfinite"], Literal["rollback_spike"], Literal["drop_spiking"], Literal["lr_cut_spike"], Literal["abort_spike"], Literal["benign_spike"], Literal["rollback_contract"], Literal["freeze_pruning"], Literal["drop_noisiest"], Literal["enter_contract"], Literal["enter_refine"], Literal["doctor"], Literal["sensitivity"], Literal["int8"], Literal["refuse_int8"], Literal["int4"], Literal["refuse_int4"], Literal["distill"], Literal["holdout"], Literal["engine_substitute"]]
 
 FactsSource = Union[Literal["recipe"], Literal["hf"], Literal["lightning"]]
 
 Failure = Union["FailureValidate", "FailureDiverged"]
 
 LrShape = Union[Literal["warmup"], Literal["cosine"], Literal["linear"], Literal["constant"]]
+
+Measure = Union[Literal["accuracy"], Literal["perplexity"]]
 
 Observation = Union["ObservationPipelineChecked", "ObservationRoundTripped", "ObservationStepped", "ObservationEvaluated", "ObservationRestored", "ObservationPruned", "ObservationSampleLosses", "ObservationSensitivity", "ObservationJointLoss", "ObservationExported", "ObservationDistilled", "ObservationQuantized", "ObservationDeclined", "ObservationHoldoutRead"]
 
@@ -689,6 +708,8 @@ PreflightSeverity = Union[Literal["warning"], Literal["error"]]
 
 PruneScope = Union[Literal["module"], Literal["global"]]
 
+Quantize = Union[Literal["int8"], Literal["int4"]]
+
 Request = Union["RequestCheckPipeline", Literal["RoundTrip"], "RequestTrain", "RequestEvaluate", "RequestRestore", "RequestPrune", Literal["MeasureSampleLosses"], "RequestMeasureSensitivity", "RequestMeasureJoint", Literal["Export"], Literal["Distil"], "RequestQuantize", "RequestReadHoldout", "RequestFinish", "RequestFail"]
 
 RestorePoint = Union[Literal["Latest"], "RestorePointStep", "RestorePointBefore"]
@@ -698,5 +719,7 @@ RestoreScope = Union[Literal["Weights"], Literal["Everything"]]
 SpikeCause = Union[Literal["undetermined"], Literal["data"], Literal["optimisation"]]
 
 Stage = Union[Literal["Training"], "StageEnded", Literal["Done"]]
+
+Task = Union[Literal["classification"], Literal["language_model"]]
 
 Tuning = Union[Literal["full"], Literal["lora"], Literal["peft"]]
