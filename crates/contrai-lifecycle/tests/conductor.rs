@@ -35,6 +35,8 @@ struct Sim {
     end: Option<Result<(), String>>,
     /// The unpruned loss on the sensitivity scan's samples this engine reports (None: all of val).
     scan_base: Option<f32>,
+    /// A quantized variant this engine cannot make (it declines it).
+    declines: Option<Quantize>,
 }
 
 fn info() -> RunInfo {
@@ -88,6 +90,7 @@ impl Sim {
             turns: Vec::new(),
             end: None,
             scan_base: None,
+            declines: None,
         }
     }
 
@@ -245,6 +248,10 @@ impl Sim {
                 best_step: 5,
                 val_loss: 0.35,
                 val_accuracy: 0.88,
+            },
+            Request::Quantize { to, .. } if self.declines == Some(*to) => Observation::Declined {
+                what: format!("quantize the final model to {to}"),
+                instead: "this engine has no such codes".into(),
             },
             // int8 costs a little, int4 more (on the loss 0.3 the export reports).
             Request::Quantize { to, .. } => Observation::Quantized {
@@ -858,7 +865,7 @@ fn each_quantized_variant_is_judged_on_its_own_a_language_model_s_by_perplexity(
     assert!((q4.holdout_perplexity.unwrap() - 0.32f64.exp()).abs() < 1e-6);
     // A classifier's variants by accuracy points: 0.9 → 0.895 is 0.5 points, both kept.
     let mut sim = Sim::new(falling(), settles());
-    sim.run_with(r, info());
+    sim.run_with(r.clone(), info());
     assert!(sim.kinds().contains(&DecisionKind::Int4));
     assert!(
         !sim.decision(DecisionKind::Int4)
@@ -867,4 +874,29 @@ fn each_quantized_variant_is_judged_on_its_own_a_language_model_s_by_perplexity(
             .unwrap()
             .contains_key("measure")
     );
+}
+
+#[test]
+fn a_variant_the_engine_declines_is_recorded_and_the_others_still_judged() {
+    let mut r = recipe();
+    r.refine.quantize = Quantizations::new([Quantize::Int4, Quantize::Int8]);
+    let mut sim = Sim::new(falling(), settles());
+    sim.declines = Some(Quantize::Int4);
+    sim.run_from_start(r);
+    assert_eq!(sim.end, Some(Ok(())));
+    let declined = sim.decision(DecisionKind::EngineSubstitute);
+    assert!(
+        declined
+            .reason
+            .starts_with("quantize the final model to int4: this engine has no such codes")
+    );
+    let kinds = sim.kinds();
+    assert!(
+        kinds.contains(&DecisionKind::Int8) && !kinds.contains(&DecisionKind::Int4),
+        "{kinds:?}"
+    );
+    let Some(Request::Finish(summary)) = sim.turns.last().map(|t| &t.request) else {
+        panic!("the run finishes")
+    };
+    assert!(summary.int8.is_some() && summary.int4.is_none());
 }

@@ -137,11 +137,17 @@ def decisions(run: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in (run / "decisions.jsonl").read_text().splitlines()]
 
 
-def emails() -> list[str]:
-    """The texts of ../shared/data/spamassassin.jsonl (real e-mails), in the file's order."""
+def email_rows() -> list[dict[str, Any]]:
+    """The rows of ../shared/data/spamassassin.jsonl (real e-mails: id, group, label, subject,
+    text), in the file's order."""
     data = Path(__file__).resolve().parents[4] / "shared" / "data" / "spamassassin.jsonl"
     if not data.exists():
         if os.environ.get("CONTRAI_REQUIRE_SHARED") == "1":
             pytest.fail(f"{data} is missing")
         pytest.skip(f"{data} is missing")
-    return [json.loads(x)["text"] for x in data.read_text().split("\n") if x.strip()]
+    return [json.loads(x) for x in data.read_text().split("\n") if x.strip()]
+
+
+def emails() -> list[str]:
+    """The texts of the real e-mails, in the file's order."""
+    return [r["text"] for r in email_rows()]

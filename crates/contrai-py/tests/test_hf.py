@@ -303,6 +303,7 @@ def test_masks_take_structures_whole_only_where_the_names_show_them() -> None:
 
 
 def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_path: Path) -> None:
+    from contrai.adapters import PEFT_PREFIX
     from contrai.compact import Cut, save, units_removed
     from contrai.masks import Masks
 
@@ -316,6 +317,14 @@ def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_pat
     cut = units_removed(model, m)
     assert isinstance(cut, Cut)
     assert (cut.before, cut.after, cut.left) == (64, 32, 16)
+    # A LoRA job's masks name the weights as the PEFT wrapper does, and PEFT before 0.20 leaves
+    # its config on the model it unloaded: that model is no PEFT model, and its units are cut.
+    wrapped = Masks()
+    wrapped.keep = {PEFT_PREFIX + k: v for k, v in m.keep.items()}
+    setattr(model, "peft_config", {"default": object()})
+    again = units_removed(model, wrapped)
+    assert isinstance(again, Cut) and again.after == 32
+    delattr(model, "peft_config")
     # 16 units fewer would leave 48, not a multiple of 32: none are cut.
     few = Masks()
     few.update(model, {"targets": {ffn.format(0): {"sparsity": 0.5, "cap": 1.0}, ffn.format(1): {"sparsity": 0.25, "cap": 1.0}},

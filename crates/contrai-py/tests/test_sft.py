@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import decisions, emails, real_llm
+from conftest import decisions, email_rows, emails, real_llm
 from contrai.engine import planned_steps
-from contrai.hf import ContraiCallback
+from contrai.hf import ContraiCallback, last_checkpoint
 from contrai.serving import write_gguf
 from contrai.weightquant import Scheme, fitting_group, quantized_in_place
 
@@ -53,8 +53,8 @@ prune_units = true
 prune = [{{ params = "*.mlp.up_proj.weight", init = 0.1, final = {final} }}]
 [refine]
 budget = 0.1
-quantize = "int8"
-max_drop = 2.0
+quantize = {quantize}
+max_drop = {max_drop}
 [refine.distill]
 enabled = false
 """
@@ -68,14 +68,21 @@ def token_rows(tok: Any, texts: list[str]) -> list[dict[str, list[int]]]:
     return [{"input_ids": r} for r in rows if len(r) == LENGTH]
 
 
-class NanOnce(SFTTrainer):
-    """An SFTTrainer whose loss is NaN at optimizer step ``at``, once (an fp16-style overflow)."""
+class Crashed(Exception):
+    """The job's process dies (a machine lost mid-step)."""
 
-    def __init__(self, *a: Any, at: int | None, **k: Any) -> None:
+
+class NanOnce(SFTTrainer):
+    """An SFTTrainer whose loss is NaN at optimizer step ``at``, once (an fp16-style overflow),
+    and that dies at step ``crash_at``."""
+
+    def __init__(self, *a: Any, at: int | None, crash_at: int | None = None, **k: Any) -> None:
         super().__init__(*a, **k)
-        self.at, self.done = at, False
+        self.at, self.done, self.crash_at = at, False, crash_at
 
     def compute_loss(self, model: Any, inputs: Any, *a: Any, **k: Any) -> Any:
+        if self.state.global_step + 1 == self.crash_at:
+            raise Crashed(f"step {self.crash_at}")
         loss = super().compute_loss(model, inputs, *a, **k)  # type: ignore[no-untyped-call]
         if self.at is not None and self.state.global_step + 1 == self.at and not self.done:
             self.done = True
@@ -83,29 +90,49 @@ class NanOnce(SFTTrainer):
         return loss
 
 
+def prompt_rows() -> list[dict[str, str]]:
+    """Prompt-completion rows of real e-mails, spam and ham in turn: the subject and the text's
+    opening asked about, the completion the answer (``" yes"``: spam)."""
+    rows = email_rows()
+    spam = [r for r in rows if r["label"] == "spam"]
+    ham = [r for r in rows if r["label"] == "ham"]
+    return [{"prompt": f"Subject: {r['subject']}\n{' '.join(r['text'].split())[:120]}\nIs this e-mail spam? Answer:",
+             "completion": " yes" if r["label"] == "spam" else " no"}
+            for pair in zip(spam[:60], ham[:60]) for r in pair]
+
+
 def sft_run(tmp_path: Path, final: float = 0.25, patience: int = 1000, validate: bool = True,
-            nan_at: int | None = None) -> tuple[Any, Any, Path]:
-    """The job (validate first when ``validate``): its trainer, its tokenizer and its run directory."""
+            nan_at: int | None = None, quantize: str = '["int8", "int4"]', max_drop: float = 2.0,
+            data: tuple[list[Any], list[Any], list[Any]] | None = None, crash_at: int | None = None,
+            resume: bool = False, **config: Any) -> tuple[Any, Any, Path]:
+    """The job (validate first when ``validate``) on ``data`` (train, validation, holdout rows;
+    by default e-mails in blocks of ``LENGTH`` tokens), ``config`` added to its ``SFTConfig``:
+    its trainer, its tokenizer and its run directory. ``crash_at``: the process dies at that step;
+    ``resume``: the job resumes from the Trainer's newest sealed checkpoint."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = real_llm()
     tok = AutoTokenizer.from_pretrained(path)
-    rows = token_rows(tok, emails()[:200])
-    train, val, holdout = rows[:64], rows[64:80], rows[80:96]
+    if data is None:
+        rows = token_rows(tok, emails()[:200])
+        data = rows[:64], rows[64:80], rows[80:96]
+    train, val, holdout = data
     torch.manual_seed(0)
     model = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(path),
                                 peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                                 lora_dropout=0.0, task_type="CAUSAL_LM"))
     recipe = tmp_path / "recipe.toml"
-    recipe.write_text(RECIPE.format(final=final, patience=patience, phases='"validate", ' if validate else ""))
+    recipe.write_text(RECIPE.format(final=final, patience=patience, phases='"validate", ' if validate else "",
+                                    quantize=quantize, max_drop=max_drop))
     args = trl.SFTConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, per_device_eval_batch_size=8,
-                         max_steps=planned_steps(recipe.read_text(), str(recipe)), max_length=LENGTH, report_to=[],
-                         save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, learning_rate=1e-3)
+                         max_steps=planned_steps(recipe.read_text(), str(recipe)), report_to=[],
+                         save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, learning_rate=1e-3,
+                         **{"max_length": LENGTH, **config})
     trainer = NanOnce(model=model, args=args, train_dataset=Dataset.from_list(train),
-                      eval_dataset=Dataset.from_list(val), processing_class=tok, at=nan_at)
+                      eval_dataset=Dataset.from_list(val), processing_class=tok, at=nan_at, crash_at=crash_at)
     ContraiCallback(recipe, run_dir=tmp_path / "run", holdout_dataset=Dataset.from_list(holdout)).attach(trainer)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=last_checkpoint(tmp_path / "out") if resume else None)
     return trainer, tok, tmp_path / "run"
 
 
@@ -162,9 +189,16 @@ def test_a_lora_sft_job_is_contracted_merged_cut_and_served_by_each_consumer(tmp
     size = exported.config.intermediate_size
     assert size < model.config.intermediate_size and size % 32 == 0, size
     assert agreement(greedy(exported, ids), served) >= 0.99
-    # (2) The int8 model, kept within max_drop, in the compressed-tensors layout.
+    # (2) The int8 model, kept within max_drop (perplexity +2 %), in the compressed-tensors
+    # layout; int4 costs a 135M model far more perplexity and is refused.
     ev = json.loads((run / "final" / "eval.json").read_text())
-    assert ev["int8"]["kept"], ev["int8"]
+    assert ev["classes"] == [] and ev["int8"]["measure"] == "perplexity", ev
+    assert ev["int8"]["kept"] and abs(ev["int8"]["drop_points"]) < 2.0, ev["int8"]
+    assert not ev["int4"]["kept"] and ev["int4"]["drop_points"] > 2.0, ev["int4"]
+    val, dense_val = ev["int4"]["val_perplexity"]
+    assert ev["int4"]["drop_points"] == pytest.approx(100 * (val / dense_val - 1), rel=1e-3)
+    assert not (run / "final" / "int4").exists()
+    assert "refuse_int4" in kinds and "perplexity" in next(x for x in d if x["kind"] == "holdout")["reason"]
     int8 = AutoModelForCausalLM.from_pretrained(run / "final" / "int8")
     with quantized_in_place(model, Scheme(8, fitting_group(model))):
         want = greedy(model, ids)
@@ -172,7 +206,9 @@ def test_a_lora_sft_job_is_contracted_merged_cut_and_served_by_each_consumer(tmp
     # The model card lists both, as the Burn engine's does: the cut model's parameters, bytes, figures.
     card = json.loads((run / "final" / "model-card.json").read_text())
     assert card["architecture"] == "LlamaForCausalLM" and "model" not in card
-    dense, q8 = card["variants"]
+    dense, q8, q4 = card["variants"]
+    assert card["classes"] == [] and q4["name"] == "int4" and q4["file"] is None and "refused" in q4["note"]
+    assert q4["bytes"] < 0.8 * q8["bytes"], "an int4 model counted, not written (the f32 embedding in both)"
     # (parameters() counts the head tied to the embeddings once, as the card does)
     assert dense["parameters"] == sum(p.numel() for p in exported.parameters())
     assert dense["parameters"] < sum(p.numel() for p in model.parameters())
@@ -197,7 +233,8 @@ def test_a_nan_and_a_contraction_that_costs_perplexity_are_rolled_back_on_the_me
     contraction rolls back to its checkpoint and ends; the run still finishes with its exports."""
     from transformers import AutoModelForCausalLM
 
-    trainer, tok, run = sft_run(tmp_path, final=0.5, patience=1, validate=False, nan_at=17)
+    trainer, tok, run = sft_run(tmp_path, final=0.5, patience=1, validate=False, nan_at=17, quantize='"int4"',
+                                max_drop=100.0)
     d = decisions(run)
     kinds = [x["kind"] for x in d]
     back = [x for x in d if x["kind"] == "rollback_contract"]
@@ -206,4 +243,64 @@ def test_a_nan_and_a_contraction_that_costs_perplexity_are_rolled_back_on_the_me
     assert back[0]["evidence"]["val_loss"] > back[0]["evidence"]["best_val_loss"]
     exported = AutoModelForCausalLM.from_pretrained(run / "final")
     ids = holdout_ids(tok)
-    assert agreement(greedy(exported, ids), greedy(trainer.model.get_base_model(), ids)) >= 0.99
+    model = trainer.model.get_base_model()
+    assert agreement(greedy(exported, ids), greedy(model, ids)) >= 0.99
+    # int4 alone, kept at a limit it meets: its compressed-tensors folder computes the variant.
+    ev = json.loads((run / "final" / "eval.json").read_text())
+    assert ev["int8"] is None and ev["int4"]["kept"], ev
+    int4 = AutoModelForCausalLM.from_pretrained(run / "final" / "int4")
+    with quantized_in_place(model, Scheme(4, fitting_group(model))):
+        want = greedy(model, ids)
+    assert agreement(greedy(int4, ids), want) >= 0.90
+
+
+def test_packing_and_completion_only_loss_are_what_the_lifecycle_measures(tmp_path: Path) -> None:
+    """TRL's packing (best fit, padding-free: a row holds several examples, told apart by their
+    position_ids) with its completion-only loss on prompt-completion rows: Contrai evaluates what
+    the Trainer trains — its validation loss is the Trainer's own ``eval_loss``, the answers'
+    loss (far below the whole text's) — and the run goes through contraction to its exports; the
+    holdout, given raw, is prepared as TRL prepared the evaluation set."""
+    rows = prompt_rows()
+    trainer, tok, run = sft_run(tmp_path, validate=False, quantize='"int8"', data=(rows[:80], rows[80:100], rows[100:]),
+                                packing=True, max_length=128)
+    d = decisions(run)
+    kinds = [x["kind"] for x in d]
+    assert "enter_contract" in kinds and "drop_noisiest" in kinds and kinds[-1] == "holdout", kinds
+    assert "engine_substitute" not in kinds, [x["reason"] for x in d if x["kind"] == "engine_substitute"]
+    # Packed: fewer training rows than examples; the holdout's 20 examples were read, packed too.
+    assert len(trainer.train_dataset) < 80 and "position_ids" in next(iter(trainer.get_eval_dataloader()))
+    ev = json.loads((run / "final" / "eval.json").read_text())
+    assert 0 < ev["holdout_samples"] < 20, ev["holdout_samples"]
+    # The final model's validation loss as Contrai measured it is the Trainer's eval_loss of the
+    # same model (each packed row's mean against the Trainer's token mean: close, not equal) ...
+    theirs = trainer.evaluate()["eval_loss"]
+    assert ev["val_loss"] == pytest.approx(theirs, rel=0.15), (ev["val_loss"], theirs)
+    # ... the loss of the answers alone, not of every token of the e-mails.
+    model = trainer.model.get_base_model()
+    batch = next(iter(trainer.get_eval_dataloader()))
+    with torch.no_grad():
+        whole = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], labels=batch["input_ids"]).loss
+    assert ev["val_loss"] < 0.5 * float(whole), (ev["val_loss"], float(whole))
+
+
+def test_a_job_that_died_past_the_merge_resumes_from_its_checkpoint_exactly(tmp_path: Path) -> None:
+    """The process dies at contraction's step 24 (main ended at 16, the adapters merged); the
+    Trainer's newest checkpoint holds PEFT's adapters alone and an optimizer with the merged
+    matrices' group. The resumed job merges the adapters again, takes the merged matrices from
+    the lifecycle's checkpoint of that step, and retrains the next step to the loss the dead job
+    logged for it; the run goes on to its end."""
+    with pytest.raises(Crashed):
+        sft_run(tmp_path, validate=False, quantize='"none"', crash_at=24)
+    ckpt = last_checkpoint(tmp_path / "out")
+    assert ckpt is not None
+    step = int(str(ckpt).rsplit("-", 1)[1]) + 1
+    assert 16 < step < 24, ckpt
+    before = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().split("\n") if x]
+    logged = next(r for r in before if r["step"] == step and "train_loss" in r)
+    trainer, _, run = sft_run(tmp_path, validate=False, quantize='"none"', resume=True)
+    after = [json.loads(x) for x in (run / "metrics.jsonl").read_text().split("\n") if x]
+    again = next(r for r in after if r["step"] == step and "train_loss" in r)
+    assert again["train_loss"] == pytest.approx(logged["train_loss"], rel=1e-5), (again, logged)
+    kinds = [x["kind"] for x in decisions(run)]
+    assert kinds.count("enter_contract") == 1 and kinds[-1] == "holdout", kinds
+    assert not any("lora_" in n for n, _ in trainer.model.get_base_model().named_parameters())

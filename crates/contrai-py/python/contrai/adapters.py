@@ -43,6 +43,16 @@ def lora_layers(model: torch.nn.Module) -> Iterator[tuple[str, Any]]:
             yield name, m
 
 
+def is_peft_model(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is PEFT's wrapper (``PeftModel``) — not a model it unloaded, which PEFT
+    before 0.20 leaves holding its ``peft_config``."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
 def merged(model: torch.nn.Module) -> bool:
     """Whether the model's LoRA layers hold their adapters merged."""
     return any(layer.merged for _, layer in lora_layers(model))
@@ -83,7 +93,7 @@ def unloaded(model: torch.nn.Module) -> torch.nn.Module:
     layers in place (the PEFT wrapper goes on computing the same): what is exported, quantized
     and served. Any other model is itself (a PEFT model whose adapters are not merged exports
     its adapters)."""
-    if not hasattr(model, "peft_config") or not merged(model):
+    if not is_peft_model(model) or not merged(model):
         return model
     base: torch.nn.Module = getattr(model, "base_model").unload()
     return base

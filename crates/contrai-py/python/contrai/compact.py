@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .adapters import unprefixed
+from .adapters import is_peft_model, unprefixed
 from .masks import Masks, group_of, matrices
 
 # The intermediate size left is a multiple of this: an odd size costs more than the units it
@@ -55,7 +55,7 @@ def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str | None:
     PEFT model around ``model`` does (``contrai.adapters.unloaded``)."""
     size = getattr(getattr(model, "config", None), "intermediate_size", None)
     state = model.state_dict()
-    peft = hasattr(model, "peft_config")
+    peft = is_peft_model(model)
     keep = masks.keep if peft else {unprefixed(k): v for k, v in masks.keep.items()}
     kept = kept_units(dict(matrices(model)) if peft else state, keep)
     dead = {path: (~k).nonzero().flatten() for path, k in kept.items()}

@@ -185,6 +185,36 @@ def per_sample(logits: torch.Tensor, labels: torch.Tensor) -> Outputs:
     return Outputs(losses, correct, int(mask.sum()))
 
 
+def trained_past_merge(model: torch.nn.Module, recipe_toml: str, recipe_path: str) -> list[str]:
+    """The matrices a LoRA job trains past main, in the order their optimizer group holds them:
+    those its LoRA layers adapt, then those the recipe prunes (``_core.pruned_weights``)."""
+    pruned = _core.pruned_weights(recipe_toml, recipe_path, [n for n, _ in matrices(model)])
+    return list(dict.fromkeys(adapted_weights(model) + pruned))
+
+
+def train_also(model: torch.nn.Module, optimizer: Any, schedulers: list[Any], names: list[str]) -> int:
+    """The frozen matrices among ``names`` made trainable, in one new optimizer parameter group
+    (marked ``MERGED``) with the first group's LR and weight decay, the schedulers fitted to it;
+    how many."""
+    params = dict(matrices(model))
+    new = [params[n] for n in names if n in params and not params[n].requires_grad]
+    for w in new:
+        w.requires_grad_(True)
+    if optimizer is not None and new:
+        first = optimizer.param_groups[0]
+        optimizer.add_param_group({"params": new, "lr": first["lr"], "weight_decay": first.get("weight_decay", 0.0),
+                                   MERGED: True})
+        fit_schedulers(optimizer, schedulers)
+    return len(new)
+
+
+def fit_schedulers(optimizer: Any, schedulers: list[Any]) -> None:
+    """LR schedulers fitted to the optimizer's parameter groups (``fit_scheduler``)."""
+    if optimizer is not None:
+        for s in schedulers:
+            fit_scheduler(s, len(optimizer.param_groups))
+
+
 class Engine:
     """Carries out a conductor's turns on a PyTorch job and writes the run directory.
 
@@ -524,37 +554,18 @@ class Engine:
                             "the merged weights were frozen then; pruned base weights can be refilled by their "
                             "adapters", {"world": self.job.world})
             return
-        adapted = adapted_weights(model)
-        pruned = _core.pruned_weights(self.recipe_toml, self.recipe_path, [n for n, _ in matrices(model)])
-        trains = list(dict.fromkeys(adapted + pruned))
+        trains = trained_past_merge(model, self.recipe_toml, self.recipe_path)
         if self.leader:
             self.checkpoints.keep_originals(model, trains)
         merge(model)
-        added = self.train_also(trains)
+        added = train_also(model, self.job.optimizer, self.job.schedulers(), trains)
         if self.leader:
-            print(f"[contrai] LoRA: {len(adapted)} adapted weights merged; {added} weight matrices train from here "
-                  f"(merged or pruned)")
-
-    def train_also(self, names: list[str]) -> int:
-        """The frozen matrices among ``names`` made trainable, in one new optimizer parameter group
-        (marked ``MERGED``) with the first group's LR and weight decay; how many."""
-        params = dict(matrices(unwrap(self.job.model)))
-        new = [params[n] for n in names if n in params and not params[n].requires_grad]
-        for w in new:
-            w.requires_grad_(True)
-        opt = self.job.optimizer
-        if opt is not None and new:
-            first = opt.param_groups[0]
-            opt.add_param_group({"params": new, "lr": first["lr"], "weight_decay": first.get("weight_decay", 0.0),
-                                 MERGED: True})
-            self.fit_schedulers()
-        return len(new)
+            print(f"[contrai] LoRA: {len(adapted_weights(model))} adapted weights merged; {added} weight matrices "
+                  f"train from here (merged or pruned)")
 
     def fit_schedulers(self) -> None:
         """The job's LR schedulers fitted to the optimizer's parameter groups (``fit_scheduler``)."""
-        if self.job.optimizer is not None:
-            for s in self.job.schedulers():
-                fit_scheduler(s, len(self.job.optimizer.param_groups))
+        fit_schedulers(self.job.optimizer, self.job.schedulers())
 
     def split_adapters(self) -> None:
         """Undoes :meth:`merge_adapters` before a restore to a checkpoint written before it (main's,

@@ -71,8 +71,11 @@ from .batches import StepBatches, unwatch, watch
 from .preempt import Preemption, stopped
 from .preflight import Mode, facts_hf, gate, under_recipe
 from .resume import Order, Resumed, fingerprint, gathered, replayed, rng_states
-from .engine import (KEEP_LAST, Engine, Job, OriginalRows, job_steps, planned_steps,
-                     refuse_sharded_pruning)
+from .adapters import merge
+from .checkpoints import Checkpoints, load_weights
+from .engine import (KEEP_LAST, Engine, Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning,
+                     train_also, trained_past_merge)
+from .model import unwrap
 
 
 class HfJob(Job):
@@ -169,7 +172,8 @@ class ContraiCallback(TrainerCallback):
         recipe: the recipe file (TOML; ``contrai recipe init`` writes the default). Its phases,
             LR schedule, evaluation and checkpoint cadence govern the run.
         run_dir: the run directory to write.
-        holdout_dataset: the holdout, evaluated once at the end.
+        holdout_dataset: the holdout, evaluated once at the end, collated as training's batches
+            are (raw rows under TRL's ``SFTTrainer`` are first prepared as its evaluation set is).
         classes: classes of the task (default: the model config's ``num_labels``).
         turn_log: under torch.distributed, a file each rank appends every turn it carried out to
             (to check that all ranks applied the same actions).
@@ -216,7 +220,35 @@ class ContraiCallback(TrainerCallback):
         self.trainer = trainer
         trainer.train_dataset = droppable(trainer.train_dataset)
         compat.register(trainer, self)
+        compat.before_optimizer_load(trainer, self._merge_on_resume)
         return self
+
+    def _merge_on_resume(self, checkpoint: Path) -> None:
+        """A LoRA job resumed from a checkpoint written past main, before the Trainer loads its
+        optimizer: the Trainer saved PEFT's adapters alone and an optimizer with the merged
+        matrices' group, so the adapters are merged again, the merged matrices get their values
+        at that step from the lifecycle's own checkpoint, and their group is added as the
+        engine added it — then the Trainer's optimizer and scheduler load as saved."""
+        path = checkpoint / "contrai.json"
+        record = json.loads(path.read_text()) if path.exists() else {}
+        trainer = self.trainer
+        if trainer is None or trainer.model is None or not record.get("merged"):
+            return
+        step = int(record["step"])
+        try:
+            ckpt = Checkpoints(self.run_dir / "checkpoints", KEEP_LAST).read({"Step": step})
+        except Exception as e:
+            raise RuntimeError(
+                f"{checkpoint} was written after the LoRA adapters were merged, and the merged weights live in the "
+                f"lifecycle's checkpoint of step {step} under {self.run_dir / 'checkpoints'}, which cannot be read "
+                f"({e}): resume from a checkpoint whose lifecycle checkpoint is there") from e
+        model = unwrap(trainer.model)
+        names = trained_past_merge(model, self.recipe_toml, self.recipe_path)
+        merge(model)
+        load_weights(model, ckpt)
+        train_also(model, trainer.optimizer, [s for s in (trainer.lr_scheduler,) if s is not None], names)
+        print(f"[contrai] resume past the LoRA merge: adapters merged again, {len(names)} merged or pruned matrices "
+              f"from the lifecycle's checkpoint of step {step}")
 
     def _bound_trainer(self) -> Trainer:
         """The attached Trainer; else the one calling this callback, found the deprecated way."""
@@ -256,7 +288,8 @@ class ContraiCallback(TrainerCallback):
                                     self.holdout is not None)
             gate(findings, self.preflight, speak=args.process_index == 0)
         classes = self.classes or int(getattr(getattr(model, "config", None), "num_labels", 2))
-        job = HfJob(trainer, train_dataloader, self.holdout)
+        job = HfJob(trainer, train_dataloader, None if self.holdout is None else
+                    compat.prepared_like_eval(trainer, self.holdout))
         self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, classes, turn_log=self.turn_log,
                              job_steps=self.job_steps)
         self._step = _Step()  # a fresh one: taps of an earlier train() keep feeding the old

@@ -94,6 +94,36 @@ def prepare_inputs(trainer: Trainer, batch: Any) -> Any:
     return trainer._prepare_inputs(batch)
 
 
+def prepared_like_eval(trainer: Trainer, dataset: Any) -> Any:
+    """``dataset`` prepared as the trainer prepared its evaluation set, when the trainer prepares
+    datasets itself (TRL's ``SFTTrainer``: tokenized, its completion masked, packed as
+    ``eval_packing`` says, through its private ``_prepare_dataset``) and ``dataset`` is still raw
+    (no ``input_ids`` column); else ``dataset`` as it is."""
+    prepare = getattr(trainer, "_prepare_dataset", None)
+    columns = getattr(dataset, "column_names", None)
+    if prepare is None or getattr(trainer, "_skip_prepare_dataset", True) or columns is None or "input_ids" in columns:
+        return dataset
+    args = trainer.args
+    packing = getattr(args, "eval_packing", None)
+    packing = getattr(args, "packing", False) if packing is None else packing
+    return prepare(dataset, trainer.processing_class, args, packing, getattr(trainer, "_formatting_func", None),
+                   "holdout")
+
+
+def before_optimizer_load(trainer: Trainer, hook: Callable[[Path], None]) -> None:
+    """``hook(checkpoint)`` before the Trainer loads a checkpoint's optimizer and scheduler when it
+    resumes (its private ``_load_optimizer_and_scheduler``, which runs before any callback does):
+    the optimizer must have the parameter groups the checkpoint saved by then."""
+    load = trainer._load_optimizer_and_scheduler
+
+    def hooked(checkpoint: str | None) -> None:
+        if checkpoint is not None:
+            hook(Path(checkpoint))
+        load(checkpoint)
+
+    setattr(trainer, "_load_optimizer_and_scheduler", hooked)
+
+
 def shards_parameters(trainer: Trainer) -> bool:
     """Whether FSDP or DeepSpeed ZeRO-3 splits the parameters across ranks: ``is_fsdp_enabled`` and
     the ``zero_stage`` of Accelerate's DeepSpeed plugin (``trainer.accelerator.state``)."""
