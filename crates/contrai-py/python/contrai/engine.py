@@ -1151,8 +1151,10 @@ class Engine:
         weights dequantized (a server's int kernels set its speed; ``BENCHMARKS.md`` has llama.cpp's)."""
         variant, kept = verdict["variant"], bool(verdict["kept"])
         _, made = self.quantized[variant]
-        unit = "validation points" if verdict["measure"] == "accuracy" else "% validation perplexity"
-        note = f"{made['scheme']}; " + ("kept" if kept else f"refused: {verdict['drop_points']:+.2f} {unit}")
+        drop = verdict["drop_points"]
+        cost = (f"{drop:.2f} validation points lost" if verdict["measure"] == "accuracy"
+                else f"validation perplexity {drop:+.2f} %")
+        note = f"{made['scheme']}; " + ("kept" if kept else f"refused: {cost}")
         if "units" in self.whole:
             note += "; pruned units stay as zeros in it (quantized before the cut)"
         note += "; no latency: PyTorch runs it dequantized"
