@@ -229,17 +229,16 @@ impl Conductor {
     fn quant_decision(&self, step: u64, phase: Phase, made: &QuantMade, q: &QuantEval) -> Decision {
         let max_drop = self.recipe.refine.max_drop;
         let variant = made.verdict.variant;
-        let (kind, what) = match (variant, q.kept) {
-            (Quantize::Int8, true) => (DecisionKind::Int8, format!("kept as {}", made.file)),
-            (Quantize::Int4, true) => (DecisionKind::Int4, format!("kept as {}", made.file)),
-            (Quantize::Int8, false) => (
-                DecisionKind::RefuseInt8,
-                "refused: the model stays f32".to_string(),
-            ),
-            (Quantize::Int4, false) => (
-                DecisionKind::RefuseInt4,
-                "refused: the model stays f32".to_string(),
-            ),
+        let kind = match (variant, q.kept) {
+            (Quantize::Int8, true) => DecisionKind::Int8,
+            (Quantize::Int4, true) => DecisionKind::Int4,
+            (Quantize::Int8, false) => DecisionKind::RefuseInt8,
+            (Quantize::Int4, false) => DecisionKind::RefuseInt4,
+        };
+        let what = if q.kept {
+            format!("kept as {}", made.file)
+        } else {
+            "refused: the model stays f32".to_string()
         };
         let cost = match q.val_perplexity {
             Some((quantized, dense)) => format!(

@@ -181,16 +181,6 @@ pub enum Quantize {
     Int4,
 }
 
-impl Quantize {
-    /// Bits a weight code takes.
-    pub fn bits(self) -> u8 {
-        match self {
-            Quantize::Int8 => 8,
-            Quantize::Int4 => 4,
-        }
-    }
-}
-
 /// `refine.quantize`: the quantized variants refine makes, in order, each kept or refused on its
 /// own — `"int8"`, `"int4"`, `"none"`, or a list (`["int8", "int4"]`; `[]` is `"none"`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

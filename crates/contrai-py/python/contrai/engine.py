@@ -563,10 +563,6 @@ class Engine:
             print(f"[contrai] LoRA: {len(adapted_weights(model))} adapted weights merged; {added} weight matrices "
                   f"train from here (merged or pruned)")
 
-    def fit_schedulers(self) -> None:
-        """The job's LR schedulers fitted to the optimizer's parameter groups (``fit_scheduler``)."""
-        fit_schedulers(self.job.optimizer, self.job.schedulers())
-
     def split_adapters(self) -> None:
         """Undoes :meth:`merge_adapters` before a restore to a checkpoint written before it (main's,
         after a rollback): the merged group leaves the optimizer, its matrices freeze again, and
@@ -580,7 +576,7 @@ class Engine:
                     opt.state.pop(w, None)
                     w.requires_grad_(False)
             opt.param_groups[:] = [g for g in opt.param_groups if not g.get(MERGED)]
-            self.fit_schedulers()
+            fit_schedulers(opt, self.job.schedulers())
         split(model)
 
     def substitute(self, what: str, instead: str, evidence: dict[str, Any]) -> None:
@@ -1140,13 +1136,15 @@ class Engine:
         variants = [Variant(dtype_name(model), "final", *self.exported,
                             disk_bytes(self.run_dir / "final"), nan0(self.final_val[1]), nan0(acc), nan0(loss),
                             latency, "; ".join(x for x in (self.export_note, timed) if x))]
+        # The quantized variants hold the model in memory's shape: its figures, counted once.
+        described = describe(model.state_dict())
         for verdict in verdicts:
-            variants.append(self.quantized_variant(model, verdict))
+            variants.append(self.quantized_variant(verdict, described))
         self.writer.write("model_card", words_json(card(
             model, class_names(model, self.classes), self.masks.by_module(), bool(self.recomputing),
             batch_size(batch) or 0, variants)))
 
-    def quantized_variant(self, model: torch.nn.Module, verdict: dict[str, Any]) -> Variant:
+    def quantized_variant(self, verdict: dict[str, Any], described: tuple[int, float]) -> Variant:
         """A quantized variant's line in the model card. No latency: PyTorch runs it with its
         weights dequantized (a server's int kernels set its speed; ``BENCHMARKS.md`` has llama.cpp's)."""
         variant, kept = verdict["variant"], bool(verdict["kept"])
@@ -1159,7 +1157,7 @@ class Engine:
             note += "; pruned units stay as zeros in it (quantized before the cut)"
         note += "; no latency: PyTorch runs it dequantized"
         hl, ha = self.quantized_holdout.get(variant, (math.nan, math.nan))
-        return Variant(variant, made["file"] if kept else None, *describe(model.state_dict()),
+        return Variant(variant, made["file"] if kept else None, *described,
                        disk_bytes(self.run_dir / made["file"]) if kept else made["bytes"],
                        made["val_accuracy"], nan0(ha), nan0(hl), None, note)
 
