@@ -215,3 +215,68 @@ def test_a_restore_to_mains_checkpoint_after_the_merge_splits_the_adapters_again
         torch.testing.assert_close(model(input_ids=ids).logits, want, rtol=0, atol=0)
     engine.set_phase({"phase": "contract", "restart_order": False})
     assert merged(model) and len(opt.param_groups) == 2, "the next contraction merges again"
+
+
+def lightning_lm(tmp_path: Path, run: str, *, stop_at: int | None = None, ckpt: str | None = None) -> None:
+    """The LoRA LM of the first test as a Lightning job over RECIPE, Lightning's own checkpoint
+    every 5 steps and a resumable loader; stopped after ``stop_at`` or resumed from ``ckpt``."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from conftest import dataset
+    from contrai import ResumableLoader
+    from contrai.engine import planned_steps
+    from contrai.lightning import ContraiCallback as LightningCallback
+    from test_lightning import StopAt
+
+    from test_preflight import CausalLm
+
+    class Lm(CausalLm):
+        """Called as the model it holds (the callback's forward), its optimizer over what trains."""
+
+        def forward(self, **batch: Any) -> Any:
+            return self.model(**batch)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW([p for p in self.parameters() if p.requires_grad], lr=1e-3)
+
+    cut = int(len(TEXT) * 0.8)
+    train, val = blocks(TEXT[:cut], 32), blocks(TEXT[cut:], 32)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(set(TEXT)), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    model = peft.get_peft_model(LlamaForCausalLM(cfg), peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                                                      lora_dropout=0.0, task_type="CAUSAL_LM"))
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE)
+    callbacks: list[pl.Callback] = [
+        LightningCallback(recipe, tmp_path / run, classes=cfg.vocab_size),
+        ModelCheckpoint(dirpath=tmp_path / f"ckpt-{run}", every_n_train_steps=5, save_top_k=-1, filename="{step}")]
+    if stop_at is not None:
+        callbacks.append(StopAt(stop_at))
+    trainer = pl.Trainer(max_steps=planned_steps(RECIPE, str(recipe)), callbacks=callbacks, logger=False,
+                         enable_progress_bar=False, accelerator="cpu", num_sanity_val_steps=0)
+    g = torch.Generator().manual_seed(1)
+    trainer.fit(Lm(model), ResumableLoader(dataset(train), batch_size=8, shuffle=True, generator=g),
+                torch.utils.data.DataLoader(dataset(val), batch_size=16), ckpt_path=ckpt)
+
+
+def test_a_lightning_lora_job_stopped_past_the_merge_resumes_exactly(tmp_path: Path) -> None:
+    """Lightning saves the merged weights and an optimizer holding their group: the resumed job
+    marks the adapters merged and adds the group before the optimizer loads, and trains on as the
+    uninterrupted job did (main ends at step 40)."""
+    lightning_lm(tmp_path, "whole")
+    lightning_lm(tmp_path, "cut", stop_at=48)
+    ckpt = tmp_path / "ckpt-cut" / "step=45.ckpt"
+    lightning_lm(tmp_path, "cut", ckpt=str(ckpt))
+
+    def losses(run: str) -> dict[int, float]:
+        rows = [json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}
+
+    whole, cut = losses("whole"), losses("cut")
+    assert sorted(cut) == sorted(whole) and max(whole) > 45
+    after = [s for s in whole if s > 45]
+    assert [cut[s] for s in after] == pytest.approx([whole[s] for s in after], rel=1e-5)
+    assert [(d["step"], d["kind"]) for d in decisions(tmp_path / "cut")] == \
+        [(d["step"], d["kind"]) for d in decisions(tmp_path / "whole")]

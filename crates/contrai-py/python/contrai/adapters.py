@@ -70,6 +70,13 @@ def merge(model: torch.nn.Module) -> None:
             layer.merge()
 
 
+def mark_merged(model: torch.nn.Module) -> None:
+    """The layers marked as holding their active adapters merged, their base weights untouched:
+    the weights were loaded merged (a framework checkpoint written past the merge holds them so)."""
+    for _, layer in lora_layers(model):
+        layer.merged_adapters = list(layer.active_adapters)
+
+
 def split(model: torch.nn.Module) -> None:
     """The layers marked as holding their adapters apart, their base weights untouched: the
     caller puts back the values from before the merge (a restore to a checkpoint written before it)."""

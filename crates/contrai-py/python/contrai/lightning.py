@@ -71,7 +71,10 @@ from .batches import StepBatches, unwatch, watch
 from .preempt import Preemption, stopped
 from .preflight import Mode, facts_lightning, gate, under_recipe
 from .resume import gathered, rng_states, set_rng_states
-from .engine import Engine, Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning
+from .adapters import mark_merged
+from .engine import (Engine, Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning, train_also,
+                     trained_past_merge)
+from .model import unwrap
 
 Forward = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
@@ -206,6 +209,21 @@ class ContraiCallback(pl.Callback):
         self._stop_file: Path | None = None
         self._rng: list[dict[str, Any]] | None = None
         self._batches = StepBatches()
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A LoRA job resumed from a checkpoint written past main, before Lightning loads its
+        optimizer: the module's weights came back merged (Lightning saves every one) with the
+        adapters beside them, so the LoRA layers are marked merged and the merged matrices get
+        their optimizer group as the engine added it — then the saved optimizer loads."""
+        if not (self._resume or {}).get("merged"):
+            return
+        model = unwrap(pl_module)
+        names = trained_past_merge(model, self.recipe_toml, self.recipe_path)
+        mark_merged(model)
+        train_also(model, trainer.optimizers[0] if trainer.optimizers else None,
+                   [c.scheduler for c in trainer.lr_scheduler_configs], names)
+        print(f"[contrai] resume past the LoRA merge: adapters marked merged, {len(names)} merged or pruned "
+              "matrices train in their own group")
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         compat.check()
