@@ -196,14 +196,21 @@ def test_what_to_set_is_said_when_the_trainer_cannot_run_the_recipe(tmp_path: Pa
     ContraiCallback(recipe_file, run_dir=tmp_path / "r2").attach(t)
     with pytest.raises(ValueError, match=r"max_steps=80"):
         t.train()
+    best = TrainingArguments(output_dir=str(tmp_path / "o"), max_steps=80, report_to=[], use_cpu=True,
+                             eval_strategy="steps", save_strategy="steps", load_best_model_at_end=True)
+    t = Trainer(model=tiny_bert(), args=best, train_dataset=token_task(50, 1), eval_dataset=token_task(20, 2))
+    ContraiCallback(recipe_file, run_dir=tmp_path / "r5").attach(t)
+    with pytest.raises(ValueError, match=r"set load_best_model_at_end=False"):
+        t.train()
     # FSDP and ZeRO-3 need accelerators; the check reads what Accelerate sets for them.
     cb = ContraiCallback(recipe_file, run_dir=tmp_path / "r4")
     zero3 = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=3)))
+    plain = SimpleNamespace(load_best_model_at_end=False)
     for sharded in (SimpleNamespace(is_fsdp_enabled=True), SimpleNamespace(accelerator=zero3)):
-        fake = cast(Trainer, SimpleNamespace(eval_dataset=token_task(20, 2), **vars(sharded)))
+        fake = cast(Trainer, SimpleNamespace(eval_dataset=token_task(20, 2), args=plain, **vars(sharded)))
         with pytest.raises(ValueError, match=r"pruning needs whole parameters: FSDP or DeepSpeed ZeRO-3 shards"):
             cb._check(fake, 80)
-    cb._check(cast(Trainer, SimpleNamespace(eval_dataset=token_task(20, 2), is_fsdp_enabled=False)), 80)
+    cb._check(cast(Trainer, SimpleNamespace(eval_dataset=token_task(20, 2), args=plain, is_fsdp_enabled=False)), 80)
     bad = tmp_path / "bad.toml"
     bad.write_text("[contract]\nprune_scpe = 'global'\n")
     with pytest.raises(ValueError, match=r"bad.toml:2: .*did you mean `prune_scope`"):
@@ -261,11 +268,14 @@ def test_whole_heads_and_units_are_pruned_in_a_bert(tmp_path: Path, recipe_file:
     assert decisions[-1]["kind"] == "holdout"
     model = trainer.model
     assert isinstance(model, BertForSequenceClassification)
-    for layer in bert_layers(model):
-        # Units: half the expansion's rows (64 → 32 left), with the same columns of the projection.
+    sparsity = json.loads((tmp_path / "run" / "final" / "eval.json").read_text())["sparsity"]
+    for i, layer in enumerate(bert_layers(model)):
+        # Units: half the expansion's rows were pruned with the same columns of the projection, and
+        # cut out of the model at export (64 → 32 left, none of them dead).
         up, down = layer.intermediate.dense.weight, layer.output.dense.weight
-        dead = (up == 0).all(dim=1)
-        assert int(dead.sum()) == 32 and (down[:, dead] == 0).all() and (down[:, ~dead] != 0).any(dim=0).all()
+        assert up.shape == (32, 32) and down.shape == (32, 32)
+        assert (up != 0).any(dim=1).all() and (down != 0).any(dim=0).all()
+        assert sparsity[f"bert.encoder.layer.{i}.intermediate"] == pytest.approx(0.5)
         # Heads: one of the two (16 rows of query, key and value; its 16 output columns).
         att = layer.attention
         gone = [h for h in range(2) if (att.self.query.weight[16 * h:16 * (h + 1)] == 0).all()]
@@ -304,7 +314,7 @@ def test_masks_take_structures_whole_only_where_the_names_show_them() -> None:
 
 def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_path: Path) -> None:
     from contrai.adapters import PEFT_PREFIX
-    from contrai.compact import Cut, save, units_removed
+    from contrai.compact import Cut, cut_in_place, units_removed
     from contrai.masks import Masks
 
     model = tiny_bert()
@@ -331,11 +341,22 @@ def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_pat
                        "scope": "module", "heads": None, "units": True})
     why = units_removed(model, few)
     assert isinstance(why, str) and "fewer than 32 whole units" in why
-    save(model, tmp_path, cut)
+    batch = {k: torch.stack([r[k] for r in token_task(8, 9)]) for k in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        want = model(**batch).logits
+    cut_in_place(model, cut, m)
+    assert model.config.intermediate_size == 32
+    assert all(w.shape == (32, 32) for w in (bert_layers(model)[1].intermediate.dense.weight,
+                                             bert_layers(model)[1].output.dense.weight))
+    assert int((bert_layers(model)[1].intermediate.dense.weight == 0).all(dim=1).sum()) == 16
+    assert m.keep[ffn.format(1)].shape == (32, 32), "the masks are cut with the model"
+    m.apply(model)
+    model.save_pretrained(tmp_path)
     small = BertForSequenceClassification.from_pretrained(tmp_path)
     small.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers
-    assert model.config.intermediate_size == 64 and small.config.intermediate_size == 32
-    assert int((bert_layers(small)[1].intermediate.dense.weight == 0).all(dim=1).sum()) == 16
+    with torch.no_grad():
+        torch.testing.assert_close(model(**batch).logits, want, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(small(**batch).logits, want, atol=1e-6, rtol=1e-5)
     batch = {k: torch.stack([r[k] for r in token_task(8, 4)]) for k in ("input_ids", "attention_mask")}
     with torch.no_grad():
         torch.testing.assert_close(small(**batch).logits, model(**batch).logits, atol=1e-5, rtol=1e-5)

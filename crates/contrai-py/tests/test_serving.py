@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Llam
 
 from conftest import emails, real_llm
 from contrai.serving import ExportError, umask, write_compressed_tensors, write_gguf
-from contrai.weightquant import QuantizeError, Scheme, quantized_in_place
+from contrai.weightquant import QuantizeError, Scheme, each_pass, quantized_in_place
 
 TEXT = ("Subject: meeting moved\n\nHi Bob, the 10am call moved to Tuesday; bring the Q3 numbers. "
         "Free money!!! Click http://win.example now to claim 1,000,000 dollars. ") * 20
@@ -105,8 +105,8 @@ def test_gptq_leaves_less_error_than_rounding_on_the_data_it_saw(tmp_path: Path)
     ids = sample_ids(tok, n=8)
     dense = logits(model, ids)
 
-    def calibrate(m: torch.nn.Module) -> None:
-        m(input_ids=ids)
+    def calibrate() -> None:
+        each_pass(lambda b: model(input_ids=b), torch.split(ids, 2))
 
     errors = {}
     for how, cal in (("rtn", None), ("gptq", calibrate)):
@@ -114,6 +114,44 @@ def test_gptq_leaves_less_error_than_rounding_on_the_data_it_saw(tmp_path: Path)
             assert q.method == how
             errors[how] = (logits(model, ids) - dense).pow(2).mean().item()
     assert errors["gptq"] < 0.8 * errors["rtn"], errors
+
+
+def test_gptq_carried_block_to_block_makes_the_codes_of_running_the_model_to_each_block(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calibration inputs of each decoder layer, carried from the one before (each layer run
+    alone on them), are those a whole pass of the model gives it: GPTQ makes the same codes, with
+    the model run once instead of once a layer."""
+    from contrai import weightquant
+
+    tok = tokenizer(tmp_path)
+    model = tiny_llama(len(tok))
+    ids = sample_ids(tok, n=6)
+    passes = []
+
+    def calibrate() -> None:
+        passes.append(1)
+        each_pass(lambda b: model(input_ids=b, attention_mask=torch.ones_like(b)), torch.split(ids, 3))
+
+    def codes(cal: weightquant.Calibrate) -> dict[str, weightquant.Codes]:
+        passes.clear()
+        with quantized_in_place(model, Scheme(4, 32), cal) as q:
+            return {n: q.codes(n) for n in q.files}
+
+    carried = codes(calibrate)
+    assert len(passes) == 1, "one pass of the calibration batches, to the first layer"
+    monkeypatch.setattr(weightquant.Chain, "start", classmethod(lambda *_: None))
+    whole = codes(calibrate)
+    assert len(passes) == 2, "without the chain, a pass for each of the two layers"
+    assert carried.keys() == whole.keys() and len(carried) == 14
+    for n in carried:
+        assert torch.equal(carried[n].codes, whole[n].codes) and torch.equal(carried[n].scale, whole[n].scale), n
+    # Codes made once are put in place again as they were (``again``), without calibrating.
+    monkeypatch.undo()
+    passes.clear()
+    with quantized_in_place(model, Scheme(4, 32), calibrate, into=tmp_path / "codes") as q:
+        first = logits(model, ids)
+    with quantized_in_place(model, Scheme(4, 32), again=q):
+        assert torch.equal(logits(model, ids), first) and len(passes) == 1
 
 
 def test_a_layer_the_scheme_cannot_serve_is_refused_by_name(tmp_path: Path) -> None:
@@ -186,3 +224,17 @@ def test_llama_cpp_computes_the_gguf_variant_contrai_evaluated(tmp_path: Path, b
     # llama.cpp multiplies with its activations in 8-bit blocks and its embeddings in Q8_0: on
     # raw e-mail text (many near ties) its greedy token is the variant's on most positions.
     assert same / ids.numel() >= 0.9, same / ids.numel()
+
+
+def test_a_gguf_file_llama_cpp_cannot_run_leaves_the_card_without_latency_and_the_run_alive(tmp_path: Path) -> None:
+    """The card times a GGUF file in a child process: a file llama.cpp fails on (here a header
+    and nothing else) gives no figure and the reason, and the process that asked goes on."""
+    pytest.importorskip("llama_cpp")
+    from contrai.card import llama_cpp_latency_ms
+
+    bad = tmp_path / "model-q8_0.gguf"
+    bad.write_bytes(b"GGUF" + bytes(60))
+    ms, why = llama_cpp_latency_ms(bad, [[1, 2, 3]])
+    assert ms is None and why.startswith("no latency: llama.cpp failed on it ("), why
+    assert llama_cpp_latency_ms(bad, None) == (None, "no latency: the card's batch holds no token ids")
+

@@ -18,8 +18,7 @@ import torch
 from conftest import decisions, email_rows, emails, real_llm
 from contrai.engine import planned_steps
 from contrai.hf import ContraiCallback, last_checkpoint
-from contrai.serving import write_gguf
-from contrai.weightquant import Scheme, fitting_group, quantized_in_place
+from contrai.weightquant import Scheme, quantized_in_place
 
 peft = pytest.importorskip("peft")
 trl = pytest.importorskip("trl")
@@ -184,47 +183,49 @@ def test_a_lora_sft_job_is_contracted_merged_cut_and_served_by_each_consumer(tmp
     assert not any("lora_" in n for n, _ in model.named_parameters())
     ids = holdout_ids(tok)
     served = greedy(model, ids)
-    # (1) The merged model with its pruned units cut out, through from_pretrained.
+    # (1) The merged model with its pruned units cut out — in memory, and through from_pretrained.
     exported = AutoModelForCausalLM.from_pretrained(run / "final")
     size = exported.config.intermediate_size
-    assert size < model.config.intermediate_size and size % 32 == 0, size
+    assert size == model.config.intermediate_size < 1536 and size % 32 == 0, size
+    assert model.model.layers[0].mlp.down_proj.weight.shape == (576, size), "the model in memory is cut too"
     assert agreement(greedy(exported, ids), served) >= 0.99
     # (2) The int8 model, kept within max_drop (perplexity +2 %), in the compressed-tensors
-    # layout; int4 costs a 135M model far more perplexity and is refused.
+    # layout; int4 costs a 135M model far more perplexity, even by GPTQ, and is refused.
     ev = json.loads((run / "final" / "eval.json").read_text())
     assert ev["classes"] == [] and ev["int8"]["measure"] == "perplexity", ev
     assert ev["int8"]["kept"] and abs(ev["int8"]["drop_points"]) < 2.0, ev["int8"]
     assert not ev["int4"]["kept"] and ev["int4"]["drop_points"] > 2.0, ev["int4"]
     val, dense_val = ev["int4"]["val_perplexity"]
     assert ev["int4"]["drop_points"] == pytest.approx(100 * (val / dense_val - 1), rel=1e-3)
-    assert not (run / "final" / "int4").exists()
+    assert not (run / "final" / "int4").exists() and not (run / "final" / "model-q4_0.gguf").exists()
     assert "refuse_int4" in kinds and "perplexity" in next(x for x in d if x["kind"] == "holdout")["reason"]
+    up = next(v for k, v in ev["sparsity"].items() if k.endswith("layers.0.mlp"))
+    assert up > 0.2, "the sparsity as pruning left it, before the cut"
     int8 = AutoModelForCausalLM.from_pretrained(run / "final" / "int8")
-    with quantized_in_place(model, Scheme(8, fitting_group(model))):
+    # Group 32: the codes GGUF's Q8_0 holds as they are.
+    with quantized_in_place(model, Scheme(8, 32)):
         want = greedy(model, ids)
     assert agreement(greedy(int8, ids), want) >= 0.95
-    # The model card lists both, as the Burn engine's does: the cut model's parameters, bytes, figures.
+    # (3) The run wrote the same codes as GGUF Q8_0: llama.cpp computes the variant.
+    gguf = run / "final" / "model-q8_0.gguf"
+    assert agreement(llama_cpp_greedy(gguf, ids), want) >= 0.95
+    # The model card lists each, as the Burn engine's does: the cut model's parameters, bytes, figures.
     card = json.loads((run / "final" / "model-card.json").read_text())
     assert card["architecture"] == "LlamaForCausalLM" and "model" not in card
-    dense, q8, q4 = card["variants"]
+    dense, q8, q8_gguf, q4 = card["variants"]
     assert card["classes"] == [] and q4["name"] == "int4" and q4["file"] is None
-    assert "refused: validation perplexity +" in q4["note"], q4["note"]
+    assert "refused: validation perplexity +" in q4["note"] and "GPTQ" in q4["note"], q4["note"]
     assert q4["bytes"] < 0.8 * q8["bytes"], "an int4 model counted, not written (the f32 embedding in both)"
     # (parameters() counts the head tied to the embeddings once, as the card does)
-    assert dense["parameters"] == sum(p.numel() for p in exported.parameters())
-    assert dense["parameters"] < sum(p.numel() for p in model.parameters())
+    assert dense["parameters"] == sum(p.numel() for p in exported.parameters()) == sum(p.numel() for p in model.parameters())
+    assert dense["parameters"] < 134_515_008, "fewer than SmolLM2-135M's"
     assert q8["name"] == "int8" and q8["file"] == "final/int8" and q8["bytes"] < 0.6 * dense["bytes"]
+    assert q8_gguf["name"] == "int8 GGUF" and q8_gguf["file"] == "final/model-q8_0.gguf"
+    assert q8_gguf["bytes"] == gguf.stat().st_size < 0.4 * dense["bytes"] and q8_gguf["latency_ms"] > 0
+    assert "llama.cpp" in q8_gguf["note"], q8_gguf["note"]
     assert dense["latency_ms"] > 0 and dense["holdout_loss"] == pytest.approx(ev["holdout_loss"])
-    assert "LoRA adapters merged; pruned feed-forward units cut out (intermediate_size 1536 → 1152)" in dense["note"]
-    assert dense["zero_weights"] < 0.01 and q8["zero_weights"] > 0.1, "the cut model has no pruned zeros left"
-    # (3) GGUF Q8_0 and Q4_0 of the cut model, through llama.cpp.
-    for bits, least in ((8, 0.95), (4, 0.90)):
-        out = run / "final" / f"model-q{bits}.gguf"
-        with quantized_in_place(exported, Scheme(bits, 32)) as q:
-            want = greedy(exported, ids)
-            write_gguf(exported, q, tok, out)
-        got = llama_cpp_greedy(out, ids)
-        assert agreement(got, want) >= least, (bits, agreement(got, want))
+    assert "LoRA adapters merged; pruned feed-forward units cut out (intermediate_size 1536 → " in dense["note"]
+    assert dense["zero_weights"] < 0.01 and q8["zero_weights"] == dense["zero_weights"], "no pruned zeros left"
 
 
 def test_a_nan_and_a_contraction_that_costs_perplexity_are_rolled_back_on_the_merged_model(tmp_path: Path) -> None:
@@ -246,13 +247,20 @@ def test_a_nan_and_a_contraction_that_costs_perplexity_are_rolled_back_on_the_me
     ids = holdout_ids(tok)
     model = trainer.model.get_base_model()
     assert agreement(greedy(exported, ids), greedy(model, ids)) >= 0.99
-    # int4 alone, kept at a limit it meets: its compressed-tensors folder computes the variant.
+    # int4 alone by GPTQ, kept at a limit it meets: the run's calibration makes the same codes
+    # again, and its compressed-tensors folder and its GGUF Q4_0 file compute that variant.
     ev = json.loads((run / "final" / "eval.json").read_text())
     assert ev["int8"] is None and ev["int4"]["kept"], ev
+    card = json.loads((run / "final" / "model-card.json").read_text())
+    assert [v["name"] for v in card["variants"]][1:] == ["int4", "int4 GGUF"]
+    assert "GPTQ calibrated on 64 training samples" in card["variants"][1]["note"]
+    engine = next(c for c in trainer.callback_handler.callbacks if isinstance(c, ContraiCallback)).engine
+    assert engine is not None
     int4 = AutoModelForCausalLM.from_pretrained(run / "final" / "int4")
-    with quantized_in_place(model, Scheme(4, fitting_group(model))):
+    with quantized_in_place(model, Scheme(4, 32), engine.calibrate):
         want = greedy(model, ids)
-    assert agreement(greedy(int4, ids), want) >= 0.90
+    assert agreement(greedy(int4, ids), want) >= 0.95
+    assert agreement(llama_cpp_greedy(run / "final" / "model-q4_0.gguf", ids), want) >= 0.90
 
 
 def test_packing_and_completion_only_loss_are_what_the_lifecycle_measures(tmp_path: Path) -> None:

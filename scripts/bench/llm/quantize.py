@@ -27,7 +27,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from contrai.serving import write_compressed_tensors, write_gguf
-from contrai.weightquant import Scheme, quantized_in_place
+from contrai.weightquant import Scheme, each_pass, quantized_in_place
 
 SEQ = 128
 
@@ -108,9 +108,8 @@ def main() -> None:
     holdout = blocks(tok, texts[len(texts) // 2:], args.holdout)
     calib = blocks(tok, texts[:len(texts) // 2], args.calibration)
 
-    def calibrate(m: torch.nn.Module) -> None:
-        for row in calib.split(8):
-            m(input_ids=row)
+    def calibrate() -> None:
+        each_pass(lambda row: model(input_ids=row), calib.split(8))
 
     rows: dict[str, dict[str, Any]] = {}
     dense = measure(model, holdout, None)

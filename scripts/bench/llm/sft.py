@@ -37,7 +37,7 @@ from quantize import SEQ, folder_bytes, llama_cpp_run, measure
 from contrai.engine import planned_steps
 from contrai.hf import ContraiCallback
 from contrai.serving import write_gguf
-from contrai.weightquant import Scheme, quantized_in_place
+from contrai.weightquant import Scheme, each_pass, quantized_in_place
 
 RECIPE = """
 [run]
@@ -108,9 +108,8 @@ def variants(name: str, model: Any, tok: Any, holdout: torch.Tensor, calib: torc
              repeats: int) -> dict[str, Any]:
     """Perplexities, bytes and llama.cpp speeds of one final model."""
 
-    def calibrate(m: torch.nn.Module) -> None:
-        for row in calib.split(8):
-            m(input_ids=row)
+    def calibrate() -> None:
+        each_pass(lambda row: model(input_ids=row), calib.split(8))
 
     dense = measure(model, holdout, None)
     dense.pop("_top")

@@ -30,6 +30,17 @@ def batch_tokens(inputs: Any) -> int | None:
     return int(mask.sum()) if isinstance(mask, torch.Tensor) else None
 
 
+def token_rows(inputs: Any) -> list[list[int]] | None:
+    """Each row's token ids in a collated text batch (its ``input_ids``, where its
+    ``attention_mask`` is set); ``None`` for other batches."""
+    ids = inputs.get("input_ids") if isinstance(inputs, dict) else None
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        return None
+    mask = inputs.get("attention_mask")
+    keep = mask.bool() if isinstance(mask, torch.Tensor) and mask.shape == ids.shape else torch.ones_like(ids, dtype=torch.bool)
+    return [row[k].tolist() for row, k in zip(ids, keep)]
+
+
 def watch(dataset: Any) -> None:
     """The rows ``dataset`` serves noted from here on, afresh — at the start of training and of
     every epoch, where a loader starts drawing anew, so that a fetch no step trained cannot shift

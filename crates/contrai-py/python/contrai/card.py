@@ -1,11 +1,16 @@
-"""The PyTorch engine's ``final/model-card.json``: the exported model and its int8 variant side
-by side, each with its parameters, zero weights, bytes on disk, validation and holdout figures
+"""The PyTorch engine's ``final/model-card.json``: the exported model and its quantized variants
+(and their GGUF files) side by side, each with its parameters, zero weights, bytes on disk, validation and holdout figures
 and CPU latency — the card the Burn engine writes (``contrai_run::ModelCard``), which
 ``contrai report`` shows; a job's own model is named by its class instead of a recipe ``[model]``."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import signal
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -64,6 +69,45 @@ def latency_ms(forward: Callable[[], Any]) -> float:
             if i:
                 times.append(1000 * (time.perf_counter() - t))
     return statistics.median(times)
+
+
+# What runs in the child process that times a GGUF file: llama.cpp's own crash (a CPU kernel's
+# fault, as its AMX path on this model on Sapphire Rapids) must not take the run down with it.
+LLAMA_CPP_TIMING = """
+import json, statistics, sys, time
+import llama_cpp
+path, rows, threads, repeats = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+longest = max(map(len, rows))
+llm = llama_cpp.Llama(model_path=path, n_ctx=longest + 8, n_batch=longest, n_threads=threads, verbose=False)
+times = []
+for i in range(repeats + 1):
+    t = time.perf_counter()
+    for row in rows:
+        llm.reset()
+        llm.eval(row)
+    if i:
+        times.append(1000 * (time.perf_counter() - t))
+llm.close()
+print(json.dumps(statistics.median(times)))
+"""
+
+
+def llama_cpp_latency_ms(gguf: Path, rows: list[list[int]] | None) -> tuple[float | None, str]:
+    """Median milliseconds llama.cpp (``llama-cpp-python``) takes to run a GGUF file over the token
+    ``rows`` (one after another, on PyTorch's thread count, after a first run to warm up), and what
+    the figure is — or None and why there is none. It runs in a child process."""
+    if not rows:
+        return None, "no latency: the card's batch holds no token ids"
+    if importlib.util.find_spec("llama_cpp") is None:
+        return None, "no latency: llama-cpp-python is not installed"
+    threads = torch.get_num_threads()
+    done = subprocess.run([sys.executable, "-c", LLAMA_CPP_TIMING, str(gguf), json.dumps(rows), str(threads),
+                           str(LATENCY_REPEATS)], capture_output=True, text=True)
+    if done.returncode != 0:
+        how = (f"killed by {signal.Signals(-done.returncode).name}" if done.returncode < 0
+               else (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1])
+        return None, f"no latency: llama.cpp failed on it ({how})"
+    return float(done.stdout), f"latency: llama.cpp on {threads} CPU threads, the batch's rows one after another"
 
 
 def dtype_name(model: torch.nn.Module) -> str:

@@ -39,25 +39,34 @@ def kept_units(state: Mapping[str, torch.Tensor], keep: Mapping[str, torch.Tenso
 
 @dataclass
 class Cut:
-    """A model's state with pruned units cut out."""
+    """Which units each feed-forward layer keeps once the pruned ones are cut out."""
 
-    state: dict[str, torch.Tensor]
+    # the rows each expansion keeps (by its path, as :func:`group_of` keys the layer's units)
+    index: dict[str, torch.Tensor]
     # intermediate_size before and after
     before: int
     after: int
     # pruned units left as zeros (layers that lost more than the fewest)
     left: int
 
+    def of(self, path: str, t: torch.Tensor) -> torch.Tensor:
+        """``t`` — the weight, mask or expansion bias at ``path`` — with the cut units taken out;
+        ``t`` itself where the cut does not reach."""
+        bias = path.endswith(".bias")
+        g = group_of(path[: -len("bias")] + "weight" if bias else path, heads=False, units=True)
+        if g is None or g[0] not in self.index or (bias and g[1] != 0) or t.dim() != (1 if bias else 2):
+            return t
+        return t.index_select(0 if bias else g[1], self.index[g[0]].to(t.device))
+
 
 def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str | None:
-    """The model's state with the pruned units cut out — the same number from every layer —, or
-    why none can be, or None when no unit was pruned whole. ``masks`` may name the weights as a
-    PEFT model around ``model`` does (``contrai.adapters.unloaded``)."""
+    """The cut of the model's pruned units — the same number from every layer —, or why none can
+    be, or None when no unit was pruned whole. ``masks`` may name the weights as a PEFT model
+    around ``model`` does (``contrai.adapters.unloaded``)."""
     size = getattr(getattr(model, "config", None), "intermediate_size", None)
-    state = model.state_dict()
     peft = is_peft_model(model)
     keep = masks.keep if peft else {unprefixed(k): v for k, v in masks.keep.items()}
-    kept = kept_units(dict(matrices(model)) if peft else state, keep)
+    kept = kept_units(dict(matrices(model)) if peft else model.state_dict(), keep)
     dead = {path: (~k).nonzero().flatten() for path, k in kept.items()}
     if not any(len(d) for d in dead.values()):
         return None
@@ -77,27 +86,20 @@ def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str | None:
         keep_rows = torch.ones(size, dtype=torch.bool)
         keep_rows[d[:cut]] = False
         index[key] = keep_rows.nonzero().flatten()
-    for path, t in list(state.items()):
-        g = group_of(path, heads=False, units=True)
-        if t.dim() != 2 or g is None or g[0] not in index:
-            continue
-        state[path] = t.index_select(g[1], index[g[0]].to(t.device))
-        bias = path[: -len("weight")] + "bias"
-        if g[1] == 0 and bias in state:
-            state[bias] = state[bias].index_select(0, index[g[0]].to(state[bias].device))
-    left = sum(len(d) - cut for d in dead.values())
-    return Cut(state, size, size - cut, left)
+    return Cut(index, size, size - cut, sum(len(d) - cut for d in dead.values()))
 
 
-def save(model: Any, directory: Any, cut: Cut | None = None) -> None:
-    """``save_pretrained`` of the model: with ``cut``, its cut state and ``intermediate_size`` in its
-    config (the model in memory keeps its own)."""
-    if cut is None:
-        model.save_pretrained(directory)
-        return
-    before = model.config.intermediate_size
-    model.config.intermediate_size = cut.after
-    try:
-        model.save_pretrained(directory, state_dict=cut.state)
-    finally:
-        model.config.intermediate_size = before
+def cut_in_place(model: torch.nn.Module, cut: Cut, masks: Masks) -> None:
+    """The model made smaller in place — each parameter the cut reaches replaced by its kept part,
+    the linear layers' sizes and ``config.intermediate_size`` told — and ``masks`` with it: what is
+    saved, quantized and served from here on computes what it did, without the cut units."""
+    with torch.no_grad():
+        for path, p in model.named_parameters():
+            small = cut.of(path, p.data)
+            if small is not p.data:
+                p.data = small
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            m.out_features, m.in_features = m.weight.shape
+    masks.keep = {k: cut.of(unprefixed(k), v) for k, v in masks.keep.items()}
+    getattr(model, "config").intermediate_size = cut.after

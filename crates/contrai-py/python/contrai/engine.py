@@ -27,18 +27,20 @@ import torch.nn.functional as F
 
 from . import _core
 from .adapters import adapted_weights, fit_scheduler, merge, merged, split, unloaded
-from .batches import batch_size
-from .card import Variant, card, describe, disk_bytes, dtype_name, latency_ms
+from .batches import batch_size, token_rows
+from .card import Variant, card, describe, disk_bytes, dtype_name, latency_ms, llama_cpp_latency_ms
 from .checkpoints import Checkpoints, load_weights, put_back
-from .compact import Cut, save, units_removed
+from .compact import Cut, cut_in_place, units_removed
 from .conductor import Conductor, RunInfo, kind
 from .data import DroppableDataset
 from .masks import Masks, head_count, matrices, unit_inputs
-from .model import class_names, dropout_sites, first_device, recompute, recomputes, set_dropout, task, tuning, unwrap
+from .model import (class_names, dropout_sites, evaluating, first_device, recompute, recomputes, set_dropout, task,
+                    tuning, unwrap)
 from .protocol import Quantize, State, Turn
 from .resume import check_lr
-from .serving import save_codes, write_compressed_tensors
-from .weightquant import QuantizeError, Scheme, fitting_group, quantized_bytes, quantized_in_place
+from .serving import GGUF_BLOCK, GGUF_TYPES, gguf_file, gguf_refusal, save_codes, write_compressed_tensors, write_gguf
+from .weightquant import (QuantizeError, Quantized, Scheme, each_pass, fitting_group, quantized_bytes,
+                          quantized_in_place)
 
 WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
 # The key that marks the optimizer parameter group of a LoRA job's merged weights (a saved
@@ -50,6 +52,25 @@ CALIBRATION = 64
 KEEP_LAST = 3
 # The code width of each quantized variant ``refine.quantize`` may list.
 BITS: dict[Quantize, int] = {"int8": 8, "int4": 4}
+# The variants GPTQ makes (calibrated on the ``CALIBRATION`` samples): at int4 it leaves SmolLM2-135M
+# 12 % less perplexity than rounding to nearest (BENCHMARKS.md); int8's rounding costs under 0.1
+# perplexity, not worth a calibration.
+GPTQ: frozenset[Quantize] = frozenset({"int4"})
+
+
+@dataclass
+class Made:
+    """A quantized variant as refine made it: its scheme, its codes (in a folder of their own until
+    the holdout has read them), what validation measured (its ``Quantized`` observation), its
+    holdout loss and accuracy once read, and its GGUF file once written (or why none was)."""
+
+    scheme: Scheme
+    codes: Quantized
+    folder: tempfile.TemporaryDirectory[str]
+    figures: dict[str, Any]
+    holdout: tuple[float, float] = (math.nan, math.nan)
+    gguf: str | None = None
+    no_gguf: str = ""
 
 
 @dataclass
@@ -273,10 +294,10 @@ class Engine:
         # it was made, for the model card.
         self.exported = (0, 0.0)
         self.export_note = ""
-        # Each quantized variant's scheme and what validation measured (its ``Quantized``
-        # observation), and its holdout loss and accuracy once read.
-        self.quantized: dict[Quantize, tuple[Scheme, dict[str, Any]]] = {}
-        self.quantized_holdout: dict[Quantize, tuple[float, float]] = {}
+        # Each pruned module's share of zeros when exported (the cut then changes what masks cover).
+        self.pruned: dict[str, float] | None = None
+        # Each quantized variant refine made, by its width.
+        self.quantized: dict[Quantize, Made] = {}
         # The run directory's one-writer lock (rank 0), held from start to the job's end.
         self.lock: _core.RunLock | None = None
         # The signal the job stopped on (a preemption), when it did.
@@ -823,15 +844,9 @@ class Engine:
         units are scored by (``Masks.update_groups``)."""
 
         def forward() -> None:
-            was, seen = model.training, 0
-            model.eval()
-            with torch.no_grad():
-                for rows, b in self.job.train_rows():
+            with evaluating(model), torch.no_grad():
+                for b in self.calibration_batches():
                     self.job.outputs(self.job.model, b)
-                    seen += len(rows)
-                    if seen >= CALIBRATION:
-                        break
-            model.train(was)
 
         sums = unit_inputs(model, forward, order["targets"])
         keys = list(sums)
@@ -839,6 +854,27 @@ class Engine:
             return {}
         flat = torch.tensor(self.job.all_reduce(torch.cat([sums[k] for k in keys]).tolist()), dtype=torch.float64)
         return dict(zip(keys, torch.split(flat, [sums[k].numel() for k in keys])))
+
+    def calibration_batches(self) -> Iterator[Any]:
+        """The batches of the first ``CALIBRATION`` training samples, in row order: what whole units
+        are scored on and GPTQ's Hessians measured on."""
+        seen = 0
+        for rows, b in self.job.train_rows():
+            yield b
+            seen += len(rows)
+            if seen >= CALIBRATION:
+                return
+
+    def calibrate(self) -> None:
+        """The job's model run on the calibration batches in eval mode (GPTQ's ``Calibrate``)."""
+        with evaluating(unwrap(self.job.model)):
+            each_pass(lambda b: self.job.logits(self.job.model, b), self.calibration_batches())
+
+    def summed(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` summed over the job's ranks, in place."""
+        if distributed(self.job.world):
+            torch.distributed.all_reduce(t)
+        return t
 
     def apply_masks(self) -> None:
         """Pruned weights back to exactly zero (after every optimizer step)."""
@@ -1011,49 +1047,58 @@ class Engine:
 
     def export(self, _: Any) -> dict[str, Any]:
         """The final weights (masks applied) in ``final/``, evaluated on validation: a LoRA job's
-        merged model without PEFT's layers (``adapters.unloaded``, what is quantized and served
-        from here on), a Hugging Face model's pruned feed-forward units cut out of its matrices
-        as far as one ``intermediate_size`` allows (``compact``), what stays recorded."""
+        merged model without PEFT's layers (``adapters.unloaded``), a Hugging Face model's pruned
+        feed-forward units cut out of it in place (``cut_units``) — the model quantized and served
+        from here on."""
         self.apply_masks()
         self.export_note = "LoRA adapters merged" if merged(unwrap(self.job.model)) else ""
         model = self.final = unloaded(unwrap(self.job.model))
+        self.pruned = self.masks.by_module()
+        self.cut_units(model)
+        self.exported = describe(model.state_dict())
         fin = self.run_dir / "final"
         if self.leader:
             fin.mkdir(parents=True, exist_ok=True)
-            if hasattr(model, "save_pretrained"):
-                self.save_pretrained(model, fin)
+            save = getattr(model, "save_pretrained", None)
+            if save is not None:
+                tok = self.job.tokenizer()
+                if hasattr(tok, "save_pretrained"):
+                    tok.save_pretrained(fin)
+                save(fin)
             else:
                 torch.save(model.state_dict(), fin / "model.pt")
-                self.exported = describe(model.state_dict())
         loss, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
         self.final_val = (loss, acc)
         return {"Exported": {"val_loss": loss, "val_accuracy": nan0(acc)}}
 
-    def save_pretrained(self, model: Any, fin: Path) -> None:
+    def cut_units(self, model: torch.nn.Module) -> None:
+        """A Hugging Face model's pruned feed-forward units cut out of it in place, on every rank,
+        as far as one ``intermediate_size`` allows (``compact``); what stays as zeros recorded."""
+        if not hasattr(model, "save_pretrained"):
+            return
         if "heads" in self.whole:
             self.substitute("remove the pruned attention heads from the exported model",
                             "transformers 5 prunes no heads (no config.pruned_heads): they stay as zeros", {})
-        tok = self.job.tokenizer()
-        if hasattr(tok, "save_pretrained"):
-            tok.save_pretrained(fin)
         cut = units_removed(model, self.masks)
         if not isinstance(cut, Cut):
-            save(model, fin)
-            self.exported = describe(model.state_dict())
             if cut is not None:
                 self.substitute("remove the pruned feed-forward units from the exported model", cut, {})
             return
-        save(model, fin, cut)
-        self.exported = describe(cut.state)
+        cut_in_place(model, cut, self.masks)
         self.export_note = "; ".join(x for x in (self.export_note, f"pruned feed-forward units cut out "
                                                  f"(intermediate_size {cut.before} → {cut.after})") if x)
-        print(f"[contrai] exported {fin}: pruned feed-forward units cut out, intermediate_size {cut.before} -> "
-              f"{cut.after}")
+        if self.leader:
+            print(f"[contrai] pruned feed-forward units cut out, intermediate_size {cut.before} -> {cut.after}")
         if cut.left:
             self.substitute("remove the pruned feed-forward units from the exported model",
                             f"{cut.before - cut.after} a layer cut out (the fewest any layer lost); {cut.left} more "
                             "stay as zeros: a Hugging Face config holds one intermediate_size",
                             {"intermediate_size": cut.after, "units_left_as_zeros": cut.left})
+
+    def pruned_share(self) -> dict[str, float]:
+        """Each pruned module's share of zero weights as pruning left it — before any cut took
+        units out (the cut model's masks cover what remains)."""
+        return self.pruned if self.pruned is not None else self.masks.by_module()
 
     def distil(self, _: Any) -> dict[str, Any]:
         """Declined: the PyTorch engine does not distil; the fine-tuned model is the final one."""
@@ -1062,25 +1107,33 @@ class Engine:
 
     def quantize(self, p: dict[str, Any]) -> dict[str, Any]:
         """A weight-only variant of the final model (``p["to"]``: int8 or int4 codes of every linear
-        layer but ``lm_head``, one symmetric scale a group of input weights: the recipe's block,
-        or the largest group up to 128 that divides every layer), evaluated on validation in place
-        — each layer's dequantized codes in its weights, the dense ones spilled to disk and put
-        back after: never a second copy of the model, on any device."""
+        layer but ``lm_head``, one symmetric scale a group of input weights — the recipe's block,
+        else 32 where GGUF can hold the codes as they are, else the largest group up to 128 that
+        divides every layer; GPTQ for the widths in ``GPTQ``), evaluated on validation in place:
+        each layer's dequantized codes in its weights, the dense ones spilled to disk and put back
+        after — never a second copy of the model, on any device. The codes stay on disk until the
+        holdout has read them."""
         variant: Quantize = p["to"]
         model = self.served()
+        gptq = variant in GPTQ
+        folder = tempfile.TemporaryDirectory(prefix="contrai-codes-")
         try:
-            scheme = Scheme(BITS[variant], p["block"] or fitting_group(model))
-            with quantized_in_place(model, scheme):
+            scheme = Scheme(BITS[variant], p["block"] or (GGUF_BLOCK if gguf_refusal(model) is None
+                                                          else fitting_group(model)))
+            with quantized_in_place(model, scheme, self.calibrate if gptq else None, into=Path(folder.name),
+                                    reduce=self.summed if distributed(self.job.world) else None) as codes:
                 loss, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
         except QuantizeError as e:
+            folder.cleanup()
             return {"Declined": {"what": f"quantize the final model to {variant}", "instead": f"kept dense: {e}"}}
-        made = {"val_loss": loss, "val_accuracy": nan0(acc), "bytes": quantized_bytes(model, scheme),
-                "dense_bytes": sum(t.numel() * t.element_size() for t in model.state_dict().values()),
-                "scheme": f"weight-only {variant}, round to nearest, one symmetric scale a group of "
-                          f"{scheme.group} input weights, every nn.Linear but lm_head",
-                "file": self.quantized_file(model, variant)}
-        self.quantized[variant] = (scheme, made)
-        return {"Quantized": made}
+        how = f"GPTQ calibrated on {CALIBRATION} training samples" if gptq else "round to nearest"
+        figures = {"val_loss": loss, "val_accuracy": nan0(acc), "bytes": quantized_bytes(model, scheme),
+                   "dense_bytes": sum(t.numel() * t.element_size() for t in model.state_dict().values()),
+                   "scheme": f"weight-only {variant}, {how}, one symmetric scale a group of {scheme.group} input "
+                             "weights, every nn.Linear but lm_head",
+                   "file": self.quantized_file(model, variant)}
+        self.quantized[variant] = Made(scheme, codes, folder, figures)
+        return {"Quantized": figures}
 
     def served(self) -> torch.nn.Module:
         """The exported model (``export``), else the job's."""
@@ -1094,26 +1147,23 @@ class Engine:
         return f"final/{variant}" if servable else f"final/model-{variant}.pt"
 
     def read_holdout(self, p: dict[str, Any]) -> dict[str, Any]:
-        """The holdout, read once: the final model and each quantized variant (put in place
-        again: round to nearest gives the codes validation saw) evaluated on it; a variant's
-        files written when its verdict keeps it."""
+        """The holdout, read once: the final model and each quantized variant (its codes put in
+        place again, as validation saw them) evaluated on it; a variant's files written when its
+        verdict keeps it."""
         batches = self.job.holdout_batches()
         loss, acc, n = self.evaluation(self.job.model, batches, sharded=False)
         quantized = []
         for verdict in p["quantized"]:
             variant = verdict["variant"]
-            scheme, made = self.quantized[variant]
+            made = self.quantized[variant]
             model = self.served()
-            with quantized_in_place(model, scheme) as q:
+            with quantized_in_place(model, made.scheme, again=made.codes) as q:
                 lq, aq, _ = self.evaluation(self.job.model, self.job.holdout_batches(), sharded=False)
-                self.quantized_holdout[variant] = (lq, aq)
+                made.holdout = (lq, aq)
                 quantized.append({"variant": variant, "loss": nan0(lq), "accuracy": nan0(aq)})
                 if verdict["kept"] and self.leader:
-                    out = self.run_dir / made["file"]
-                    if out.suffix == ".pt":
-                        save_codes(model, q, out)
-                    else:
-                        write_compressed_tensors(model, q, out, self.job.tokenizer())
+                    self.write_variant(model, q, made)
+            made.folder.cleanup()
         if batches is None:
             self.substitute("read the holdout", "no holdout was given to the callback (holdout_dataset=)", {})
         self.holdout_eval = (loss, acc, n)
@@ -1121,45 +1171,67 @@ class Engine:
             self.write_card(p["quantized"])
         return {"HoldoutRead": {"loss": nan0(loss), "accuracy": nan0(acc), "samples": n, "quantized": quantized}}
 
+    def write_variant(self, model: torch.nn.Module, q: Quantized, made: Made) -> None:
+        """A kept variant's files: its compressed-tensors folder (or its codes' file), and the GGUF
+        file llama.cpp runs when the model and the codes fit one (else why not, for the card)."""
+        out = self.run_dir / made.figures["file"]
+        tok = self.job.tokenizer()
+        if out.suffix == ".pt":
+            save_codes(model, q, out)
+        else:
+            write_compressed_tensors(model, q, out, tok)
+        made.no_gguf = gguf_refusal(model, made.scheme) or ("" if tok is not None else
+                                                            "the job holds no tokenizer to write into it")
+        if not made.no_gguf:
+            made.gguf = f"final/{gguf_file(made.scheme)}"
+            write_gguf(model, q, tok, self.run_dir / made.gguf)
+
     def write_card(self, verdicts: list[dict[str, Any]]) -> None:
         """``final/model-card.json`` (``contrai.card``): the exported model, and each quantized
-        variant refine made (its file when kept; its bytes as counted when refused)."""
+        variant refine made (its file when kept; its bytes as counted when refused), with its GGUF
+        file and llama.cpp's latency on the same batch when one was written."""
         model = self.served()
         batch = next(iter(self.job.eval_batches()))
-        was = model.training
-        model.eval()
-        latency = latency_ms(lambda: self.job.logits(self.job.model, batch))
-        model.train(was)
+        with evaluating(model):
+            latency = latency_ms(lambda: self.job.logits(self.job.model, batch))
         loss, acc, _ = self.holdout_eval
-        # The latency is the model in memory's: on its device, its pruned units zeros, not cut out.
-        timed = f"latency on {first_device(model).type}" + (", before the cut" if "units" in self.whole else "")
+        timed = f"latency on {first_device(model).type}"
         variants = [Variant(dtype_name(model), "final", *self.exported,
                             disk_bytes(self.run_dir / "final"), nan0(self.final_val[1]), nan0(acc), nan0(loss),
                             latency, "; ".join(x for x in (self.export_note, timed) if x))]
         # The quantized variants hold the model in memory's shape: its figures, counted once.
         described = describe(model.state_dict())
         for verdict in verdicts:
-            variants.append(self.quantized_variant(verdict, described))
+            variants += self.quantized_variants(verdict, described, token_rows(batch))
         self.writer.write("model_card", words_json(card(
-            model, class_names(model, self.classes), self.masks.by_module(), bool(self.recomputing),
+            model, class_names(model, self.classes), self.pruned_share(), bool(self.recomputing),
             batch_size(batch) or 0, variants)))
 
-    def quantized_variant(self, verdict: dict[str, Any], described: tuple[int, float]) -> Variant:
-        """A quantized variant's line in the model card. No latency: PyTorch runs it with its
-        weights dequantized (a server's int kernels set its speed; ``BENCHMARKS.md`` has llama.cpp's)."""
+    def quantized_variants(self, verdict: dict[str, Any], described: tuple[int, float],
+                           rows: list[list[int]] | None) -> list[Variant]:
+        """A quantized variant's lines in the model card: the variant — no latency, PyTorch runs it
+        dequantized — and its GGUF file, timed by llama.cpp on the card's batch when installed."""
         variant, kept = verdict["variant"], bool(verdict["kept"])
-        _, made = self.quantized[variant]
+        made = self.quantized[variant]
         drop = verdict["drop_points"]
         cost = (f"{drop:.2f} validation points lost" if verdict["measure"] == "accuracy"
                 else f"validation perplexity {drop:+.2f} %")
-        note = f"{made['scheme']}; " + ("kept" if kept else f"refused: {cost}")
-        if "units" in self.whole:
-            note += "; pruned units stay as zeros in it (quantized before the cut)"
+        note = f"{made.figures['scheme']}; " + ("kept" if kept else f"refused: {cost}")
         note += "; no latency: PyTorch runs it dequantized"
-        hl, ha = self.quantized_holdout.get(variant, (math.nan, math.nan))
-        return Variant(variant, made["file"] if kept else None, *described,
-                       disk_bytes(self.run_dir / made["file"]) if kept else made["bytes"],
-                       made["val_accuracy"], nan0(ha), nan0(hl), None, note)
+        if kept and made.no_gguf:
+            note += f"; no GGUF: {made.no_gguf}"
+        hl, ha = made.holdout
+        file = made.figures["file"]
+        lines = [Variant(variant, file if kept else None, *described,
+                         disk_bytes(self.run_dir / file) if kept else made.figures["bytes"],
+                         made.figures["val_accuracy"], nan0(ha), nan0(hl), None, note)]
+        if kept and made.gguf:
+            path = self.run_dir / made.gguf
+            timed, why = llama_cpp_latency_ms(path, rows)
+            lines.append(Variant(f"{variant} GGUF", made.gguf, *described, disk_bytes(path),
+                                 made.figures["val_accuracy"], nan0(ha), nan0(hl), timed,
+                                 f"GGUF {GGUF_TYPES[made.scheme.bits]}: the variant's codes as they are; " + why))
+        return lines
 
     def finish(self, summary: dict[str, Any]) -> None:
         """``final/eval.json``, written last: the run is over."""
@@ -1173,7 +1245,7 @@ class Engine:
               "holdout_samples": n, "holdout_loss": loss, "holdout_accuracy": nan0(acc),
               "val_loss": self.final_val[0], "val_accuracy": nan0(self.final_val[1]),
               "best": summary["best"], "holdout_reads": 1, "main_end": summary["main_end"],
-              "planned_steps": summary["planned_steps"], "sparsity": self.masks.by_module(),
+              "planned_steps": summary["planned_steps"], "sparsity": self.pruned_share(),
               "int8": summary["int8"], "student": None}
         if summary.get("int4") is not None:
             ev["int4"] = summary["int4"]

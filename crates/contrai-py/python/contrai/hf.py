@@ -268,6 +268,11 @@ class ContraiCallback(TrainerCallback):
         if trainer.eval_dataset is None:
             raise ValueError("ContraiCallback needs an evaluation set: pass eval_dataset= to the Trainer "
                              "(the conductor evaluates at the recipe's cadence, run.eval_every)")
+        if getattr(trainer.args, "load_best_model_at_end", False):
+            raise ValueError("TrainingArguments(load_best_model_at_end=True) loads, after training, the checkpoint the "
+                             "Trainer judged best by its own metric — undoing the contraction the lifecycle exported "
+                             "and the variants it measured (the lifecycle rolls back to its own best when "
+                             "generalisation worsens): set load_best_model_at_end=False")
         if compat.shards_parameters(trainer):
             refuse_sharded_pruning(self.recipe_toml, self.recipe_path, "FSDP or DeepSpeed ZeRO-3")
         self.job_steps = job_steps(self.recipe_toml, max_steps)

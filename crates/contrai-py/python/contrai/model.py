@@ -4,6 +4,7 @@ probability it reads, whether it recomputes activations, and how it trains (full
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Iterator, TypeVar
 
 import torch
@@ -18,6 +19,17 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     while isinstance(inner := getattr(model, "module", None), torch.nn.Module):
         model = inner
     return getattr(model, "_orig_mod", model)
+
+
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """The model in eval mode (no dropout) while the context lasts, then as it was."""
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
 
 
 def first_device(model: torch.nn.Module) -> torch.device:

@@ -13,6 +13,7 @@ reason, before anything is written.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -261,6 +262,26 @@ def check_gguf(model: Any) -> None:
         if t.dim() == 2 and t.shape[1] % GGUF_BLOCK:
             raise ExportError(f"{key}: {t.shape[1]} weights a row do not fill GGUF's blocks of {GGUF_BLOCK} (a pruned "
                               "size must stay a multiple of the block)")
+
+
+def gguf_file(scheme: Scheme) -> str:
+    """The GGUF file's name for ``scheme``'s codes (``model-q8_0.gguf``, ``model-q4_0.gguf``)."""
+    return f"model-{GGUF_TYPES[scheme.bits].lower()}.gguf"
+
+
+def gguf_refusal(model: Any, scheme: Scheme | None = None) -> str | None:
+    """Why the model — with ``scheme``'s codes, when given — cannot be written as GGUF, or None."""
+    if importlib.util.find_spec("gguf") is None:
+        return "the gguf package is not installed"
+    if getattr(model, "config", None) is None:
+        return f"{type(model).__name__} is no Hugging Face model (no config)"
+    try:
+        if scheme is not None:
+            gguf_qtype(scheme)
+        check_gguf(model)
+    except ExportError as e:
+        return str(e)
+    return None
 
 
 def pre_tokenizer_name(spec: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
 """Weight-only quantization of a language model's linear layers: int8 or int4 codes with one
-symmetric scale a group of input weights (128 by default), round to nearest.
+symmetric scale a group of input weights (128 by default), round to nearest or GPTQ (calibrated
+block after block, each decoder layer fed the outputs of the one before it, quantized).
 
 Everything here works one layer at a time on the device where the layer lives, so that a model
 is never copied whole: :func:`quantized_in_place` evaluates a variant by putting each layer's
@@ -14,7 +15,7 @@ import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -137,33 +138,52 @@ class Quantized:
         return layer if key.endswith(".weight") and layer in self.files else None
 
 
-Calibrate = Callable[[torch.nn.Module], None]
+# Runs the model on the calibration batches, each pass inside ``contextlib.suppress(Stop)`` (see
+# :func:`each_pass`): GPTQ ends a pass once it has what it needs.
+Calibrate = Callable[[], None]
+# Sums a tensor over the job's processes (identity on one): every rank must make the same codes.
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+class Stop(Exception):
+    """Raised inside a calibration pass once what is measured has run: the rest is not needed."""
+
+
+def each_pass(forward: Callable[[Any], Any], batches: Iterable[Any]) -> None:
+    """``forward`` on each batch without gradients, a pass :class:`Stop` ends early ended there."""
+    with torch.no_grad():
+        for b in batches:
+            with contextlib.suppress(Stop):
+                forward(b)
 
 
 @contextlib.contextmanager
 def quantized_in_place(model: torch.nn.Module, scheme: Scheme, calibrate: Calibrate | None = None,
-                       spill: Path | None = None) -> Iterator[Quantized]:
+                       spill: Path | None = None, into: Path | None = None, again: Quantized | None = None,
+                       reduce: Reduce | None = None) -> Iterator[Quantized]:
     """The model with every target's weight replaced by its dequantized codes, one block of
-    layers at a time: round to nearest, or GPTQ's error compensation when ``calibrate`` (which
-    runs the model on calibration batches) is given. The dense weights are spilled to a file a
-    layer and put back on exit, so no second copy of the model is held in memory; the codes stay
-    on disk for the exports while the context lasts."""
+    layers at a time: round to nearest, or GPTQ's error compensation when ``calibrate`` is given
+    (:func:`made`). The dense weights are spilled to a file a layer and put back on exit, so no
+    second copy of the model is held in memory. The codes stay on disk while the context lasts —
+    in ``into`` when given, where they outlive it; ``again``: codes an earlier call made, put in
+    place as they are (GPTQ's depend on the calibration: made once, read again)."""
     check(model, scheme)
+    if into is not None:
+        into.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=spill) as tmp:
-        quantized = Quantized(Path(tmp), scheme, "gptq" if calibrate else "rtn")
+        quantized = again or Quantized(into or Path(tmp), scheme, "gptq" if calibrate else "rtn")
         saved: list[tuple[torch.nn.Linear, Path]] = []
+        layers = ((n, layer, again.codes(n)) for n, layer in targets(model)) if again is not None else \
+            made(model, scheme, calibrate, reduce)
         try:
-            for block in blocks(model):
-                hessians = input_hessians(model, block, calibrate) if calibrate else {}
-                for name, layer in block:
-                    path = Path(tmp) / f"dense-{len(saved)}.pt"
-                    torch.save(layer.weight.detach().cpu(), path)
-                    saved.append((layer, path))
-                    h = hessians.get(name)
-                    q = gptq(name, layer.weight, h, scheme) if h is not None else quantize(name, layer.weight, scheme)
+            for name, layer, q in layers:
+                path = Path(tmp) / f"dense-{len(saved)}.pt"
+                torch.save(layer.weight.detach().cpu(), path)
+                saved.append((layer, path))
+                if again is None:
                     quantized.put(name, q)
-                    with torch.no_grad():
-                        layer.weight.copy_(q.dequantized(layer.weight.dtype))
+                with torch.no_grad():
+                    layer.weight.copy_(q.dequantized(layer.weight.dtype).to(layer.weight.device))
             yield quantized
         finally:
             with torch.no_grad():
@@ -171,66 +191,155 @@ def quantized_in_place(model: torch.nn.Module, scheme: Scheme, calibrate: Calibr
                     layer.weight.copy_(torch.load(path, weights_only=True))
 
 
-def blocks(model: torch.nn.Module) -> list[list[tuple[str, torch.nn.Linear]]]:
-    """The targets grouped by the repeated block that holds them (``layers.3``, ``h.3`` …), in
-    the model's order; a target outside any is a block of its own. GPTQ calibrates one block at a
-    time, on inputs that went through the blocks quantized before it."""
+def made(model: torch.nn.Module, scheme: Scheme, calibrate: Calibrate | None,
+         reduce: Reduce | None = None) -> Iterator[tuple[str, torch.nn.Linear, Codes]]:
+    """Each target's codes, block after block in the model's order; the caller puts each in place
+    before asking for the next, so that GPTQ calibrates a block on inputs that went through the
+    blocks quantized before it. A numbered block (``layers.3``) that follows the one before it is
+    fed that block's outputs (:class:`Chain`: the calibration batches run through the model once,
+    not once a block); any other block is calibrated by running the whole model."""
+    chain: Chain | None = None
+    for key, block in blocks(model):
+        hessians: dict[str, torch.Tensor] = {}
+        if calibrate is not None:
+            if chain is None or not chain.to(key):
+                chain = Chain.start(model, key, calibrate)
+            hessians = chain.hessians(block) if chain is not None else input_hessians(block, calibrate)
+            if reduce is not None:  # summed over ranks: a common factor, which GPTQ's result ignores
+                hessians = {n: reduce(h) for n, h in hessians.items()}
+        for name, layer in block:
+            h = hessians.get(name)
+            yield name, layer, gptq(name, layer.weight, h, scheme) if h is not None else quantize(name, layer.weight, scheme)
+
+
+def blocks(model: torch.nn.Module) -> list[tuple[str, list[tuple[str, torch.nn.Linear]]]]:
+    """The targets grouped by the repeated block that holds them (``layers.3``, ``h.3`` …) and
+    that block's path, in the model's order; a target outside any is a block of its own."""
     out: dict[str, list[tuple[str, torch.nn.Linear]]] = {}
     for name, layer in targets(model):
         parts = name.split(".")
         cut = next((i + 1 for i, p in enumerate(parts) if p.isdigit()), len(parts))
         out.setdefault(".".join(parts[:cut]), []).append((name, layer))
-    return list(out.values())
+    return list(out.items())
 
 
-class _Stop(Exception):
-    """Raised past the block being calibrated: the rest of the forward pass is not needed."""
+def numbered(key: str) -> tuple[str, int] | None:
+    """A numbered block's parent path and number (``model.layers.3`` → (``model.layers``, 3))."""
+    parent, _, last = key.rpartition(".")
+    return (parent, int(last)) if last.isdigit() else None
 
 
-def input_hessians(model: torch.nn.Module, block: list[tuple[str, torch.nn.Linear]],
-                   calibrate: Calibrate) -> dict[str, torch.Tensor]:
-    """Each layer's ``2 X^T X / n`` over the calibration inputs it sees (GPTQ's Hessian of the
-    layer's squared error); the forward passes stop once the block's last layer has run."""
-    sums: dict[str, torch.Tensor] = {}
-    counts: dict[str, int] = {}
-    handles = []
-    last = block[-1][0]
+class Chain:
+    """The calibration inputs of a numbered block, captured once from the whole model's passes
+    and carried from block to block by running each block alone: its outputs are the next one's
+    inputs, as in the model's own loop over its layers."""
 
-    def hook(name: str) -> Any:
+    def __init__(self, model: torch.nn.Module, key: str, inputs: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> None:
+        self.model, self.key, self.inputs = model, key, inputs
+
+    @classmethod
+    def start(cls, model: torch.nn.Module, key: str, calibrate: Calibrate) -> Chain | None:
+        """The inputs of block ``key`` on every calibration pass (each pass stopped there);
+        None when ``key`` is no numbered block or no pass reached it."""
+        if numbered(key) is None:
+            return None
+        inputs: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+        def capture(_: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            inputs.append((args, no_cache(kwargs)))
+            raise Stop
+
+        handle = model.get_submodule(key).register_forward_pre_hook(capture, with_kwargs=True)
+        try:
+            calibrate()
+        finally:
+            handle.remove()
+        return cls(model, key, inputs) if inputs else None
+
+    def to(self, key: str) -> bool:
+        """The inputs brought to block ``key`` when it is the one they are at or the next (same
+        parent, next number: the current block's outputs, its layers as they are now); whether so."""
+        here, there = numbered(self.key), numbered(key)
+        if key == self.key:
+            return True
+        if here is None or there is None or (here[0], here[1] + 1) != there:
+            return False
+        moved = []
+        for (args, kwargs), out in zip(self.inputs, self.run()):
+            hidden = out[0] if isinstance(out, (tuple, list)) else out
+            moved.append(((hidden, *args[1:]), kwargs) if args else ((), {**kwargs, "hidden_states": hidden}))
+        self.key, self.inputs = key, moved
+        return True
+
+    def run(self) -> list[Any]:
+        """The block's outputs on each input, without gradients."""
+        block = self.model.get_submodule(self.key)
+        with torch.no_grad():
+            return [block(*args, **kwargs) for args, kwargs in self.inputs]
+
+    def hessians(self, layers: list[tuple[str, torch.nn.Linear]]) -> dict[str, torch.Tensor]:
+        """Each of the block's layers' ``2 X^T X / n`` over the inputs it sees (GPTQ's Hessian of
+        the layer's squared error)."""
+        with Hessians(layers) as h:
+            self.run()
+        return h.result()
+
+
+def no_cache(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A block's keyword inputs without the generation cache it would append to on every replay
+    (any value with ``get_seq_length``; transformers 5 names it ``cache`` or ``past_key_values``)."""
+    out = {k: v for k, v in kwargs.items() if not hasattr(v, "get_seq_length")}
+    if "use_cache" in out:
+        out["use_cache"] = False
+    return out
+
+
+class Hessians:
+    """Sums of ``X^T X`` of each layer's inputs while the context lasts (forward hooks)."""
+
+    def __init__(self, layers: list[tuple[str, torch.nn.Linear]]) -> None:
+        self.layers = layers
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, int] = {}
+        self.handles: list[Any] = []
+
+    def hook(self, name: str) -> Callable[..., None]:
         def record(_: torch.nn.Module, inputs: tuple[torch.Tensor, ...], __: Any) -> None:
             x = inputs[0].detach().reshape(-1, inputs[0].shape[-1]).float()
-            if name not in sums:
-                sums[name] = torch.zeros(x.shape[1], x.shape[1], device=x.device)
-                counts[name] = 0
-            sums[name].addmm_(x.T, x)
-            counts[name] += x.shape[0]
-            if name == last:
-                raise _Stop
+            if name not in self.sums:
+                self.sums[name] = torch.zeros(x.shape[1], x.shape[1], device=x.device)
+                self.counts[name] = 0
+            self.sums[name].addmm_(x.T, x)
+            self.counts[name] += x.shape[0]
         return record
 
-    for name, layer in block:
-        handles.append(layer.register_forward_hook(hook(name)))
-    try:
-        with torch.no_grad():
-            calibrate(StopsEarly(model))
-    finally:
-        for h in handles:
+    def __enter__(self) -> Hessians:
+        self.handles = [layer.register_forward_hook(self.hook(name)) for name, layer in self.layers]
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        for h in self.handles:
             h.remove()
-    return {n: 2 * s / max(1, counts[n]) for n, s in sums.items()}
+
+    def result(self) -> dict[str, torch.Tensor]:
+        return {n: 2 * s / max(1, self.counts[n]) for n, s in self.sums.items()}
 
 
-class StopsEarly(torch.nn.Module):
-    """The model, whose call returns None when the block being calibrated has run."""
+def input_hessians(block: list[tuple[str, torch.nn.Linear]], calibrate: Calibrate) -> dict[str, torch.Tensor]:
+    """The block's layers' Hessians from whole passes of the model, each stopped once the
+    block's last layer has run."""
+    last = block[-1][1]
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.inner = model
+    def stop(*_: Any) -> None:
+        raise Stop
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    with Hessians(block) as h:
+        handle = last.register_forward_hook(stop)
         try:
-            return self.inner(*args, **kwargs)
-        except _Stop:
-            return None
+            calibrate()
+        finally:
+            handle.remove()
+    return h.result()
 
 
 def gptq(name: str, weight: torch.Tensor, h: torch.Tensor, scheme: Scheme, block: int = 128,
