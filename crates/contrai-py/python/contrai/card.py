@@ -72,7 +72,7 @@ def latency_ms(forward: Callable[[], Any]) -> float:
 
 
 # What runs in the child process that times a GGUF file: llama.cpp's own crash (a CPU kernel's
-# fault, as its AMX path on this model on Sapphire Rapids) must not take the run down with it.
+# fault, as its AMX path on SmolLM2 on an Intel Xeon with AMX) must not take the run down with it.
 LLAMA_CPP_TIMING = """
 import json, statistics, sys, time
 import llama_cpp
