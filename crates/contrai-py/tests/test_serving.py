@@ -7,7 +7,6 @@ found through ``CONTRAI_LLM``) checks that llama.cpp computes what Contrai evalu
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, TypeVar
 

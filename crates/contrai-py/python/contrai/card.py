@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import signal
 import statistics
 import subprocess
@@ -50,6 +51,11 @@ def describe(state: Mapping[str, torch.Tensor]) -> tuple[int, float]:
             zeros[t.data_ptr()] = (int((t == 0).sum()), t.numel())
     total = sum(n for _, n in zeros.values())
     return sum(entries.values()), (sum(z for z, _ in zeros.values()) / total if total else 0.0)
+
+
+def nan0(x: float) -> float:
+    """A NaN where the format wants a number: 0 (an accuracy that was not measurable)."""
+    return 0.0 if x is None or not math.isfinite(x) else x
 
 
 def disk_bytes(path: Path) -> int:

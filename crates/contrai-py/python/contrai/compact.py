@@ -10,7 +10,7 @@ prunes) stay as zeros, and the engine records it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 import torch
 

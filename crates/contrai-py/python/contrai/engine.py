@@ -11,7 +11,6 @@ the optimizer, the data and the model's outputs on a batch.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 from . import _core
 from .adapters import adapted_weights, fit_scheduler, merge, merged, split, unloaded
 from .batches import batch_size, token_rows
-from .card import Variant, card, describe, disk_bytes, dtype_name, latency_ms, llama_cpp_latency_ms
+from .card import Variant, card, describe, disk_bytes, dtype_name, latency_ms, nan0
 from .checkpoints import Checkpoints, load_weights, put_back
 from .compact import Cut, cut_in_place, units_removed
 from .conductor import Conductor, RunInfo, kind
@@ -36,41 +35,19 @@ from .data import DroppableDataset
 from .masks import Masks, head_count, matrices, unit_inputs
 from .model import (class_names, dropout_sites, evaluating, first_device, recompute, recomputes, set_dropout, task,
                     tuning, unwrap)
-from .protocol import Quantize, State, Turn
+from .protocol import State, Turn
 from .resume import check_lr
-from .serving import GGUF_BLOCK, GGUF_TYPES, gguf_file, gguf_refusal, save_codes, write_compressed_tensors, write_gguf
-from .weightquant import (QuantizeError, Quantized, Scheme, each_pass, fitting_group, quantized_bytes,
-                          quantized_in_place)
+from .variants import Variants
+from .weightquant import each_pass
 
 WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
 # The key that marks the optimizer parameter group of a LoRA job's merged weights (a saved
 # optimizer state keeps it).
 MERGED = "contrai_merged"
-# Training samples whose activations score feed-forward units for pruning.
+# Training samples whose activations score feed-forward units for pruning and calibrate GPTQ.
 CALIBRATION = 64
 # Rollback checkpoints kept besides the best ones (and the Trainer's own, unless it was told).
 KEEP_LAST = 3
-# The code width of each quantized variant ``refine.quantize`` may list.
-BITS: dict[Quantize, int] = {"int8": 8, "int4": 4}
-# The variants GPTQ makes (calibrated on the ``CALIBRATION`` samples): at int4 it leaves SmolLM2-135M
-# 12 % less perplexity than rounding to nearest (BENCHMARKS.md); int8's rounding costs under 0.1
-# perplexity, not worth a calibration.
-GPTQ: frozenset[Quantize] = frozenset({"int4"})
-
-
-@dataclass
-class Made:
-    """A quantized variant as refine made it: its scheme, its codes (in a folder of their own until
-    the holdout has read them), what validation measured (its ``Quantized`` observation), its
-    holdout loss and accuracy once read, and its GGUF file once written (or why none was)."""
-
-    scheme: Scheme
-    codes: Quantized
-    folder: tempfile.TemporaryDirectory[str]
-    figures: dict[str, Any]
-    holdout: tuple[float, float] = (math.nan, math.nan)
-    gguf: str | None = None
-    no_gguf: str = ""
 
 
 @dataclass
@@ -296,8 +273,8 @@ class Engine:
         self.export_note = ""
         # Each pruned module's share of zeros when exported (the cut then changes what masks cover).
         self.pruned: dict[str, float] | None = None
-        # Each quantized variant refine made, by its width.
-        self.quantized: dict[Quantize, Made] = {}
+        # Refine's quantized variants of the served model.
+        self.variants = Variants(self.run_dir, self.calibrate, CALIBRATION, self.summed)
         # The run directory's one-writer lock (rank 0), held from start to the job's end.
         self.lock: _core.RunLock | None = None
         # The signal the job stopped on (a preemption), when it did.
@@ -749,17 +726,14 @@ class Engine:
         each rank holds a shard of them)."""
         if batches is None:
             return math.nan, math.nan, 0
-        was = model.training
-        model.eval()
         total, n, correct, counted = 0.0, 0, 0, 0
-        with torch.no_grad():
+        with evaluating(model), torch.no_grad():
             for b in batches:
                 out = self.job.outputs(model, b)
                 total += float(out.losses.sum())
                 n += out.losses.numel()
                 correct += out.correct
                 counted += out.counted
-        model.train(was)
         if sharded:
             sums = self.job.all_reduce([total, n, correct, counted])
             total, n, correct, counted = sums[0], int(sums[1]), int(sums[2]), int(sums[3])
@@ -785,9 +759,7 @@ class Engine:
         missing = set(named)
         batch = self.job.train_batch()
         losses = []
-        was = model.training
-        with put_back(trainable):
-            model.eval()
+        with put_back(trainable), evaluating(model):
             opt = torch.optim.AdamW(trainable, lr=p["lr"])
             for _ in range(p["steps"]):
                 opt.zero_grad()
@@ -799,7 +771,6 @@ class Engine:
                 self.step += 1
                 self.metric({"step": self.step, "phase": "validate", "validate_loss": float(loss)})
             del opt
-        model.train(was)
         val, _, _ = self.evaluation(self.job.model, self.job.eval_batches())
         return {"PipelineChecked": {"first_loss": losses[0], "last_loss": losses[-1], "val_loss": val,
                                     "no_gradient": sorted(missing)}}
@@ -813,13 +784,10 @@ class Engine:
         trip = Checkpoints(root, keep_last=1)
         trip.write(0, model, self.job.optimizer, self.masks, {"step": 0}, [])
         batch = next(iter(self.job.eval_batches()))
-        was = model.training
-        model.eval()
-        with torch.no_grad():
+        with evaluating(model), torch.no_grad():
             before = self.job.outputs(model, batch).losses
             load_weights(model, trip.read("Latest"))
             same = torch.equal(before, self.job.outputs(model, batch).losses)
-        model.train(was)
         files = trip.dir(0)
         size = (files / "model.pt").stat().st_size
         opt_bytes = (files / "optimizer.pt").stat().st_size if (files / "optimizer.pt").exists() else 0
@@ -890,13 +858,10 @@ class Engine:
     def measure_sample_losses(self, _: Any) -> dict[str, Any]:
         """The loss of every training sample under the current model (eval mode), in row order."""
         model = self.job.model
-        was = model.training
-        model.eval()
         losses: list[float] = []
-        with torch.no_grad():
+        with evaluating(model), torch.no_grad():
             for _, b in self.job.train_rows():
                 losses.extend(float(x) for x in self.job.outputs(model, b).losses)
-        model.train(was)
         ds = self.job.train_dataset()
         ids = [str(i) for i in range(len(losses))]
         if ds is not None and hasattr(ds, "ids"):
@@ -1106,45 +1071,14 @@ class Engine:
                              "instead": "the PyTorch engine does not distil yet; the fine-tuned model is the final one"}}
 
     def quantize(self, p: dict[str, Any]) -> dict[str, Any]:
-        """A weight-only variant of the final model (``p["to"]``: int8 or int4 codes of every linear
-        layer but ``lm_head``, one symmetric scale a group of input weights — the recipe's block,
-        else 32 where GGUF can hold the codes as they are, else the largest group up to 128 that
-        divides every layer; GPTQ for the widths in ``GPTQ``), evaluated on validation in place:
-        each layer's dequantized codes in its weights, the dense ones spilled to disk and put back
-        after — never a second copy of the model, on any device. The codes stay on disk until the
-        holdout has read them."""
-        variant: Quantize = p["to"]
-        model = self.served()
-        gptq = variant in GPTQ
-        folder = tempfile.TemporaryDirectory(prefix="contrai-codes-")
-        try:
-            scheme = Scheme(BITS[variant], p["block"] or (GGUF_BLOCK if gguf_refusal(model) is None
-                                                          else fitting_group(model)))
-            with quantized_in_place(model, scheme, self.calibrate if gptq else None, into=Path(folder.name),
-                                    reduce=self.summed if distributed(self.job.world) else None) as codes:
-                loss, acc, _ = self.evaluation(self.job.model, self.job.eval_batches())
-        except QuantizeError as e:
-            folder.cleanup()
-            return {"Declined": {"what": f"quantize the final model to {variant}", "instead": f"kept dense: {e}"}}
-        how = f"GPTQ calibrated on {CALIBRATION} training samples" if gptq else "round to nearest"
-        figures = {"val_loss": loss, "val_accuracy": nan0(acc), "bytes": quantized_bytes(model, scheme),
-                   "dense_bytes": sum(t.numel() * t.element_size() for t in model.state_dict().values()),
-                   "scheme": f"weight-only {variant}, {how}, one symmetric scale a group of {scheme.group} input "
-                             "weights, every nn.Linear but lm_head",
-                   "file": self.quantized_file(model, variant)}
-        self.quantized[variant] = Made(scheme, codes, folder, figures)
-        return {"Quantized": figures}
+        """A weight-only variant of the final model (``p["to"]``: int8 or int4), made and evaluated
+        on validation in place (``contrai.variants``)."""
+        return self.variants.make(p["to"], p["block"], self.served(),
+                                  lambda: self.evaluation(self.job.model, self.job.eval_batches())[:2])
 
     def served(self) -> torch.nn.Module:
         """The exported model (``export``), else the job's."""
         return self.final if self.final is not None else unwrap(self.job.model)
-
-    def quantized_file(self, model: torch.nn.Module, variant: Quantize) -> str:
-        """Where a quantized variant goes when kept: a Hugging Face model's compressed-tensors
-        folder (``from_pretrained`` reads it with the ``compressed-tensors`` package; vLLM serves
-        it) when that package is installed, else the codes in one ``torch.save`` file."""
-        servable = hasattr(model, "save_pretrained") and importlib.util.find_spec("compressed_tensors") is not None
-        return f"final/{variant}" if servable else f"final/model-{variant}.pt"
 
     def read_holdout(self, p: dict[str, Any]) -> dict[str, Any]:
         """The holdout, read once: the final model and each quantized variant (its codes put in
@@ -1152,39 +1086,15 @@ class Engine:
         verdict keeps it."""
         batches = self.job.holdout_batches()
         loss, acc, n = self.evaluation(self.job.model, batches, sharded=False)
-        quantized = []
-        for verdict in p["quantized"]:
-            variant = verdict["variant"]
-            made = self.quantized[variant]
-            model = self.served()
-            with quantized_in_place(model, made.scheme, again=made.codes) as q:
-                lq, aq, _ = self.evaluation(self.job.model, self.job.holdout_batches(), sharded=False)
-                made.holdout = (lq, aq)
-                quantized.append({"variant": variant, "loss": nan0(lq), "accuracy": nan0(aq)})
-                if verdict["kept"] and self.leader:
-                    self.write_variant(model, q, made)
-            made.folder.cleanup()
+        quantized = [self.variants.on_holdout(
+            verdict, self.served(), lambda: self.evaluation(self.job.model, self.job.holdout_batches(), sharded=False)[:2],
+            self.job.tokenizer(), self.leader) for verdict in p["quantized"]]
         if batches is None:
             self.substitute("read the holdout", "no holdout was given to the callback (holdout_dataset=)", {})
         self.holdout_eval = (loss, acc, n)
         if self.leader:
             self.write_card(p["quantized"])
         return {"HoldoutRead": {"loss": nan0(loss), "accuracy": nan0(acc), "samples": n, "quantized": quantized}}
-
-    def write_variant(self, model: torch.nn.Module, q: Quantized, made: Made) -> None:
-        """A kept variant's files: its compressed-tensors folder (or its codes' file), and the GGUF
-        file llama.cpp runs when the model and the codes fit one (else why not, for the card)."""
-        out = self.run_dir / made.figures["file"]
-        tok = self.job.tokenizer()
-        if out.suffix == ".pt":
-            save_codes(model, q, out)
-        else:
-            write_compressed_tensors(model, q, out, tok)
-        made.no_gguf = gguf_refusal(model, made.scheme) or ("" if tok is not None else
-                                                            "the job holds no tokenizer to write into it")
-        if not made.no_gguf:
-            made.gguf = f"final/{gguf_file(made.scheme)}"
-            write_gguf(model, q, tok, self.run_dir / made.gguf)
 
     def write_card(self, verdicts: list[dict[str, Any]]) -> None:
         """``final/model-card.json`` (``contrai.card``): the exported model, and each quantized
@@ -1202,36 +1112,10 @@ class Engine:
         # The quantized variants hold the model in memory's shape: its figures, counted once.
         described = describe(model.state_dict())
         for verdict in verdicts:
-            variants += self.quantized_variants(verdict, described, token_rows(batch))
+            variants += self.variants.card_lines(verdict, described, token_rows(batch))
         self.writer.write("model_card", words_json(card(
             model, class_names(model, self.classes), self.pruned_share(), bool(self.recomputing),
             batch_size(batch) or 0, variants)))
-
-    def quantized_variants(self, verdict: dict[str, Any], described: tuple[int, float],
-                           rows: list[list[int]] | None) -> list[Variant]:
-        """A quantized variant's lines in the model card: the variant — no latency, PyTorch runs it
-        dequantized — and its GGUF file, timed by llama.cpp on the card's batch when installed."""
-        variant, kept = verdict["variant"], bool(verdict["kept"])
-        made = self.quantized[variant]
-        drop = verdict["drop_points"]
-        cost = (f"{drop:.2f} validation points lost" if verdict["measure"] == "accuracy"
-                else f"validation perplexity {drop:+.2f} %")
-        note = f"{made.figures['scheme']}; " + ("kept" if kept else f"refused: {cost}")
-        note += "; no latency: PyTorch runs it dequantized"
-        if kept and made.no_gguf:
-            note += f"; no GGUF: {made.no_gguf}"
-        hl, ha = made.holdout
-        file = made.figures["file"]
-        lines = [Variant(variant, file if kept else None, *described,
-                         disk_bytes(self.run_dir / file) if kept else made.figures["bytes"],
-                         made.figures["val_accuracy"], nan0(ha), nan0(hl), None, note)]
-        if kept and made.gguf:
-            path = self.run_dir / made.gguf
-            timed, why = llama_cpp_latency_ms(path, rows)
-            lines.append(Variant(f"{variant} GGUF", made.gguf, *described, disk_bytes(path),
-                                 made.figures["val_accuracy"], nan0(ha), nan0(hl), timed,
-                                 f"GGUF {GGUF_TYPES[made.scheme.bits]}: the variant's codes as they are; " + why))
-        return lines
 
     def finish(self, summary: dict[str, Any]) -> None:
         """``final/eval.json``, written last: the run is over."""
@@ -1331,11 +1215,6 @@ def words_json(value: Any) -> str:
         return v
 
     return json.dumps(word(value))
-
-
-def nan0(x: float) -> float:
-    """A NaN where the format wants a number: 0 (an accuracy that was not measurable)."""
-    return 0.0 if x is None or not math.isfinite(x) else x
 
 
 Hook = Callable[[], None]

@@ -5,7 +5,7 @@ probability it reads, whether it recomputes activations, and how it trains (full
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, TypeVar
+from typing import Iterator, TypeVar
 
 import torch
 
