@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from contrai import weightquant
 from contrai.weightquant import Scheme, each_pass, quantized_in_place
-
-SEQ = 128
+from quantize import blocks, load  # this folder's quantize.py (a script's folder is on its path)
 
 
 def main() -> None:
@@ -35,14 +32,8 @@ def main() -> None:
     ap.add_argument("--calibration", type=int, default=32, help="calibration e-mails")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    torch.manual_seed(0)
-    torch.set_num_threads(2)
-    path = Path(os.environ["CONTRAI_LLM"])
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    texts = [json.loads(x)["text"] for x in args.data.read_text().split("\n") if x.strip()]
-    rows = [ids[:SEQ] for ids in (tok(t)["input_ids"] for t in texts[:len(texts) // 2]) if len(ids) >= SEQ]
-    calib = torch.tensor(rows[:args.calibration])
+    _, tok, model, texts = load(args.data)
+    calib = blocks(tok, texts[:len(texts) // 2], args.calibration)
 
     def calibrate() -> None:
         each_pass(lambda row: model(input_ids=row), calib.split(8))

@@ -32,6 +32,17 @@ from contrai.weightquant import Scheme, each_pass, quantized_in_place
 SEQ = 128
 
 
+def load(data: Path) -> tuple[Path, Any, Any, list[str]]:
+    """The model's folder (``CONTRAI_LLM``), its tokenizer, the model in float32 and eval mode, and
+    the texts of ``data`` (JSONL); torch seeded and on 2 threads."""
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    path = Path(os.environ["CONTRAI_LLM"])
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return path, tok, model, [json.loads(x)["text"] for x in data.read_text().split("\n") if x.strip()]
+
+
 def blocks(tok: Any, texts: list[str], n: int) -> torch.Tensor:
     """The first SEQ tokens of each e-mail long enough, ``n`` of them."""
     rows = [ids[:SEQ] for ids in (tok(t)["input_ids"] for t in texts) if len(ids) >= SEQ]
@@ -98,12 +109,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    torch.manual_seed(0)
-    torch.set_num_threads(2)
-    path = Path(os.environ["CONTRAI_LLM"])
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    texts = [json.loads(x)["text"] for x in args.data.read_text().split("\n") if x.strip()]
+    path, tok, model, texts = load(args.data)
     # The holdout from the file's end, the calibration from its start: no e-mail in both.
     holdout = blocks(tok, texts[len(texts) // 2:], args.holdout)
     calib = blocks(tok, texts[:len(texts) // 2], args.calibration)
