@@ -1109,10 +1109,9 @@ class Engine:
         variants = [Variant(dtype_name(model), "final", *self.exported,
                             disk_bytes(self.run_dir / "final"), nan0(self.final_val[1]), nan0(acc), nan0(loss),
                             latency, "; ".join(x for x in (self.export_note, timed) if x))]
-        # The quantized variants hold the model in memory's shape: its figures, counted once.
-        described = describe(model.state_dict())
+        # The quantized variants hold the exported model's shape (cut in place): its figures.
         for verdict in verdicts:
-            variants += self.variants.card_lines(verdict, described, token_rows(batch))
+            variants += self.variants.card_lines(verdict, self.exported, token_rows(batch))
         self.writer.write("model_card", words_json(card(
             model, class_names(model, self.classes), self.pruned_share(), bool(self.recomputing),
             batch_size(batch) or 0, variants)))
