@@ -467,6 +467,9 @@ class ContraiCallback(TrainerCallback):
         if e is None:
             return
         e.stopped_early(state.global_step, self.planned, "TrainingArguments(max_steps={})")
+        # Every rank leaves the job together: a rank gone while rank 0 still writes the model card
+        # made rank 0's process abort at exit (gloo, SIGABRT after a finished run; 1 in 4 jobs).
+        e.job.barrier()
         self._end()
         if e.stopped_by is not None:
             raise stopped(e.stopped_by, state.global_step, str(compat.checkpoint_dir(args, state.global_step)),

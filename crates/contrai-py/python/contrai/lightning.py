@@ -325,6 +325,9 @@ class ContraiCallback(pl.Callback):
         if e is None:
             return
         e.stopped_early(trainer.global_step, self.planned, "Trainer(max_steps={})")
+        # Every rank leaves the job together: a rank gone while rank 0 still writes the model card
+        # made rank 0's process abort at exit (gloo, SIGABRT after a finished run; 1 in 4 jobs).
+        e.job.barrier()
         self._end()
         if e.stopped_by is not None and self._stop_file is not None:
             raise stopped(e.stopped_by, trainer.global_step, str(self._stop_file),
