@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use contrai_data::demo::{self, DemoConfig};
+use contrai_data::parent::Parent;
 use contrai_data::split::{Dedup, OnConflict, SplitConfig, split};
 
 use crate::choice::choice;
@@ -31,29 +32,42 @@ pub enum DataCommand {
     /// two partitions. Writes DIR/{train,val,holdout}.<ext> in the input's format and
     /// DIR/manifest.json, then re-reads them to prove there is no leak.
     ///
+    /// A new version of the data splits with `--from` the old split: every old sample keeps its
+    /// partition, a new near-copy of one follows it (or is dropped when it resembles samples of
+    /// two partitions), new samples are placed as before, and the manifest records its parent.
+    ///
     /// Example: contrai data split mail.csv --out splits/mail --ratios 0.8,0.1,0.1 --seed 7
+    ///          contrai data split mail-december.csv --from splits/mail --out splits/mail-v2
     Split {
         #[command(flatten)]
         input: InputArgs,
         /// Output directory.
         #[arg(long, short)]
         out: PathBuf,
-        /// Shares of train, val and holdout, comma-separated; they must sum to 1.
-        #[arg(long, default_value = "0.85,0.10,0.05", value_parser = parse_ratios)]
-        ratios: [f64; 3],
-        /// Seed of the placement hash: the same seed and data give the same split, byte for byte.
-        #[arg(long, default_value_t = 42)]
-        seed: u64,
-        /// Clusters whose members disagree on the label: drop them, keep the majority, or keep all.
-        #[arg(long, default_value = "drop", value_parser = choice::<OnConflict>())]
-        on_conflict: OnConflict,
-        /// Duplicates to drop: one per identical text (exact), one per cluster (near), or none.
-        #[arg(long, default_value = "exact", value_parser = choice::<Dedup>())]
-        dedup: Dedup,
-        /// An earlier split's manifest.json: its holdout stays holdout, and new near-duplicates of
-        /// it stay out of train and val.
+        /// Shares of train, val and holdout, comma-separated; they must sum to 1
+        /// [default: 0.85,0.10,0.05, or the parent's].
+        #[arg(long, value_parser = parse_ratios)]
+        ratios: Option<[f64; 3]>,
+        /// Seed of the placement hash: the same seed and data give the same split, byte for byte
+        /// [default: 42, or the parent's].
         #[arg(long)]
-        manifest: Option<PathBuf>,
+        seed: Option<u64>,
+        /// Clusters whose members disagree on the label: drop them, keep the majority, or keep all
+        /// [default: drop, or the parent's].
+        #[arg(long, value_parser = choice::<OnConflict>())]
+        on_conflict: Option<OnConflict>,
+        /// Duplicates to drop: one per identical text (exact), one per cluster (near), or none
+        /// [default: exact, or the parent's].
+        #[arg(long, value_parser = choice::<Dedup>())]
+        dedup: Option<Dedup>,
+        /// The split this data is a new version of (its directory or manifest.json), checked
+        /// against its files. Its parameters and fields are the defaults; a differing one is refused.
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// With --from: accept a holdout that lost some of the parent's samples (they left the
+        /// data); without it that is an error, since its figures no longer compare.
+        #[arg(long, requires = "from")]
+        allow_shrink: bool,
         /// Print the manifest as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -87,9 +101,9 @@ pub struct InputArgs {
     /// A CSV/TSV file without a header row: its columns' names, in order (e.g. label,text).
     #[arg(long, value_delimiter = ',')]
     columns: Vec<String>,
-    /// Field holding the text.
-    #[arg(long, default_value = "text")]
-    text: String,
+    /// Field holding the text [default: text].
+    #[arg(long)]
+    text: Option<String>,
     /// Field holding the label (ignored if absent, unless given explicitly).
     #[arg(long)]
     label: Option<String>,
@@ -99,12 +113,12 @@ pub struct InputArgs {
     /// Skip and count malformed rows instead of stopping at the first one.
     #[arg(long)]
     skip_bad: bool,
-    /// Jaccard similarity at or above which two texts are near-duplicates.
-    #[arg(long, default_value_t = 0.8)]
-    threshold: f64,
-    /// MinHash permutations.
-    #[arg(long, default_value_t = 256)]
-    num_perm: usize,
+    /// Jaccard similarity at or above which two texts are near-duplicates [default: 0.8].
+    #[arg(long)]
+    threshold: Option<f64>,
+    /// MinHash permutations [default: 256].
+    #[arg(long)]
+    num_perm: Option<usize>,
 }
 
 impl InputArgs {
@@ -117,18 +131,26 @@ impl InputArgs {
     }
 
     fn audit_config(&self) -> AuditConfig {
-        let explicit = self.label.is_some() || self.id.is_some();
+        self.audit_config_over(&AuditConfig::default())
+    }
+
+    /// The settings given, else those of `base` (the defaults, or a parent split's).
+    fn audit_config_over(&self, base: &AuditConfig) -> AuditConfig {
+        let field = |given: &Option<String>, was: Option<&String>, role: &str| {
+            Some(given.clone().or(was.cloned()).unwrap_or_else(|| role.into()))
+        };
+        let (index, fields) = (&base.index, &base.fields);
         AuditConfig {
             index: IndexConfig {
-                threshold: self.threshold,
-                num_perm: self.num_perm,
-                ..IndexConfig::default()
+                threshold: self.threshold.unwrap_or(index.threshold),
+                num_perm: self.num_perm.unwrap_or(index.num_perm),
+                ..*index
             },
             fields: FieldSpec {
-                text: self.text.clone(),
-                label: Some(self.label.clone().unwrap_or_else(|| "label".into())),
-                id: Some(self.id.clone().unwrap_or_else(|| "id".into())),
-                explicit,
+                text: self.text.clone().unwrap_or_else(|| fields.text.clone()),
+                label: field(&self.label, fields.label.as_ref(), "label"),
+                id: field(&self.id, fields.id.as_ref(), "id"),
+                explicit: self.label.is_some() || self.id.is_some() || fields.explicit,
             },
             skip_bad: self.skip_bad,
         }
@@ -168,16 +190,23 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
             seed,
             on_conflict,
             dedup,
-            manifest,
+            from,
+            allow_shrink,
             json,
         } => {
+            // Each setting given, else the parent's (a version keeps them), else the default.
+            let base = match from.as_deref() {
+                Some(dir) => Parent::open(dir)?.manifest.params.config(),
+                None => SplitConfig::default(),
+            };
             let cfg = SplitConfig {
-                ratios,
-                seed,
-                on_conflict,
-                dedup,
-                audit: input.audit_config(),
-                previous: manifest,
+                ratios: ratios.unwrap_or(base.ratios),
+                seed: seed.unwrap_or(base.seed),
+                on_conflict: on_conflict.unwrap_or(base.on_conflict),
+                dedup: dedup.unwrap_or(base.dedup),
+                audit: input.audit_config_over(&base.audit),
+                parent: from,
+                allow_shrink,
             };
             let outcome = split(input.source()?, &out, &cfg, &Bars::default())?;
             for f in &outcome.leftovers {
@@ -227,10 +256,10 @@ fn print_split(m: &contrai_data::split::Manifest, out: &std::path::Path) {
     if !dropped.is_empty() {
         println!("  dropped: {}", dropped.join(", "));
     }
-    if let Some(l) = &m.holdout_lock {
+    if let Some(p) = &m.parent {
         println!(
-            "  holdout lock: {} locked texts from {}, {} samples pulled into holdout",
-            l.locked, l.previous_manifest, l.pulled_into_holdout
+            "  version {} of {} (version {}): kept {:?}, new {:?}, gone {:?} (train, val, holdout); {} new placed with their near-copies, {} dropped between partitions",
+            m.version, p.manifest, p.version, p.kept, p.added, p.lost, p.pulled, p.bridges
         );
     }
     println!(

@@ -100,8 +100,23 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", message(&err));
             ExitCode::from(2)
         }
     }
+}
+
+/// An error and its causes, each cause left out when the message before already says it (the
+/// data errors print their I/O cause themselves).
+fn message(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain().map(|c| c.to_string()) {
+        if !out.contains(&cause) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&cause);
+        }
+    }
+    out
 }

@@ -44,6 +44,10 @@ pub struct TrainArgs {
     /// Continue the run from its newest valid checkpoint, exactly where it stopped.
     #[arg(long)]
     resume: bool,
+    /// With --resume: train on the split the run holds even though the data its recipe names
+    /// changed since (a new version of the split, or an edited file); without it that is refused.
+    #[arg(long, requires = "resume")]
+    keep_split: bool,
 }
 
 /// Runs `contrai train`.
@@ -68,6 +72,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let run = RunDir::new(&run_dir);
     let opts = Options {
         resume: args.resume,
+        keep_split: args.keep_split,
         progress_bar: true,
         stop: Stop::on_signals()?,
         ..Options::new(recipe, &run_dir)

@@ -136,3 +136,49 @@ fn split_reads_a_headerless_tsv_with_columns_and_clears_leftovers() {
         "{train}"
     );
 }
+
+#[test]
+fn a_new_version_takes_its_parents_settings_and_refuses_other_ones() {
+    let dir = TempDir::new();
+    let v1_data = dir.join("v1.jsonl");
+    contrai(["data", "demo", "--base", "300", "--out"])
+        .arg(&v1_data)
+        .output()
+        .assert_success();
+    let v1 = dir.join("v1");
+    contrai(["data", "split"])
+        .arg(&v1_data)
+        .args(["--seed", "7", "--ratios", "0.7,0.2,0.1", "--out"])
+        .arg(&v1)
+        .output()
+        .assert_success();
+    let mut grown = read_to_string(&v1_data);
+    grown.push_str("{\"id\":\"late-1\",\"text\":\"a review written long after the first split of this data\",\"label\":\"positive\"}\n");
+    let v2_data = dir.write("v2.jsonl", grown);
+    let v2 = dir.join("v2");
+    contrai(["data", "split"])
+        .arg(&v2_data)
+        .arg("--from")
+        .arg(&v1)
+        .arg("--out")
+        .arg(&v2)
+        .output()
+        .assert_success()
+        .assert_stdout_contains(&["version 2 of", "gone [0, 0, 0]"]);
+    let m = read_json(v2.join("manifest.json"));
+    assert_eq!(
+        (m["version"].as_u64(), m["params"]["seed"].as_u64()),
+        (Some(2), Some(7))
+    );
+    let v3 = dir.join("v3");
+    contrai(["data", "split"])
+        .arg(&v2_data)
+        .args(["--seed", "8", "--from"])
+        .arg(&v1)
+        .arg("--out")
+        .arg(&v3)
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["seed 7", "this version 8"]);
+    assert!(!v3.exists(), "nothing written");
+}

@@ -77,6 +77,21 @@ pub enum DataError {
         /// What was wrong.
         message: String,
     },
+    /// A new version of a split would hold fewer of its parent's holdout samples.
+    #[error(
+        "{}: the new version's holdout holds {lost} fewer of the parent's {parent} holdout samples (e.g. {examples}): they left the data, or a new near-copy with another label dropped them; the holdout's figures would no longer compare with the parent's (pass --allow-shrink to accept)",
+        path.display()
+    )]
+    HoldoutShrinks {
+        /// The parent's manifest.
+        path: PathBuf,
+        /// Parent holdout samples not in the new holdout.
+        lost: u64,
+        /// The parent's holdout samples.
+        parent: u64,
+        /// A few of their ids, as the parent's holdout file gives them.
+        examples: String,
+    },
     /// The post-write guard found samples shared across partitions.
     #[error(
         "split guard failed: {count} leaking sample group(s) across partitions, e.g. {examples}; nothing was written"

@@ -8,6 +8,7 @@ pub mod error;
 pub mod index;
 pub mod minhash;
 pub mod numeric;
+pub mod parent;
 pub mod progress;
 pub mod read;
 pub mod split;

@@ -1,7 +1,8 @@
-//! The leakage-proof split: whole duplicate clusters placed by a seeded hash, a locked holdout,
-//! atomic output in the input's format, and a guard that re-reads what was written.
+//! The leakage-proof split: whole duplicate clusters placed by a seeded hash, versions that keep
+//! their parent's samples where they were, atomic output in the input's format, and a guard that
+//! re-reads what was written.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -10,6 +11,7 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 use crate::audit::{Audit, AuditConfig, AuditReport};
 use crate::error::{DataError, Result};
 use crate::index::for_each_chunk;
+use crate::parent::{Parent, ParentRecord};
 use crate::progress::Progress;
 use crate::read::{Format, Source};
 use crate::text::hash_hex;
@@ -35,8 +37,12 @@ pub struct SplitConfig {
     pub dedup: Dedup,
     /// Reading and near-duplicate parameters.
     pub audit: AuditConfig,
-    /// The manifest of an earlier split whose holdout stays locked.
-    pub previous: Option<PathBuf>,
+    /// The split this one is a new version of (its directory or manifest): every sample of it
+    /// keeps its partition, and new near-copies of them follow them or are dropped.
+    pub parent: Option<PathBuf>,
+    /// A version may hold fewer of its parent's holdout samples (they left the data, or a new
+    /// conflicting near-copy dropped them); without it, that is an error.
+    pub allow_shrink: bool,
 }
 
 impl Default for SplitConfig {
@@ -47,7 +53,8 @@ impl Default for SplitConfig {
             on_conflict: OnConflict::Drop,
             dedup: Dedup::Exact,
             audit: AuditConfig::default(),
-            previous: None,
+            parent: None,
+            allow_shrink: false,
         }
     }
 }
@@ -63,6 +70,19 @@ impl SplitConfig {
         }
         Ok(())
     }
+
+    /// The parameters as a manifest records them.
+    pub fn manifest_params(&self) -> ManifestParams {
+        ManifestParams {
+            ratios: self.ratios,
+            seed: self.seed,
+            on_conflict: self.on_conflict,
+            dedup: self.dedup,
+            fields: serde_json::to_value(&self.audit.fields).unwrap_or_default(),
+            index: self.audit.index,
+            banding: self.audit.index.banding(),
+        }
+    }
 }
 
 /// `manifest.json`: what was split, how, and what each partition holds.
@@ -70,10 +90,20 @@ impl SplitConfig {
 pub struct Manifest {
     /// Layout version.
     pub manifest_version: u32,
+    /// The split's version: 1 for a fresh split, its parent's + 1.
+    #[serde(default = "first_version")]
+    pub version: u32,
+    /// The split this one is a new version of.
+    #[serde(default)]
+    pub parent: Option<ParentRecord>,
     /// The tool and its version.
     pub tool: String,
     /// The input.
     pub source: String,
+    /// xxh3-128 of the input file's bytes (none for data held in memory): a run resumed on a
+    /// changed file is told.
+    #[serde(default)]
+    pub source_xxh3: Option<String>,
     /// Its format (the partitions are written in it).
     pub format: Format,
     /// Every parameter.
@@ -84,16 +114,57 @@ pub struct Manifest {
     pub dropped: BTreeMap<String, u64>,
     /// Ids dropped for label conflicts.
     pub dropped_conflict_ids: Vec<String>,
-    /// The holdout lock carried over from an earlier split.
-    pub holdout_lock: Option<HoldoutLock>,
     /// The post-write guard's result.
     pub guard: Guard,
+}
+
+fn first_version() -> u32 {
+    1
 }
 
 /// Share of the rows read that a split may leave out before it says so loudly.
 pub const LOUD_DROP_SHARE: f64 = 0.05;
 
 impl Manifest {
+    /// Reads a manifest file; also its bytes (a version records their checksum).
+    pub fn read(path: &Path) -> Result<(Manifest, Vec<u8>)> {
+        let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+        let m = serde_json::from_slice(&bytes).map_err(|e| DataError::Manifest {
+            path: path.to_path_buf(),
+            message: format!("not a Contrai split manifest: {e}"),
+        })?;
+        Ok((m, bytes))
+    }
+
+    /// Checks every partition file in `dir` against the manifest's xxh3-128, naming the first
+    /// that is missing or changed since the split (`manifest` names the manifest in errors).
+    pub fn verify_files(&self, dir: &Path, manifest: &Path) -> Result<()> {
+        for p in self.partitions.iter().filter(|p| p.count > 0) {
+            let bad = |message: String| DataError::Manifest {
+                path: manifest.to_path_buf(),
+                message,
+            };
+            if Path::new(&p.file).file_name().and_then(|n| n.to_str()) != Some(p.file.as_str()) {
+                return Err(bad(format!(
+                    "partition file `{}` is not a plain file name",
+                    p.file
+                )));
+            }
+            let file = dir.join(&p.file);
+            let bytes = std::fs::read(&file).map_err(|e| DataError::io(&file, e))?;
+            let sum = hash_hex(xxh3_128(&bytes));
+            if sum != p.file_xxh3 {
+                return Err(bad(format!(
+                    "{}: xxh3-128 {sum} differs from the manifest's {} for the {} partition: the file changed after the split",
+                    file.display(),
+                    p.file_xxh3,
+                    p.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// A warning when the split left out more than [`LOUD_DROP_SHARE`] of the rows it read,
     /// with how many for each reason and the setting that decides it.
     pub fn heavy_drop(&self) -> Option<String> {
@@ -113,6 +184,7 @@ impl Manifest {
             "empty" => "empty".into(),
             "missing_text" => "without a text value".into(),
             "bad_rows" => "malformed".into(),
+            "bridge" => "new near-copies of the parent's samples in two partitions".into(),
             other => other.into(),
         };
         let reasons: Vec<String> = self
@@ -149,6 +221,31 @@ pub struct ManifestParams {
     pub banding: crate::minhash::Banding,
 }
 
+impl ManifestParams {
+    /// The split configuration these parameters record (a new version starts from its parent's).
+    pub fn config(&self) -> SplitConfig {
+        let field = |role: &str| self.fields[role].as_str().map(str::to_string);
+        SplitConfig {
+            ratios: self.ratios,
+            seed: self.seed,
+            on_conflict: self.on_conflict,
+            dedup: self.dedup,
+            audit: AuditConfig {
+                index: self.index,
+                fields: crate::FieldSpec {
+                    text: field("text").unwrap_or_else(|| "text".into()),
+                    label: field("label"),
+                    id: field("id"),
+                    explicit: self.fields["explicit"].as_bool().unwrap_or(false),
+                },
+                skip_bad: false,
+            },
+            parent: None,
+            allow_shrink: false,
+        }
+    }
+}
+
 /// One partition of the split.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PartitionInfo {
@@ -162,19 +259,6 @@ pub struct PartitionInfo {
     pub file_xxh3: String,
     /// Sorted content hashes (xxh3-128 of the normalised text) of its samples.
     pub content_hashes: Vec<String>,
-}
-
-/// The holdout lock of a re-split.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HoldoutLock {
-    /// The earlier manifest.
-    pub previous_manifest: String,
-    /// Content hashes locked by it.
-    pub locked: u64,
-    /// Samples of the earlier holdout file read as anchors (0 when the file was missing).
-    pub anchors: u64,
-    /// Samples of the new data placed in holdout because of the lock.
-    pub pulled_into_holdout: u64,
 }
 
 /// The guard's check over the files as written.
@@ -205,22 +289,43 @@ enum Drop {
     Conflict,
     Duplicate,
     Empty,
+    /// A new near-copy of parent samples in two partitions: wherever it went, it would leak.
+    Bridge,
 }
 
 /// Splits `source` into `out/{train,val,holdout}.<ext>` and `out/manifest.json`.
 pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progress) -> Result<SplitOutcome> {
     cfg.validate()?;
-    let dir_lock = crate::DirLock::acquire(out)?;
-    let lock = cfg.previous.as_deref().map(load_lock).transpose()?;
-    let mut sources = vec![source.clone()];
-    if let Some(anchor) = lock.as_ref().and_then(|l| l.anchor.clone()) {
-        sources.push(anchor);
+    let parent = cfg.parent.as_deref().map(Parent::open).transpose()?;
+    if let Some(p) = &parent {
+        p.check(cfg)?;
     }
+    let source_xxh3 = source.file_digest()?.map(hash_hex);
+    let dir_lock = crate::DirLock::acquire(out)?;
+    let anchors = parent.as_ref().map(Parent::anchors).unwrap_or_default();
+    let mut sources = vec![source.clone()];
+    sources.extend(anchors.iter().map(|(_, s)| s.clone()));
     let audit = Audit::run(sources, cfg.audit.clone(), progress)?;
-    let plan = Plan::new(&audit, cfg, lock.as_ref());
+    let anchor_partition: Vec<u8> = anchors.iter().map(|(p, _)| *p).collect();
+    let plan = Plan::new(&audit, cfg, parent.as_ref(), &anchor_partition);
+    let hashes = plan.hashes(&audit);
+    let lineage = parent
+        .as_ref()
+        .map(|p| p.record(&hashes, plan.pulled, plan.bridges));
+    if let (Some(p), Some(l)) = (&parent, &lineage)
+        && l.lost[2] > 0
+        && !cfg.allow_shrink
+    {
+        return Err(shrinks(p, l, &audit, &hashes[2], &anchor_partition));
+    }
     let files = write_partitions(&source, out, &audit, &plan, cfg, progress)?;
     let guard = guard(&files, &source, &cfg.audit, progress)?;
-    let manifest = plan.manifest(&audit, cfg, &files, guard, lock.as_ref(), &source);
+    let manifest = Manifest {
+        version: parent.as_ref().map_or(1, |p| p.manifest.version + 1),
+        parent: lineage,
+        source_xxh3,
+        ..plan.manifest(&audit, cfg, &files, guard, hashes, &source)
+    };
     for f in files.into_iter().flatten() {
         f.file.commit()?;
     }
@@ -233,92 +338,100 @@ pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progr
     })
 }
 
-/// The earlier split's holdout: its content hashes, and its file read back as anchors.
-struct Lock {
-    path: PathBuf,
-    hashes: HashSet<u128>,
-    anchor: Option<Source>,
-}
-
-fn load_lock(path: &Path) -> Result<Lock> {
-    let bad = |message: String| DataError::Manifest {
-        path: path.to_path_buf(),
-        message,
-    };
-    let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
-    let m: Manifest =
-        serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a Contrai split manifest: {e}")))?;
-    let holdout = m
-        .partitions
+/// The error of a version whose holdout lost some of its parent's samples, with their ids.
+fn shrinks(
+    parent: &Parent,
+    lineage: &ParentRecord,
+    audit: &Audit,
+    holdout: &[u128],
+    anchors: &[u8],
+) -> DataError {
+    let now: HashSet<u128> = holdout.iter().copied().collect();
+    let ids: Vec<&str> = audit
+        .index
+        .samples
         .iter()
-        .find(|p| p.name == "holdout")
-        .ok_or_else(|| bad("it lists no holdout partition".into()))?;
-    let hashes = holdout
-        .content_hashes
-        .iter()
-        .map(|h| {
-            u128::from_str_radix(h, 16).map_err(|_| bad(format!("holdout hash `{h}` is not 32 hex digits")))
-        })
-        .collect::<Result<HashSet<u128>>>()?;
-    let file = path.parent().unwrap_or(Path::new(".")).join(&holdout.file);
-    let anchor = (file.is_file() && holdout.count > 0).then_some(Source::File {
-        path: file,
-        format: m.format,
-        columns: None,
-    });
-    Ok(Lock {
-        path: path.to_path_buf(),
-        hashes,
-        anchor,
-    })
+        .filter(|s| s.source != 0 && anchors[s.source as usize - 1] == 2 && !now.contains(&s.content))
+        .map(|s| s.id.as_str())
+        .take(5)
+        .collect();
+    DataError::HoldoutShrinks {
+        path: parent.path.clone(),
+        lost: lineage.lost[2],
+        parent: parent.manifest.partitions[2].count,
+        examples: ids.join(", "),
+    }
 }
 
 /// Where each input sample goes.
 struct Plan {
     /// Partition (0..3) or reason dropped, for each sample of the input (source 0).
     fate: Vec<std::result::Result<u8, Drop>>,
+    /// New samples placed with the parent's near-copies rather than by their hash.
     pulled: u64,
-    anchors: u64,
+    /// New samples dropped as near-copies of the parent's samples in two partitions.
+    bridges: u64,
 }
 
 impl Plan {
-    fn new(audit: &Audit, cfg: &SplitConfig, lock: Option<&Lock>) -> Plan {
+    /// Places every cluster: with the parent's samples it holds (a version moves none of them),
+    /// else by its hash. `anchors` gives the partition of each anchor source (sources 1..).
+    fn new(audit: &Audit, cfg: &SplitConfig, parent: Option<&Parent>, anchors: &[u8]) -> Plan {
         let samples = &audit.index.samples;
         let inputs = samples.iter().filter(|s| s.source == 0).count();
-        let mut fate = vec![Err(Drop::Empty); inputs];
-        let mut pulled = 0;
+        let mut plan = Plan {
+            fate: vec![Err(Drop::Empty); inputs],
+            pulled: 0,
+            bridges: 0,
+        };
+        // The parent's partition of a sample: an anchor's file, or the parent's content hashes.
+        let old = |m: u32| -> Option<u8> {
+            let s = &samples[m as usize];
+            match s.source {
+                0 => parent?.partition.get(&s.content).copied(),
+                a => Some(anchors[a as usize - 1]),
+            }
+        };
         for members in &audit.clustering.clusters {
-            let locked = lock.is_some_and(|l| {
-                members.iter().any(|&m| {
-                    let s = &samples[m as usize];
-                    s.source != 0 || l.hashes.contains(&s.content)
-                })
-            });
+            let olds: BTreeSet<u8> = members.iter().filter_map(|&m| old(m)).collect();
             let key = members
                 .iter()
                 .map(|&m| samples[m as usize].content)
                 .min()
                 .unwrap_or(0);
             let placed = place(cfg.seed, key, &cfg.ratios);
-            let part = if locked { 2 } else { placed };
             let inputs: Vec<u32> = members
                 .iter()
                 .copied()
                 .filter(|&m| samples[m as usize].source == 0)
                 .collect();
-            if locked && placed != 2 {
-                pulled += inputs.len() as u64;
-            }
-            for (m, f) in keep(audit, &inputs, cfg) {
-                fate[m as usize] = f.map(|()| part);
+            for (m, kept) in keep(audit, &inputs, cfg) {
+                let part = match (olds.len(), olds.first()) {
+                    (1, Some(&p)) => Ok(p),
+                    (0, _) => Ok(placed),
+                    _ => old(m).ok_or(Drop::Bridge),
+                };
+                if kept.is_ok() && old(m).is_none() {
+                    plan.pulled += u64::from(olds.len() == 1 && part != Ok(placed));
+                    plan.bridges += u64::from(part == Err(Drop::Bridge));
+                }
+                plan.fate[m as usize] = kept.and(part);
             }
         }
-        let anchors = samples.iter().filter(|s| s.source != 0).count() as u64;
-        Plan {
-            fate,
-            pulled,
-            anchors,
-        }
+        plan
+    }
+
+    /// The sorted content hashes of each partition.
+    fn hashes(&self, audit: &Audit) -> [Vec<u128>; 3] {
+        let samples = &audit.index.samples;
+        std::array::from_fn(|p| {
+            let mut h: Vec<u128> = (0..self.fate.len())
+                .filter(|&i| self.fate[i] == Ok(p as u8))
+                .map(|i| samples[i].content)
+                .collect();
+            h.sort_unstable();
+            h
+        })
     }
 
     fn manifest(
@@ -327,17 +440,14 @@ impl Plan {
         cfg: &SplitConfig,
         files: &[Option<Written>; 3],
         guard: Guard,
-        lock: Option<&Lock>,
+        hashes: [Vec<u128>; 3],
         source: &Source,
     ) -> Manifest {
         let samples = &audit.index.samples;
-        let partitions = (0..3)
-            .map(|p| {
-                let mut hashes: Vec<u128> = (0..self.fate.len())
-                    .filter(|&i| self.fate[i] == Ok(p as u8))
-                    .map(|i| samples[i].content)
-                    .collect();
-                hashes.sort_unstable();
+        let partitions = hashes
+            .into_iter()
+            .enumerate()
+            .map(|(p, hashes)| {
                 let w = files[p].as_ref();
                 PartitionInfo {
                     name: PARTITIONS[p].into(),
@@ -353,6 +463,7 @@ impl Plan {
             ("conflict", Drop::Conflict),
             ("duplicate", Drop::Duplicate),
             ("empty", Drop::Empty),
+            ("bridge", Drop::Bridge),
         ] {
             dropped.insert(
                 name.into(),
@@ -363,30 +474,19 @@ impl Plan {
         dropped.insert("bad_rows".into(), audit.index.bad_rows.len() as u64);
         Manifest {
             manifest_version: MANIFEST_VERSION,
+            version: 1,
+            parent: None,
             tool: format!("contrai-data {}", env!("CARGO_PKG_VERSION")),
             source: source.name(),
+            source_xxh3: None,
             format: source.format(),
-            params: ManifestParams {
-                ratios: cfg.ratios,
-                seed: cfg.seed,
-                on_conflict: cfg.on_conflict,
-                dedup: cfg.dedup,
-                fields: serde_json::to_value(&cfg.audit.fields).unwrap_or_default(),
-                index: cfg.audit.index,
-                banding: cfg.audit.index.banding(),
-            },
+            params: cfg.manifest_params(),
             partitions,
             dropped,
             dropped_conflict_ids: (0..self.fate.len())
                 .filter(|&i| self.fate[i] == Err(Drop::Conflict))
                 .map(|i| samples[i].id.clone())
                 .collect(),
-            holdout_lock: lock.map(|l| HoldoutLock {
-                previous_manifest: l.path.display().to_string(),
-                locked: l.hashes.len() as u64,
-                anchors: self.anchors,
-                pulled_into_holdout: self.pulled,
-            }),
             guard,
         }
     }

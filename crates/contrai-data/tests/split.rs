@@ -180,92 +180,181 @@ fn samples_keep_their_partition_when_unrelated_rows_are_added() {
     );
 }
 
+/// A light near copy of a text: one word added in the middle (Jaccard well above 0.8).
+fn near_copy(text: &str) -> String {
+    let mut words: Vec<&str> = text.split(' ').collect();
+    words.insert(words.len() / 2, "honestly");
+    words.join(" ")
+}
+
+fn versioned(parent: &Path) -> SplitConfig {
+    SplitConfig {
+        parent: Some(parent.to_path_buf()),
+        ..SplitConfig::default()
+    }
+}
+
 #[test]
-fn the_holdout_stays_locked_when_the_data_grows() {
+fn a_new_version_keeps_every_old_sample_in_place_and_its_near_copies_with_them() {
     let set = demo(1200, 4);
     let a = tempfile::tempdir().unwrap();
-    split(set.source(), a.path(), &SplitConfig::default(), &Silent).unwrap();
+    let v1 = split(set.source(), a.path(), &SplitConfig::default(), &Silent)
+        .unwrap()
+        .manifest;
     let old = written(a.path());
-    let holdout: Vec<&(usize, String, String)> = old.iter().filter(|r| r.0 == 2).collect();
-    assert!(holdout.len() > 20);
-    // Grow: new unrelated reviews, plus a light near copy of every old holdout text (same label).
     let labels: HashMap<String, String> = set
         .lines
         .iter()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .map(|v| {
             (
-                v["id"].as_str().unwrap().to_string(),
-                v["label"].as_str().unwrap().to_string(),
+                v["id"].as_str().unwrap().into(),
+                v["label"].as_str().unwrap().into(),
             )
         })
         .collect();
+    // Version 2: the old rows, new unrelated reviews, and a near copy (same label) of every old
+    // holdout and val text and of a few train texts.
+    // (The new reviews' planted one-word texts, "ok" with another label, would make conflicts.)
     let mut grown = set.lines.clone();
-    grown.extend(demo(300, 99).lines.iter().map(|l| l.replace("\"rev-", "\"new-")));
-    let mut copies = HashSet::new();
-    for (k, (_, old_id, text)) in holdout.iter().enumerate() {
-        let mut words: Vec<&str> = text.split(' ').collect();
-        let mid = words.len() / 2;
-        words.insert(mid, "honestly");
-        let id = format!("copy-{k:04}");
-        grown.push(
-            serde_json::json!({"id": id, "text": words.join(" "), "label": labels[old_id]}).to_string(),
-        );
-        copies.insert(id);
-    }
-    // A different seed would scatter clusters anew; the lock must still hold.
-    let cfg = SplitConfig {
-        seed: 1234,
-        previous: Some(a.path().join("manifest.json")),
-        ..SplitConfig::default()
+    let long = |l: &&String| {
+        serde_json::from_str::<Value>(l).unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .split(' ')
+            .count()
+            >= 6
     };
-    let b = tempfile::tempdir().unwrap();
-    let m = split(memory(grown), b.path(), &cfg, &Silent).unwrap().manifest;
-    let lock = m.holdout_lock.expect("lock recorded");
-    assert_eq!(lock.locked as usize, holdout.len());
-    let new = written(b.path());
-    let new_holdout: HashSet<&str> = new.iter().filter(|r| r.0 == 2).map(|r| r.1.as_str()).collect();
-    for (_, id, _) in &holdout {
-        assert!(
-            new_holdout.contains(id.as_str()),
-            "old holdout {id} left the holdout"
-        );
+    grown.extend(
+        demo(300, 99)
+            .lines
+            .iter()
+            .filter(long)
+            .map(|l| l.replace("\"rev-", "\"new-")),
+    );
+    let mut copy_of = HashMap::new();
+    for (k, (p, old_id, text)) in old.iter().enumerate().filter(|(k, r)| r.0 > 0 || k % 50 == 0) {
+        if text.split(' ').count() < 6 {
+            continue;
+        }
+        let id = format!("copy-{k:04}");
+        let row = serde_json::json!({"id": id, "text": near_copy(text), "label": labels[old_id]});
+        grown.push(row.to_string());
+        copy_of.insert(id, *p);
     }
-    for r in new.iter().filter(|r| copies.contains(&r.1)) {
-        assert_eq!(r.0, 2, "{} (near copy of a holdout text) landed in {}", r.1, r.0);
+    let b = tempfile::tempdir().unwrap();
+    let v2 = split(memory(grown), b.path(), &versioned(a.path()), &Silent)
+        .unwrap()
+        .manifest;
+    assert!(v2.guard.passed);
+    assert_eq!(v2.version, 2);
+    let lineage = v2.parent.expect("the parent is recorded");
+    assert_eq!(lineage.version, 1);
+    assert_eq!(lineage.lost, [0, 0, 0], "no old sample is lost: {:?}", v2.dropped);
+    let counts: Vec<u64> = v1.partitions.iter().map(|p| p.count).collect();
+    assert_eq!(lineage.kept.to_vec(), counts);
+    assert!(lineage.added.iter().sum::<u64>() > 300 && lineage.pulled > 0);
+    let new = written(b.path());
+    let part: HashMap<&str, usize> = new.iter().map(|r| (r.1.as_str(), r.0)).collect();
+    for (p, id, _) in &old {
+        assert_eq!(part.get(id.as_str()), Some(p), "old sample {id} moved");
+    }
+    for (id, p) in &copy_of {
+        if let Some(q) = part.get(id.as_str()) {
+            assert_eq!(
+                q, p,
+                "{id}, a near copy of a sample in partition {p}, landed in {q}"
+            );
+        }
+    }
+    let placed = copy_of.keys().filter(|id| part.contains_key(id.as_str())).count();
+    assert!(
+        placed * 10 >= copy_of.len() * 9,
+        "{placed} of {} copies kept",
+        copy_of.len()
+    );
+    // Every pair across partitions, brute force: no leak.
+    let sh = Shingling::default();
+    let norm: Vec<String> = new.iter().map(|r| normalize(&r.2)).collect();
+    let sets: Vec<Vec<u64>> = norm.iter().map(|n| sh.shingles(n)).collect();
+    for i in 0..new.len() {
+        for j in i + 1..new.len() {
+            let near = norm[i] == norm[j] || jaccard(&sets[i], &sets[j]) >= 0.85;
+            assert!(
+                !(near && new[i].0 != new[j].0),
+                "{} ~ {} leak",
+                new[i].1,
+                new[j].1
+            );
+        }
     }
 }
 
 #[test]
-fn the_lock_keeps_new_near_copies_out_even_when_old_rows_are_gone() {
+fn a_version_whose_holdout_would_shrink_is_refused_unless_allowed() {
     let set = demo(600, 8);
     let a = tempfile::tempdir().unwrap();
-    split(set.source(), a.path(), &SplitConfig::default(), &Silent).unwrap();
-    let holdout: Vec<(usize, String, String)> = written(a.path()).into_iter().filter(|r| r.0 == 2).collect();
-    // The new data holds only edited copies of the old holdout texts, none of the originals.
-    let lines: Vec<String> = holdout
-        .iter()
-        .enumerate()
-        .map(|(k, (_, _, t))| {
-            serde_json::json!({"id": format!("c{k}"), "text": format!("{t} indeed"), "label": "x"})
-                .to_string()
-        })
+    let v1 = split(set.source(), a.path(), &SplitConfig::default(), &Silent)
+        .unwrap()
+        .manifest;
+    let gone: HashSet<String> = written(a.path())
+        .into_iter()
+        .filter(|r| r.0 == 2)
+        .take(3)
+        .map(|r| r.1)
         .collect();
-    let cfg = SplitConfig {
-        previous: Some(a.path().join("manifest.json")),
-        ..SplitConfig::default()
-    };
+    let kept: Vec<String> = set
+        .lines
+        .iter()
+        .filter(|l| !gone.iter().any(|id| l.contains(&format!("\"{id}\""))))
+        .cloned()
+        .collect();
     let b = tempfile::tempdir().unwrap();
-    split(memory(lines), b.path(), &cfg, &Silent).unwrap();
-    let new = written(b.path());
-    assert_eq!(
-        new.len(),
-        holdout.iter().filter(|r| r.2.split(' ').count() >= 3).count()
-    );
+    let err = split(memory(kept.clone()), b.path(), &versioned(a.path()), &Silent).unwrap_err();
+    let msg = err.to_string();
     assert!(
-        new.iter().all(|r| r.0 == 2),
-        "a near copy of a locked holdout text left the holdout"
+        msg.contains("holds 3 fewer") && msg.contains("--allow-shrink"),
+        "{msg}"
     );
+    assert!(gone.iter().any(|id| msg.contains(id.as_str())), "{msg}");
+    assert!(!b.path().join("manifest.json").exists(), "nothing written");
+    let cfg = SplitConfig {
+        allow_shrink: true,
+        ..versioned(a.path())
+    };
+    let v2 = split(memory(kept), b.path(), &cfg, &Silent).unwrap().manifest;
+    let lineage = v2.parent.unwrap();
+    assert_eq!(lineage.lost, [0, 0, 3]);
+    assert_eq!(v2.partitions[2].count, v1.partitions[2].count - 3);
+}
+
+#[test]
+fn a_parent_that_does_not_match_its_files_or_parameters_is_refused() {
+    let set = demo(400, 2);
+    let a = tempfile::tempdir().unwrap();
+    split(set.source(), a.path(), &SplitConfig::default(), &Silent).unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let other_seed = SplitConfig {
+        seed: 7,
+        ..versioned(a.path())
+    };
+    let msg = split(set.source(), b.path(), &other_seed, &Silent)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("seed 42") && msg.contains("manifest.json"), "{msg}");
+    // A partition edited after the split.
+    let val = a.path().join("val.jsonl");
+    let mut text = std::fs::read_to_string(&val).unwrap();
+    text.push_str("{\"id\":\"x\",\"text\":\"an added row\",\"label\":\"pos\"}\n");
+    std::fs::write(&val, text).unwrap();
+    let msg = split(set.source(), b.path(), &versioned(a.path()), &Silent)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("val.jsonl") && msg.contains("changed after the split"),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read_dir(b.path()).unwrap().count(), 0, "nothing written");
 }
 
 fn write_csv(path: &Path, set: &DemoSet) {

@@ -348,31 +348,43 @@ fn audit(path: PathBuf, text: &str, label: &str, columns: Option<Vec<String>>) -
 
 /// Splits a file into train, val and holdout partitions under `out` with no sample, and no
 /// near-duplicate of one, in two partitions (exact duplicates dropped, conflicting labels
-/// dropped); returns the manifest as JSON.
+/// dropped); returns the manifest as JSON. With `parent` (an earlier split's directory) it is a
+/// new version of that split: old samples stay where they were, its settings are the defaults.
 #[pyfunction]
-#[pyo3(signature = (path, out, ratios = (0.85, 0.10, 0.05), seed = 42, text = "text", label = "label", columns = None))]
+#[pyo3(signature = (path, out, ratios = None, seed = None, text = None, label = None, columns = None,
+                    parent = None, allow_shrink = false))]
+#[allow(clippy::too_many_arguments)]
 fn split(
     path: PathBuf,
     out: PathBuf,
-    ratios: (f64, f64, f64),
-    seed: u64,
-    text: &str,
-    label: &str,
+    ratios: Option<(f64, f64, f64)>,
+    seed: Option<u64>,
+    text: Option<&str>,
+    label: Option<&str>,
     columns: Option<Vec<String>>,
+    parent: Option<PathBuf>,
+    allow_shrink: bool,
 ) -> PyResult<String> {
     use contrai_data::Silent;
-    use contrai_data::split::{Dedup, OnConflict, SplitConfig};
+    use contrai_data::parent::Parent;
+    use contrai_data::split::SplitConfig;
+    let err = |e: contrai_data::DataError| PyValueError::new_err(e.to_string());
     let source = data_source(&path, columns)?;
-    let cfg = SplitConfig {
-        ratios: [ratios.0, ratios.1, ratios.2],
-        seed,
-        on_conflict: OnConflict::Drop,
-        dedup: Dedup::Exact,
-        audit: audit_config(text, label),
-        previous: None,
+    let mut cfg = match parent.as_deref() {
+        Some(dir) => Parent::open(dir).map_err(err)?.manifest.params.config(),
+        None => SplitConfig::default(),
     };
-    let outcome = contrai_data::split::split(source, &out, &cfg, &Silent)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    cfg.ratios = ratios.map_or(cfg.ratios, |r| [r.0, r.1, r.2]);
+    cfg.seed = seed.unwrap_or(cfg.seed);
+    if let Some(t) = text {
+        cfg.audit.fields.text = t.into();
+    }
+    if let Some(l) = label {
+        cfg.audit.fields.label = Some(l.into());
+    }
+    cfg.parent = parent;
+    cfg.allow_shrink = allow_shrink;
+    let outcome = contrai_data::split::split(source, &out, &cfg, &Silent).map_err(err)?;
     json(&outcome.manifest)
 }
 

@@ -92,6 +92,14 @@ def test_a_headerless_tsv_is_split_with_the_columns_given(tmp_path: Path) -> Non
     assert train[0] == "label\ttext" and '"hello"' in train[1]
     with pytest.raises(ValueError, match="named twice"):
         contrai.split(data, tmp_path / "other", columns=["text", "text"])
+    # Version 2: 60 more rows; every old sample keeps its partition.
+    more = [("ham", " ".join(rng.sample(words, 12))) for _ in range(60)]
+    grown = tmp_path / "mail-v2.tsv"
+    grown.write_text(data.read_text() + "".join(f"{label}\t{text}\n" for label, text in more))
+    v2 = contrai.split(grown, tmp_path / "split-v2", columns=["label", "text"], parent=tmp_path / "split")
+    assert v2["version"] == 2 and v2["parent"]["lost"] == [0, 0, 0]
+    assert v2["parent"]["kept"] == [p["count"] for p in manifest["partitions"]]
+    assert sum(v2["parent"]["added"]) == 60
 
 
 def test_the_engine_refuses_a_request_or_an_action_it_does_not_know(tmp_path: Path) -> None:

@@ -247,7 +247,7 @@ impl RunData {
         let recipe = crate::setup::run_recipe(run)?;
         let enc = Encoder::load(&recipe, run)?;
         let classes: Classes = contrai_run::read_json(&run.join(contrai_run::CLASSES))?;
-        let mut prepared = crate::data::prepare(&recipe, run, &Silent, true)?;
+        let mut prepared = crate::data::prepare(&recipe, run, &Silent, crate::data::Reuse::Kept)?;
         Ok(RunData {
             train: Encoded::new(&prepared.train, &enc, &classes, "train")?,
             val: Encoded::new(&prepared.val, &enc, &classes, "val")?,

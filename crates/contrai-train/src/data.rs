@@ -4,8 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use contrai_data::split::{Manifest, SplitConfig, split};
+use contrai_data::text::hash_hex;
 use contrai_data::{AuditConfig, Content, FieldSpec, Format, IndexConfig, Progress, Source};
 use contrai_recipe::{ModelKind, Recipe};
+use xxhash_rust::xxh3::xxh3_128;
 
 use crate::error::{Result, TrainError};
 
@@ -108,7 +110,8 @@ pub fn split_config(recipe: &Recipe) -> SplitConfig {
             fields: fields(recipe),
             skip_bad: false,
         },
-        previous: None,
+        parent: None,
+        allow_shrink: false,
     }
 }
 
@@ -121,12 +124,26 @@ fn fields(recipe: &Recipe) -> FieldSpec {
     }
 }
 
-/// Splits the recipe's data into `<run>/data` (or, when `reuse`, the split already there; or the
+/// Which split a run reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reuse {
+    /// A fresh run: the recipe's data split (or its split directory copied) into `<run>/data`.
+    No,
+    /// A resumed run: the split in `<run>/data`, refused when the recipe's data changed since.
+    Checked,
+    /// The split in `<run>/data`, whatever became of the recipe's data.
+    Kept,
+}
+
+/// Splits the recipe's data into `<run>/data` (or, on `reuse`, the split already there; or the
 /// split directory the recipe names), refuses leaking partitions, and reads train and val.
-pub fn prepare(recipe: &Recipe, run_dir: &Path, progress: &dyn Progress, reuse: bool) -> Result<Prepared> {
+pub fn prepare(recipe: &Recipe, run_dir: &Path, progress: &dyn Progress, reuse: Reuse) -> Result<Prepared> {
     let own = run_dir.join("data");
     let given = PathBuf::from(&recipe.data.path);
-    let dir = if reuse && own.join("manifest.json").is_file() {
+    let dir = if reuse != Reuse::No && own.join("manifest.json").is_file() {
+        if reuse == Reuse::Checked {
+            unchanged_since(recipe, &own)?;
+        }
         own
     } else if !recipe.data.path.is_empty() && given.join("manifest.json").is_file() {
         copy_split(&given, &own)?;
@@ -179,6 +196,46 @@ pub fn prepare(recipe: &Recipe, run_dir: &Path, progress: &dyn Progress, reuse: 
     })
 }
 
+/// A resumed run trains on its own copy of the split: when the data its recipe names changed
+/// since (a new version of the split directory, or another file), resuming would mix two
+/// versions of the data, and it is refused.
+fn unchanged_since(recipe: &Recipe, own: &Path) -> Result<()> {
+    let given = PathBuf::from(&recipe.data.path);
+    let (mine, mine_bytes) = Manifest::read(&own.join("manifest.json"))?;
+    let what = if recipe.data.path.is_empty() {
+        None
+    } else if given.join("manifest.json").is_file() {
+        let (now, bytes) = Manifest::read(&given.join("manifest.json"))?;
+        (xxh3_128(&bytes) != xxh3_128(&mine_bytes)).then(|| {
+            format!(
+                "the split {} changed since the run copied it: it is version {} with {} samples, the run's is version {} with {}",
+                given.display(),
+                now.version,
+                now.partitions.iter().map(|p| p.count).sum::<u64>(),
+                mine.version,
+                mine.partitions.iter().map(|p| p.count).sum::<u64>()
+            )
+        })
+    } else if let (true, Some(was)) = (given.is_file(), &mine.source_xxh3) {
+        let now = Source::file(&given, recipe.data.format)?
+            .file_digest()?
+            .map(hash_hex);
+        (now.as_deref() != Some(was.as_str())).then(|| {
+            format!(
+                "{} changed since the run split it (xxh3-128 {was} then, {} now)",
+                given.display(),
+                now.unwrap_or_default()
+            )
+        })
+    } else {
+        None
+    };
+    match what {
+        None => Ok(()),
+        Some(what) => Err(TrainError::SplitChanged { what }),
+    }
+}
+
 /// A split whose guard found leaks is refused before anything trains on it.
 fn refuse_leaks(dir: &Path, manifest: &Manifest) -> Result<()> {
     if manifest.guard.passed {
@@ -195,43 +252,22 @@ fn refuse_leaks(dir: &Path, manifest: &Manifest) -> Result<()> {
 /// whatever happens to the original), each file checked against the manifest's xxh3-128 and
 /// written atomically, the manifest last. A leaking split is refused before any copy.
 fn copy_split(from: &Path, to: &Path) -> Result<()> {
-    let manifest = read_manifest(from)?;
+    let path = from.join("manifest.json");
+    let (manifest, bytes) = Manifest::read(&path)?;
     refuse_leaks(from, &manifest)?;
+    manifest.verify_files(from, &path)?;
     std::fs::create_dir_all(to).map_err(|e| TrainError::io(to, e))?;
     for p in manifest.partitions.iter().filter(|p| p.count > 0) {
         let src = from.join(&p.file);
-        if Path::new(&p.file).file_name().and_then(|n| n.to_str()) != Some(p.file.as_str()) {
-            return Err(TrainError::Corrupt {
-                path: from.join("manifest.json"),
-                message: format!("partition file `{}` is not a plain file name", p.file),
-            });
-        }
-        let bytes = std::fs::read(&src).map_err(|e| TrainError::io(&src, e))?;
-        let sum = contrai_data::text::hash_hex(xxhash_rust::xxh3::xxh3_128(&bytes));
-        if sum != p.file_xxh3 {
-            return Err(TrainError::Corrupt {
-                path: src,
-                message: format!(
-                    "xxh3-128 {sum} differs from the manifest's {} for the {} partition: the file changed after the split",
-                    p.file_xxh3, p.name
-                ),
-            });
-        }
-        contrai_base::write_atomic(to.join(&p.file), &bytes)?;
+        let file = std::fs::read(&src).map_err(|e| TrainError::io(&src, e))?;
+        contrai_base::write_atomic(to.join(&p.file), &file)?;
     }
-    let m = from.join("manifest.json");
-    let bytes = std::fs::read(&m).map_err(|e| TrainError::io(&m, e))?;
     contrai_base::write_atomic(to.join("manifest.json"), &bytes)?;
     Ok(())
 }
 
 fn read_manifest(dir: &Path) -> Result<Manifest> {
-    let path = dir.join("manifest.json");
-    let bytes = std::fs::read(&path).map_err(|e| TrainError::io(&path, e))?;
-    serde_json::from_slice(&bytes).map_err(|e| TrainError::Corrupt {
-        path,
-        message: format!("not a Contrai split manifest: {e}"),
-    })
+    Ok(Manifest::read(&dir.join("manifest.json"))?.0)
 }
 
 /// Reads one partition file; every row needs a text and a label. Rows are numbered when the

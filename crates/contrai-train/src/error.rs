@@ -49,6 +49,14 @@ pub enum TrainError {
         /// What was wrong.
         message: String,
     },
+    /// A resumed run's data changed since it split (or copied) it.
+    #[error(
+        "{what}: resuming would train on two versions of the data. Resume on the split the run holds with --keep-split, or start a new run on the new data (`contrai data split NEW --from OLD` keeps the old samples where they were)"
+    )]
+    SplitChanged {
+        /// What changed.
+        what: String,
+    },
     /// The run directory already holds a run and `--resume` was not given.
     #[error("{} already holds a run: pass --resume to continue it, or choose another --out / run.name", path.display())]
     Exists {

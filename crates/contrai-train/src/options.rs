@@ -37,6 +37,8 @@ pub struct Options {
     pub run_dir: PathBuf,
     /// Continue from the newest valid checkpoint.
     pub resume: bool,
+    /// On `resume`, train on the run's own split even when the data its recipe names changed.
+    pub keep_split: bool,
     /// Stop once this many steps are done (a planned interruption; resume continues).
     pub stop_after: Option<u64>,
     /// Draw a progress bar on stderr (hidden anyway when stderr is not a terminal).
@@ -55,6 +57,7 @@ impl Options {
             recipe,
             run_dir: run_dir.into(),
             resume: false,
+            keep_split: false,
             stop_after: None,
             progress_bar: false,
             stop: Stop::new(),

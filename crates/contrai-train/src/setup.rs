@@ -63,7 +63,12 @@ impl Setup {
         if !reuse {
             contrai_base::write_atomic(run.recipe(), recipe.to_toml().as_bytes())?;
         }
-        let mut prepared = data::prepare(&recipe, run.path(), data_progress, reuse)?;
+        let split = match (reuse, opts.keep_split) {
+            (false, _) => data::Reuse::No,
+            (true, false) => data::Reuse::Checked,
+            (true, true) => data::Reuse::Kept,
+        };
+        let mut prepared = data::prepare(&recipe, run.path(), data_progress, split)?;
         if let Some(w) = prepared.manifest.heavy_drop().filter(|_| !reuse) {
             log.warn(&w);
         }

@@ -317,11 +317,23 @@ fn a_headerless_tsv_is_read_with_the_recipes_columns() {
         Path::new("tsv.toml"),
     )
     .unwrap();
-    let got = contrai_train::data::prepare(&recipe, &tmp.path().join("a"), &Silent, false).unwrap();
+    let got = contrai_train::data::prepare(
+        &recipe,
+        &tmp.path().join("a"),
+        &Silent,
+        contrai_train::data::Reuse::No,
+    )
+    .unwrap();
     let mut reference = recipe.clone();
     reference.data = contrai_recipe::Recipe::default().data;
     reference.data.path = data.display().to_string();
-    let want = contrai_train::data::prepare(&reference, &tmp.path().join("b"), &Silent, false).unwrap();
+    let want = contrai_train::data::prepare(
+        &reference,
+        &tmp.path().join("b"),
+        &Silent,
+        contrai_train::data::Reuse::No,
+    )
+    .unwrap();
     let kept = |p: &contrai_train::data::Prepared| p.manifest.partitions.iter().map(|p| p.count).sum::<u64>();
     assert_eq!(kept(&got), kept(&want), "every row read, the first line too");
     assert_eq!(got.manifest.dropped, want.manifest.dropped);
@@ -363,6 +375,54 @@ fn an_existing_split_is_copied_into_the_run_and_checked_against_its_manifest() {
         err.contains("val.jsonl") && err.contains("changed after the split"),
         "{err}"
     );
+}
+
+#[test]
+fn a_resumed_run_whose_data_changed_is_refused_unless_it_keeps_its_split() {
+    use contrai_train::data::{Reuse, prepare};
+    let tmp = tempfile::tempdir().unwrap();
+    let data = demo_file(tmp.path(), 200);
+    let split_dir = tmp.path().join("split");
+    split_into(&data, &split_dir);
+    let mut recipe = tiny_recipe(&data, 5);
+    recipe.data.path = split_dir.display().to_string();
+    let run = tmp.path().join("run");
+    prepare(&recipe, &run, &Silent, Reuse::No).unwrap();
+    prepare(&recipe, &run, &Silent, Reuse::Checked).expect("nothing changed");
+    // The split directory now holds version 2: the same data and a few new rows.
+    let mut grown = std::fs::read_to_string(&data).unwrap();
+    grown.push_str("{\"id\":\"late-1\",\"text\":\"a review that came in after the first split was made\",\"label\":\"positive\"}\n");
+    let data2 = tmp.path().join("demo-v2.jsonl");
+    std::fs::write(&data2, grown).unwrap();
+    let v2 = tmp.path().join("split-v2");
+    let cfg = contrai_data::split::SplitConfig {
+        parent: Some(split_dir.clone()),
+        ..contrai_train::data::split_config(&tiny_recipe(&data, 5))
+    };
+    contrai_data::split::split(
+        contrai_data::Source::file(&data2, None).unwrap(),
+        &v2,
+        &cfg,
+        &Silent,
+    )
+    .unwrap();
+    std::fs::remove_dir_all(&split_dir).unwrap();
+    std::fs::rename(&v2, &split_dir).unwrap();
+    let err = prepare(&recipe, &run, &Silent, Reuse::Checked)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("version 2") && err.contains("--keep-split"), "{err}");
+    let kept = prepare(&recipe, &run, &Silent, Reuse::Kept).unwrap();
+    assert_eq!(kept.manifest.version, 1, "the run's own split");
+    // A run that split a data file itself: the file edited since is refused too.
+    let run2 = tmp.path().join("run2");
+    let on_file = tiny_recipe(&data, 5);
+    prepare(&on_file, &run2, &Silent, Reuse::No).unwrap();
+    std::fs::copy(&data2, &data).unwrap();
+    let err = prepare(&on_file, &run2, &Silent, Reuse::Checked)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("changed since the run split it"), "{err}");
 }
 
 #[test]

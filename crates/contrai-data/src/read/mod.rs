@@ -209,6 +209,24 @@ impl Source {
         }
     }
 
+    /// xxh3-128 of a file's bytes, read in blocks; `None` for data held in memory.
+    pub fn file_digest(&self) -> Result<Option<u128>> {
+        let Source::File { path, .. } = self else {
+            return Ok(None);
+        };
+        let mut file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut block = vec![0u8; 1 << 20];
+        loop {
+            match std::io::Read::read(&mut file, &mut block) {
+                Ok(0) => return Ok(Some(hasher.digest128())),
+                Ok(n) => hasher.update(&block[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(DataError::io(path, e)),
+            }
+        }
+    }
+
     /// Total progress units (bytes, or rows for Parquet), when known.
     pub fn progress_total(&self) -> Option<u64> {
         match self {

@@ -57,17 +57,24 @@ def audit(
 def split(
     path: str | os.PathLike[str],
     out: str | os.PathLike[str],
-    ratios: tuple[float, float, float] = (0.85, 0.10, 0.05),
-    seed: int = 42,
-    text: str = "text",
-    label: str = "label",
+    ratios: tuple[float, float, float] | None = None,
+    seed: int | None = None,
+    text: str | None = None,
+    label: str | None = None,
     columns: list[str] | None = None,
+    parent: str | os.PathLike[str] | None = None,
+    allow_shrink: bool = False,
 ) -> dict[str, Any]:
     """Splits a file into train/val/holdout under ``out`` with no leak; returns the manifest.
 
-    ``columns`` names the columns of a CSV/TSV file without a header row; the partitions are
-    written with that header.
+    ``ratios`` default to (0.85, 0.10, 0.05), ``seed`` to 42, the fields to ``text`` and
+    ``label``. ``columns`` names the columns of a CSV/TSV file without a header row; the
+    partitions are written with that header. ``parent`` (an earlier split's directory) makes this
+    a new version of it: every old sample keeps its partition, new near-copies follow them, its
+    settings are the defaults, and a holdout that would lose old samples is refused unless
+    ``allow_shrink``.
     """
-    manifest: dict[str, Any] = json.loads(_core.split(os.fspath(path), os.fspath(out), ratios, seed, text, label,
-                                                      columns))
+    manifest: dict[str, Any] = json.loads(_core.split(
+        os.fspath(path), os.fspath(out), ratios, seed, text, label, columns,
+        None if parent is None else os.fspath(parent), allow_shrink))
     return manifest
