@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use contrai_data::demo::{self, DemoConfig};
+use contrai_data::drift::{DriftConfig, Version, drift};
 use contrai_data::parent::Parent;
 use contrai_data::split::{Dedup, OnConflict, SplitConfig, split};
 
@@ -72,6 +73,30 @@ pub enum DataCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Compare two versions of a dataset (two files, or two split directories partition by
+    /// partition): rows added, removed and changed; new near-copies of old samples; label shift
+    /// (chi-square), length shift (Kolmogorov–Smirnov) and vocabulary shift (Jensen–Shannon
+    /// divergence against random halves, with the n-grams that moved most). Exit code 0 when
+    /// nothing shifted, 1 on drift, 2 on bad input.
+    ///
+    /// Example: contrai data drift mail-2025.jsonl mail-2026.jsonl --label is_spam --html drift.html
+    Drift {
+        /// The old version: a .jsonl, .csv, .tsv or .parquet file, or a split directory.
+        old: PathBuf,
+        /// The new version, the same way.
+        new: PathBuf,
+        /// The files' format, when the extension does not tell it.
+        #[arg(long)]
+        format: Option<Format>,
+        #[command(flatten)]
+        fields: FieldArgs,
+        /// Print the full report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Also write the report as a self-contained HTML page.
+        #[arg(long)]
+        html: Option<PathBuf>,
+    },
     /// Write the built-in demo dataset (product reviews with planted defects) as JSONL.
     Demo {
         /// Output file.
@@ -101,6 +126,13 @@ pub struct InputArgs {
     /// A CSV/TSV file without a header row: its columns' names, in order (e.g. label,text).
     #[arg(long, value_delimiter = ',')]
     columns: Vec<String>,
+    #[command(flatten)]
+    fields: FieldArgs,
+}
+
+/// Which fields to read and how to compare texts.
+#[derive(Args)]
+pub struct FieldArgs {
     /// Field holding the text [default: text].
     #[arg(long)]
     text: Option<String>,
@@ -129,7 +161,9 @@ impl InputArgs {
         let path = self.path.clone().context("give a data file or --demo")?;
         Ok(Source::file(path, self.format)?.headerless(&self.columns)?)
     }
+}
 
+impl FieldArgs {
     fn audit_config(&self) -> AuditConfig {
         self.audit_config_over(&AuditConfig::default())
     }
@@ -174,7 +208,11 @@ fn parse_ratios(s: &str) -> Result<[f64; 3], String> {
 pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         DataCommand::Audit { input, json } => {
-            let audit = Audit::run(vec![input.source()?], input.audit_config(), &Bars::default())?;
+            let audit = Audit::run(
+                vec![input.source()?],
+                input.fields.audit_config(),
+                &Bars::default(),
+            )?;
             let report = audit.report();
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -204,7 +242,7 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
                 seed: seed.unwrap_or(base.seed),
                 on_conflict: on_conflict.unwrap_or(base.on_conflict),
                 dedup: dedup.unwrap_or(base.dedup),
-                audit: input.audit_config_over(&base.audit),
+                audit: input.fields.audit_config_over(&base.audit),
                 parent: from,
                 allow_shrink,
             };
@@ -222,6 +260,30 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
                 eprintln!("\nwarning: {w}");
             }
             Ok(ExitCode::SUCCESS)
+        }
+        DataCommand::Drift {
+            old,
+            new,
+            format,
+            fields,
+            json,
+            html,
+        } => {
+            let (old, new) = (Version::open(&old, format)?, Version::open(&new, format)?);
+            let cfg = DriftConfig {
+                audit: fields.audit_config(),
+            };
+            let report = drift(&old, &new, &cfg, &Bars::default())?;
+            if let Some(path) = &html {
+                contrai_base::write_atomic(path, contrai_report::drift::page(&report).as_bytes())?;
+                eprintln!("wrote {}", path.display());
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
+            Ok(ExitCode::from(u8::from(report.drifted)))
         }
         DataCommand::Demo { out, base, seed } => {
             if base == 0 {

@@ -182,3 +182,62 @@ fn a_new_version_takes_its_parents_settings_and_refuses_other_ones() {
         .assert_stderr_contains(&["seed 7", "this version 8"]);
     assert!(!v3.exists(), "nothing written");
 }
+
+#[test]
+fn drift_exits_by_its_verdict_writes_a_page_and_refuses_another_schema() {
+    let dir = TempDir::new();
+    let old = dir.join("old.jsonl");
+    contrai(["data", "demo", "--base", "400", "--out"])
+        .arg(&old)
+        .output()
+        .assert_success();
+    contrai(["data", "drift"])
+        .arg(&old)
+        .arg(&old)
+        .output()
+        .assert_code(0)
+        .assert_stdout_contains(&["no drift"]);
+    // The new version: only the positive reviews.
+    let positive: String = read_to_string(&old)
+        .lines()
+        .filter(|l| l.contains("\"positive\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let new = dir.write("new.jsonl", positive);
+    let page = dir.join("drift.html");
+    let out = contrai(["data", "drift"])
+        .arg(&old)
+        .arg(&new)
+        .arg("--html")
+        .arg(&page)
+        .output();
+    out.assert_code(1)
+        .assert_stdout_contains(&["drift:", "labels shifted"]);
+    let html = read_to_string(&page);
+    assert!(
+        html.starts_with("<!DOCTYPE html>") && html.contains("labels shifted"),
+        "{html}"
+    );
+    let v = contrai(["data", "drift"])
+        .arg(&old)
+        .arg(&new)
+        .arg("--json")
+        .output()
+        .json();
+    assert_eq!(v["drifted"], true);
+    assert!(v["rows"]["removed"].as_u64().unwrap() > 100);
+    let other = dir.write(
+        "other.jsonl",
+        "{\"id\": \"1\", \"body\": \"some words\", \"label\": \"x\"}\n",
+    );
+    let page2 = dir.join("other.html");
+    contrai(["data", "drift"])
+        .arg(&old)
+        .arg(&other)
+        .arg("--html")
+        .arg(&page2)
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["differ in schema", "only in the new: body"]);
+    assert!(!page2.exists(), "nothing written");
+}

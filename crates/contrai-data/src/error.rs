@@ -77,6 +77,16 @@ pub enum DataError {
         /// What was wrong.
         message: String,
     },
+    /// Two versions of a dataset do not hold the same fields.
+    #[error("{old} and {new} differ in schema: {what}; compare versions with the same fields")]
+    Schema {
+        /// The old version.
+        old: String,
+        /// The new version.
+        new: String,
+        /// The fields each lacks.
+        what: String,
+    },
     /// A new version of a split would hold fewer of its parent's holdout samples.
     #[error(
         "{}: the new version's holdout holds {lost} fewer of the parent's {parent} holdout samples (e.g. {examples}): they left the data, or a new near-copy with another label dropped them; the holdout's figures would no longer compare with the parent's (pass --allow-shrink to accept)",

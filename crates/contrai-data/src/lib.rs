@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod cluster;
 pub mod demo;
+pub mod drift;
 pub mod error;
 pub mod index;
 pub mod minhash;

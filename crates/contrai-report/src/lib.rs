@@ -3,6 +3,7 @@
 //! as shaded bands, findings and decisions as markers, and the doctor's recommendations.
 
 pub mod chart;
+pub mod drift;
 pub mod page;
 pub mod run;
 

@@ -1,6 +1,6 @@
 //! Small robust statistics — the one median of the workspace, the median absolute deviation,
 //! block medians and the Theil–Sen slope — used by the doctor's detectors, the data audit and
-//! the engine's timings.
+//! the engine's timings — and the two-sample tests that compare two versions of a dataset.
 
 #![warn(missing_docs)]
 
@@ -80,9 +80,97 @@ pub fn median_gap(steps: &[u64]) -> f64 {
     median(&gaps).unwrap_or(1.0)
 }
 
+/// Pearson's chi-square test that two samples of counts over the same categories come from one
+/// distribution: (statistic, degrees of freedom, p-value). Categories empty in both are left
+/// out; `None` when fewer than two categories or an empty sample remain.
+pub fn chi_square_homogeneity(a: &[u64], b: &[u64]) -> Option<(f64, usize, f64)> {
+    use statrs::distribution::{ChiSquared, ContinuousCDF};
+    let cells: Vec<(f64, f64)> = a
+        .iter()
+        .zip(b)
+        .filter(|(x, y)| **x + **y > 0)
+        .map(|(&x, &y)| (x as f64, y as f64))
+        .collect();
+    let (na, nb) = cells.iter().fold((0.0, 0.0), |(s, t), (x, y)| (s + x, t + y));
+    if cells.len() < 2 || na == 0.0 || nb == 0.0 {
+        return None;
+    }
+    let n = na + nb;
+    let stat: f64 = cells
+        .iter()
+        .map(|&(x, y)| {
+            let (ea, eb) = (na * (x + y) / n, nb * (x + y) / n);
+            (x - ea).powi(2) / ea + (y - eb).powi(2) / eb
+        })
+        .sum();
+    let dof = cells.len() - 1;
+    let p = ChiSquared::new(dof as f64).ok()?.sf(stat);
+    Some((stat, dof, p))
+}
+
+/// The two-sample Kolmogorov–Smirnov test: (D, the largest gap between the two empirical
+/// distribution functions; its asymptotic p-value). Sorts both slices; `None` when one is empty.
+pub fn ks_two_sample(a: &mut [f64], b: &mut [f64]) -> Option<(f64, f64)> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    a.sort_by(f64::total_cmp);
+    b.sort_by(f64::total_cmp);
+    let (n, m) = (a.len() as f64, b.len() as f64);
+    let (mut i, mut j, mut d) = (0, 0, 0.0f64);
+    while i < a.len() && j < b.len() {
+        let x = a[i].min(b[j]);
+        while i < a.len() && a[i] <= x {
+            i += 1;
+        }
+        while j < b.len() && b[j] <= x {
+            j += 1;
+        }
+        d = d.max((i as f64 / n - j as f64 / m).abs());
+    }
+    // The Kolmogorov distribution's tail, with Stephens' small-sample correction.
+    let en = (n * m / (n + m)).sqrt();
+    let lambda = (en + 0.12 + 0.11 / en) * d;
+    let p = if lambda < 0.2 {
+        1.0
+    } else {
+        let tail: f64 = (1..=100)
+            .map(|k| {
+                let k = k as f64;
+                2.0 * (if k as u64 % 2 == 1 { 1.0 } else { -1.0 }) * (-2.0 * k * k * lambda * lambda).exp()
+            })
+            .sum();
+        tail.clamp(0.0, 1.0)
+    };
+    Some((d, p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chi_square_matches_a_textbook_value() {
+        // 2x2: [20, 30] against [30, 20]: statistic 4.0, one degree of freedom, p = 0.0455.
+        let (stat, dof, p) = chi_square_homogeneity(&[20, 30], &[30, 20]).unwrap();
+        assert!(
+            (stat - 4.0).abs() < 1e-9 && dof == 1 && (p - 0.0455).abs() < 1e-3,
+            "{stat} {p}"
+        );
+        assert!(chi_square_homogeneity(&[5, 0], &[7, 0]).is_none(), "one category");
+        assert!((chi_square_homogeneity(&[10, 20], &[20, 40]).unwrap().2 - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn ks_finds_a_shift_and_not_a_copy() {
+        let mut a: Vec<f64> = (0..500).map(|i| i as f64).collect();
+        let mut b = a.clone();
+        let (d, p) = ks_two_sample(&mut a, &mut b).unwrap();
+        assert!(d == 0.0 && p == 1.0);
+        let mut c: Vec<f64> = (0..500).map(|i| i as f64 + 100.0).collect();
+        let (d, p) = ks_two_sample(&mut a, &mut c).unwrap();
+        assert!((d - 0.2).abs() < 1e-9 && p < 1e-6, "{d} {p}");
+    }
 
     #[test]
     fn medians() {

@@ -227,6 +227,55 @@ impl Source {
         }
     }
 
+    /// The names of the fields: a CSV/TSV header (or the columns given), a Parquet schema, the
+    /// keys of the first JSONL row, sorted.
+    pub fn field_names(&self) -> Result<Vec<String>> {
+        let first_line_keys = |name: &str, line: Option<&str>| -> Result<Vec<String>> {
+            let Some(line) = line else { return Ok(Vec::new()) };
+            let v: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(line).map_err(|e| DataError::Row {
+                    path: name.into(),
+                    line: 1,
+                    message: format!("expected a JSON object: {e}"),
+                })?;
+            Ok(v.keys().cloned().collect())
+        };
+        let mut names = match self {
+            Source::File {
+                path,
+                format,
+                columns,
+            } => {
+                check_file(path)?;
+                match format {
+                    Format::Csv | Format::Tsv => csv::header_of(path, *format, columns.as_deref())?
+                        .iter()
+                        .map(str::to_string)
+                        .collect(),
+                    Format::Parquet => parquet::schema_of(path)?
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().clone())
+                        .collect(),
+                    Format::Jsonl => {
+                        let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+                        let line = std::io::BufRead::lines(std::io::BufReader::new(file))
+                            .map(|l| l.map_err(|e| DataError::io(path, e)))
+                            .find(|l| l.as_ref().map_or(true, |l| !l.trim().is_empty()))
+                            .transpose()?;
+                        first_line_keys(&self.name(), line.as_deref())?
+                    }
+                }
+            }
+            Source::Memory { name, lines } => first_line_keys(
+                name,
+                lines.iter().find(|l| !l.trim().is_empty()).map(String::as_str),
+            )?,
+        };
+        names.sort();
+        Ok(names)
+    }
+
     /// Total progress units (bytes, or rows for Parquet), when known.
     pub fn progress_total(&self) -> Option<u64> {
         match self {
