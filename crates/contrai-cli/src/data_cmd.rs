@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use contrai_data::contamination::{self, Contamination, ContaminationConfig, EvalSet};
 use contrai_data::demo::{self, DemoConfig};
 use contrai_data::drift::{DriftConfig, Version, drift};
 use contrai_data::parent::Parent;
@@ -21,10 +22,16 @@ pub enum DataCommand {
     /// Find exact and near duplicates, label conflicts, empty texts, length outliers and class
     /// balance. Exit code 0 when clean, 1 when something needs attention, 2 on bad input.
     ///
+    /// With --against, also the samples that share a 13-word run or a near-duplicate with an
+    /// evaluation set (a benchmark, your own test data): contamination, exit code 1.
+    ///
     /// Example: contrai data audit mail.jsonl --text body --label is_spam
+    ///          contrai data audit train.jsonl --against gsm8k-test.jsonl:question --against ours.csv
     Audit {
         #[command(flatten)]
         input: InputArgs,
+        #[command(flatten)]
+        against: AgainstArgs,
         /// Print the full report (every cluster) as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -69,6 +76,9 @@ pub enum DataCommand {
         /// data); without it that is an error, since its figures no longer compare.
         #[arg(long, requires = "from")]
         allow_shrink: bool,
+        /// Evaluation sets whose matches are dropped from every partition (see `audit --against`).
+        #[command(flatten)]
+        against: AgainstArgs,
         /// Print the manifest as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -128,6 +138,28 @@ pub struct InputArgs {
     columns: Vec<String>,
     #[command(flatten)]
     fields: FieldArgs,
+}
+
+/// Evaluation sets to check the data against.
+#[derive(Args)]
+pub struct AgainstArgs {
+    /// An evaluation set: a .jsonl, .csv, .tsv or .parquet file, its text in the --text field,
+    /// or FILE:FIELD. Repeat for several.
+    #[arg(long, value_name = "FILE[:FIELD]")]
+    against: Vec<String>,
+    /// Words of the runs compared with the evaluation sets (13, as lm-evaluation-harness).
+    #[arg(long, default_value_t = contrai_data::contamination::NGRAM)]
+    ngram: usize,
+}
+
+impl AgainstArgs {
+    fn sets(&self, text: &str) -> anyhow::Result<Vec<EvalSet>> {
+        Ok(self
+            .against
+            .iter()
+            .map(|a| EvalSet::parse(a, text))
+            .collect::<Result<_, _>>()?)
+    }
 }
 
 /// Which fields to read and how to compare texts.
@@ -207,19 +239,41 @@ fn parse_ratios(s: &str) -> Result<[f64; 3], String> {
 /// Runs a `contrai data` subcommand.
 pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        DataCommand::Audit { input, json } => {
-            let audit = Audit::run(
-                vec![input.source()?],
-                input.fields.audit_config(),
-                &Bars::default(),
-            )?;
+        DataCommand::Audit { input, against, json } => {
+            let cfg = input.fields.audit_config();
+            let sets = against.sets(&cfg.fields.text)?;
+            let source = input.source()?;
+            let audit = Audit::run(vec![source.clone()], cfg.clone(), &Bars::default())?;
             let report = audit.report();
+            let contamination = if sets.is_empty() {
+                None
+            } else {
+                let check = ContaminationConfig {
+                    ngram: against.ngram,
+                    index: cfg.index,
+                };
+                Some(contamination::check(
+                    &source,
+                    &cfg.fields,
+                    &sets,
+                    &check,
+                    &Bars::default(),
+                )?)
+            };
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                let out = AuditJson {
+                    report: &report,
+                    contamination: contamination.as_ref(),
+                };
+                println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
                 print!("{report}");
+                if let Some(c) = &contamination {
+                    print!("{c}");
+                }
             }
-            Ok(ExitCode::from(if report.problems.is_empty() { 0 } else { 1 }))
+            let clean = report.problems.is_empty() && contamination.is_none_or(|c| c.contaminated == 0);
+            Ok(ExitCode::from(if clean { 0 } else { 1 }))
         }
         DataCommand::Split {
             input,
@@ -230,6 +284,7 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
             dedup,
             from,
             allow_shrink,
+            against,
             json,
         } => {
             // Each setting given, else the parent's (a version keeps them), else the default.
@@ -245,6 +300,12 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
                 audit: input.fields.audit_config_over(&base.audit),
                 parent: from,
                 allow_shrink,
+                against: Vec::new(),
+                ngram: against.ngram,
+            };
+            let cfg = SplitConfig {
+                against: against.sets(&cfg.audit.fields.text)?,
+                ..cfg
             };
             let outcome = split(input.source()?, &out, &cfg, &Bars::default())?;
             for f in &outcome.leftovers {
@@ -299,6 +360,15 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `audit --json`: the report, and the contamination found when asked for.
+#[derive(serde::Serialize)]
+struct AuditJson<'a> {
+    #[serde(flatten)]
+    report: &'a contrai_data::audit::AuditReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    contamination: Option<&'a Contamination>,
+}
+
 fn print_split(m: &contrai_data::split::Manifest, out: &std::path::Path) {
     println!("\nsplit into {} (seed {}):", out.display(), m.params.seed);
     for p in &m.partitions {
@@ -317,6 +387,14 @@ fn print_split(m: &contrai_data::split::Manifest, out: &std::path::Path) {
         .collect();
     if !dropped.is_empty() {
         println!("  dropped: {}", dropped.join(", "));
+    }
+    if let Some(c) = &m.contamination {
+        for s in &c.sets {
+            println!(
+                "  against {}: {} samples matched ({}-grams or near-duplicates), dropped",
+                s.file, s.matched, c.ngram
+            );
+        }
     }
     if let Some(p) = &m.parent {
         println!(

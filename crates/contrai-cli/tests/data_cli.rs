@@ -241,3 +241,50 @@ fn drift_exits_by_its_verdict_writes_a_page_and_refuses_another_schema() {
         .assert_stderr_contains(&["differ in schema", "only in the new: body"]);
     assert!(!page2.exists(), "nothing written");
 }
+
+#[test]
+fn audit_against_an_evaluation_set_finds_its_passages_and_split_drops_them() {
+    let dir = TempDir::new();
+    let data = dir.join("train.jsonl");
+    contrai(["data", "demo", "--base", "300", "--out"])
+        .arg(&data)
+        .output()
+        .assert_success();
+    let passage = "zorblat quentish maravel dunsoke plimber vantrose keltish oberand swillow frantic nebulon carrow tindle mossop";
+    let mut rows = read_to_string(&data);
+    rows.push_str(&format!(
+        "{{\"id\":\"leak-1\",\"text\":\"as the benchmark says {passage} indeed\",\"label\":\"positive\"}}\n"
+    ));
+    std::fs::write(&data, rows).unwrap();
+    let bench = dir.write("bench.csv", format!("id,question\nb1,\"Q: {passage} ?\"\n"));
+    let arg = format!("{}:question", bench.display());
+    let v = contrai(["data", "audit"])
+        .arg(&data)
+        .args(["--against", &arg, "--json"])
+        .output()
+        .json();
+    assert_eq!(v["contamination"]["contaminated"], 1);
+    assert_eq!(v["contamination"]["hits"][0]["id"], "leak-1");
+    assert!(v["clusters"].is_array(), "the audit report is still there");
+    let out = dir.join("split");
+    contrai(["data", "split"])
+        .arg(&data)
+        .args(["--against", &arg, "--out"])
+        .arg(&out)
+        .output()
+        .assert_success()
+        .assert_stdout_contains(&["1 samples matched (13-grams or near-duplicates), dropped"]);
+    assert_eq!(read_json(out.join("manifest.json"))["dropped"]["contaminated"], 1);
+    let bad = dir.write("bench.xml", "<q/>");
+    let out2 = dir.join("split2");
+    contrai(["data", "split"])
+        .arg(&data)
+        .arg("--against")
+        .arg(&bad)
+        .arg("--out")
+        .arg(&out2)
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["bench.xml", "evaluation set"]);
+    assert!(!out2.exists(), "nothing written");
+}

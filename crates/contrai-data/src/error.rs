@@ -89,7 +89,7 @@ pub enum DataError {
     },
     /// A new version of a split would hold fewer of its parent's holdout samples.
     #[error(
-        "{}: the new version's holdout holds {lost} fewer of the parent's {parent} holdout samples (e.g. {examples}): they left the data, or a new near-copy with another label dropped them; the holdout's figures would no longer compare with the parent's (pass --allow-shrink to accept)",
+        "{}: the new version's holdout holds {lost} fewer of the parent's {parent} holdout samples (e.g. {examples}): they left the data, a new near-copy with another label dropped them, or they match an evaluation set; the holdout's figures would no longer compare with the parent's (pass --allow-shrink to accept)",
         path.display()
     )]
     HoldoutShrinks {

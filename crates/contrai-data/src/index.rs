@@ -19,7 +19,7 @@ use crate::read::{FieldSpec, Record, Source};
 use crate::text::{Shingling, content_hash, jaccard, normalize, word_count};
 
 /// Seed of the MinHash family: fixed, so signatures never change between runs or versions.
-const MINHASH_SEED: u64 = 0x00c0_47a1_5eed;
+pub(crate) const MINHASH_SEED: u64 = 0x00c0_47a1_5eed;
 /// Rows handed to the hashing threads at a time.
 const CHUNK: usize = 1024;
 /// Shingle hashes kept from pass 1 by default (8 bytes each: 64 MiB).

@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod cluster;
+pub mod contamination;
 pub mod demo;
 pub mod drift;
 pub mod error;

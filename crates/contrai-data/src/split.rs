@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 use crate::audit::{Audit, AuditConfig, AuditReport};
+use crate::contamination::{self, Contamination, ContaminationConfig, EvalSet};
 use crate::error::{DataError, Result};
 use crate::index::for_each_chunk;
 use crate::parent::{Parent, ParentRecord};
@@ -43,6 +44,10 @@ pub struct SplitConfig {
     /// A version may hold fewer of its parent's holdout samples (they left the data, or a new
     /// conflicting near-copy dropped them); without it, that is an error.
     pub allow_shrink: bool,
+    /// Evaluation sets: samples sharing a long n-gram or a near-duplicate with any are dropped.
+    pub against: Vec<EvalSet>,
+    /// Words of the n-grams compared with the evaluation sets.
+    pub ngram: usize,
 }
 
 impl Default for SplitConfig {
@@ -55,6 +60,8 @@ impl Default for SplitConfig {
             audit: AuditConfig::default(),
             parent: None,
             allow_shrink: false,
+            against: Vec::new(),
+            ngram: crate::contamination::NGRAM,
         }
     }
 }
@@ -114,6 +121,9 @@ pub struct Manifest {
     pub dropped: BTreeMap<String, u64>,
     /// Ids dropped for label conflicts.
     pub dropped_conflict_ids: Vec<String>,
+    /// The evaluation sets the data was checked against (samples matching one are dropped).
+    #[serde(default)]
+    pub contamination: Option<ContaminationRecord>,
     /// The post-write guard's result.
     pub guard: Guard,
 }
@@ -185,6 +195,7 @@ impl Manifest {
             "missing_text" => "without a text value".into(),
             "bad_rows" => "malformed".into(),
             "bridge" => "new near-copies of the parent's samples in two partitions".into(),
+            "contaminated" => "sharing text with an evaluation set (--against)".into(),
             other => other.into(),
         };
         let reasons: Vec<String> = self
@@ -200,6 +211,30 @@ impl Manifest {
             reasons.join("; ")
         ))
     }
+}
+
+/// What a split records of its decontamination.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContaminationRecord {
+    /// Words of the n-grams compared.
+    pub ngram: usize,
+    /// Each evaluation set.
+    pub sets: Vec<EvalSetRecord>,
+}
+
+/// One evaluation set a split was checked against.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvalSetRecord {
+    /// Its file.
+    pub file: String,
+    /// xxh3-128 of its bytes.
+    pub file_xxh3: String,
+    /// Its text field.
+    pub text: String,
+    /// Its samples.
+    pub samples: u64,
+    /// Samples of the data that matched it (by an n-gram, or as near-duplicates).
+    pub matched: u64,
 }
 
 /// The parameters recorded in the manifest.
@@ -240,8 +275,7 @@ impl ManifestParams {
                 },
                 skip_bad: false,
             },
-            parent: None,
-            allow_shrink: false,
+            ..SplitConfig::default()
         }
     }
 }
@@ -291,6 +325,8 @@ enum Drop {
     Empty,
     /// A new near-copy of parent samples in two partitions: wherever it went, it would leak.
     Bridge,
+    /// It shares a long n-gram or a near-duplicate with an evaluation set.
+    Contaminated,
 }
 
 /// Splits `source` into `out/{train,val,holdout}.<ext>` and `out/manifest.json`.
@@ -307,7 +343,12 @@ pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progr
     sources.extend(anchors.iter().map(|(_, s)| s.clone()));
     let audit = Audit::run(sources, cfg.audit.clone(), progress)?;
     let anchor_partition: Vec<u8> = anchors.iter().map(|(p, _)| *p).collect();
-    let plan = Plan::new(&audit, cfg, parent.as_ref(), &anchor_partition);
+    let contamination = decontaminate(&source, cfg, progress)?;
+    let tainted: HashSet<u64> = contamination
+        .iter()
+        .flat_map(|(c, _)| c.positions.iter().copied())
+        .collect();
+    let plan = Plan::new(&audit, cfg, parent.as_ref(), &anchor_partition, &tainted);
     let hashes = plan.hashes(&audit);
     let lineage = parent
         .as_ref()
@@ -324,6 +365,7 @@ pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progr
         version: parent.as_ref().map_or(1, |p| p.manifest.version + 1),
         parent: lineage,
         source_xxh3,
+        contamination: contamination.map(|(_, record)| record),
         ..plan.manifest(&audit, cfg, &files, guard, hashes, &source)
     };
     for f in files.into_iter().flatten() {
@@ -336,6 +378,42 @@ pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progr
         report: audit.report(),
         leftovers: dir_lock.removed().to_vec(),
     })
+}
+
+/// The data checked against the evaluation sets, when there are any: the matches, and what the
+/// manifest records of them.
+fn decontaminate(
+    source: &Source,
+    cfg: &SplitConfig,
+    progress: &dyn Progress,
+) -> Result<Option<(Contamination, ContaminationRecord)>> {
+    if cfg.against.is_empty() {
+        return Ok(None);
+    }
+    let check_cfg = ContaminationConfig {
+        ngram: cfg.ngram,
+        index: cfg.audit.index,
+    };
+    let found = contamination::check(source, &cfg.audit.fields, &cfg.against, &check_cfg, progress)?;
+    let sets = cfg
+        .against
+        .iter()
+        .zip(&found.sets)
+        .map(|(e, s)| {
+            Ok(EvalSetRecord {
+                file: s.file.clone(),
+                file_xxh3: e.source.file_digest()?.map(hash_hex).unwrap_or_default(),
+                text: s.text.clone(),
+                samples: s.samples,
+                matched: s.by_ngram + s.by_near,
+            })
+        })
+        .collect::<Result<_>>()?;
+    let record = ContaminationRecord {
+        ngram: cfg.ngram,
+        sets,
+    };
+    Ok(Some((found, record)))
 }
 
 /// The error of a version whose holdout lost some of its parent's samples, with their ids.
@@ -376,7 +454,13 @@ struct Plan {
 impl Plan {
     /// Places every cluster: with the parent's samples it holds (a version moves none of them),
     /// else by its hash. `anchors` gives the partition of each anchor source (sources 1..).
-    fn new(audit: &Audit, cfg: &SplitConfig, parent: Option<&Parent>, anchors: &[u8]) -> Plan {
+    fn new(
+        audit: &Audit,
+        cfg: &SplitConfig,
+        parent: Option<&Parent>,
+        anchors: &[u8],
+        tainted: &HashSet<u64>,
+    ) -> Plan {
         let samples = &audit.index.samples;
         let inputs = samples.iter().filter(|s| s.source == 0).count();
         let mut plan = Plan {
@@ -406,6 +490,11 @@ impl Plan {
                 .filter(|&m| samples[m as usize].source == 0)
                 .collect();
             for (m, kept) in keep(audit, &inputs, cfg) {
+                let kept = if tainted.contains(&u64::from(m)) {
+                    Err(Drop::Contaminated)
+                } else {
+                    kept
+                };
                 let part = match (olds.len(), olds.first()) {
                     (1, Some(&p)) => Ok(p),
                     (0, _) => Ok(placed),
@@ -464,6 +553,7 @@ impl Plan {
             ("duplicate", Drop::Duplicate),
             ("empty", Drop::Empty),
             ("bridge", Drop::Bridge),
+            ("contaminated", Drop::Contaminated),
         ] {
             dropped.insert(
                 name.into(),
@@ -483,6 +573,7 @@ impl Plan {
             params: cfg.manifest_params(),
             partitions,
             dropped,
+            contamination: None,
             dropped_conflict_ids: (0..self.fate.len())
                 .filter(|&i| self.fate[i] == Err(Drop::Conflict))
                 .map(|i| samples[i].id.clone())

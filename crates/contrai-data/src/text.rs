@@ -87,27 +87,13 @@ impl Shingling {
         if normalized.is_empty() {
             return out;
         }
-        // In normalised text words are separated by exactly one space, so an n-gram is a slice.
-        let starts: Vec<usize> = std::iter::once(0)
-            .chain(
-                normalized
-                    .bytes()
-                    .enumerate()
-                    .filter(|&(_, b)| b == b' ')
-                    .map(|(i, _)| i + 1),
-            )
-            .collect();
-        let words = starts.len();
+        let words = word_count(normalized);
         if words >= self.short_text_words {
             let n = self.word_ngram.max(1);
-            // End (exclusive) of word j.
-            let end = |j: usize| starts.get(j + 1).map_or(normalized.len(), |&s| s - 1);
             if words <= n {
                 out.push(xxh3_64(normalized.as_bytes()));
             } else {
-                for (k, &start) in starts[..=words - n].iter().enumerate() {
-                    out.push(xxh3_64(&normalized.as_bytes()[start..end(k + n - 1)]));
-                }
+                out.extend(word_grams(normalized, n).map(|(h, _)| h));
             }
         } else {
             let n = self.char_ngram.max(1);
@@ -138,6 +124,33 @@ pub fn word_count(normalized: &str) -> usize {
     } else {
         normalized.bytes().filter(|&b| b == b' ').count() + 1
     }
+}
+
+/// Each run of `n` words of a normalised text: its xxh3-64 and its byte range. In normalised
+/// text words are separated by exactly one space, so an n-gram is a slice. None when the text
+/// has fewer than `n` words.
+pub fn word_grams(normalized: &str, n: usize) -> impl Iterator<Item = (u64, std::ops::Range<usize>)> + '_ {
+    let starts: Vec<usize> = if normalized.is_empty() {
+        Vec::new()
+    } else {
+        std::iter::once(0)
+            .chain(
+                normalized
+                    .bytes()
+                    .enumerate()
+                    .filter(|&(_, b)| b == b' ')
+                    .map(|(i, _)| i + 1),
+            )
+            .collect()
+    };
+    let n = n.max(1);
+    let windows = (starts.len() + 1).saturating_sub(n);
+    (0..windows).map(move |k| {
+        // End (exclusive) of the window's last word.
+        let end = starts.get(k + n).map_or(normalized.len(), |&s| s - 1);
+        let range = starts[k]..end;
+        (xxh3_64(&normalized.as_bytes()[range.clone()]), range)
+    })
 }
 
 /// Exact Jaccard similarity of two sorted, deduplicated hash sets.

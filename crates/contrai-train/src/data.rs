@@ -110,8 +110,7 @@ pub fn split_config(recipe: &Recipe) -> SplitConfig {
             fields: fields(recipe),
             skip_bad: false,
         },
-        parent: None,
-        allow_shrink: false,
+        ..SplitConfig::default()
     }
 }
 
