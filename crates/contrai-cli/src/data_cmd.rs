@@ -10,6 +10,7 @@ use contrai_data::demo::{self, DemoConfig};
 use contrai_data::drift::{DriftConfig, Version, drift};
 use contrai_data::parent::Parent;
 use contrai_data::split::{Dedup, OnConflict, SplitConfig, split};
+use contrai_data::store::StoreDir;
 
 use crate::choice::choice;
 use contrai_data::{Audit, AuditConfig, FieldSpec, Format, IndexConfig, Source};
@@ -183,6 +184,14 @@ pub struct FieldArgs {
     /// MinHash permutations [default: 256].
     #[arg(long)]
     num_perm: Option<usize>,
+    /// Keep the texts' hashes in a persisted index in .contrai-index/ beside the data, and
+    /// reuse those already there: an unchanged file is not hashed again, an appended one only
+    /// for its new rows.
+    #[arg(long)]
+    index: bool,
+    /// The persisted index in this folder instead (implies --index).
+    #[arg(long, value_name = "DIR")]
+    index_dir: Option<PathBuf>,
 }
 
 impl InputArgs {
@@ -219,6 +228,11 @@ impl FieldArgs {
                 explicit: self.label.is_some() || self.id.is_some() || fields.explicit,
             },
             skip_bad: self.skip_bad,
+            store: match (&self.index_dir, self.index) {
+                (Some(d), _) => Some(StoreDir::In(d.clone())),
+                (None, true) => Some(StoreDir::Beside),
+                (None, false) => None,
+            },
         }
     }
 }

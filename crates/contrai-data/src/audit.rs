@@ -11,6 +11,7 @@ use crate::index::{Clustering, Content, Index, IndexConfig, Skipped};
 use crate::minhash::Banding;
 use crate::progress::Progress;
 use crate::read::{FieldSpec, Source};
+use crate::store::StoreDir;
 use crate::text::Shingling;
 
 /// Texts with fewer words than this (but at least one) are near-empty.
@@ -29,6 +30,8 @@ pub struct AuditConfig {
     pub fields: FieldSpec,
     /// Skip and count malformed rows instead of stopping at the first.
     pub skip_bad: bool,
+    /// Keep the texts' hashes in a persisted store (and reuse those already there).
+    pub store: Option<StoreDir>,
 }
 
 /// An audited dataset: its index and verified clusters, from which reports and splits are made.
@@ -47,7 +50,14 @@ pub struct Audit {
 impl Audit {
     /// Reads and clusters `sources` (two streaming passes over each).
     pub fn run(sources: Vec<Source>, config: AuditConfig, progress: &dyn Progress) -> Result<Audit> {
-        let index = Index::build(&sources, &config.fields, &config.index, config.skip_bad, progress)?;
+        let index = Index::build(
+            &sources,
+            &config.fields,
+            &config.index,
+            config.skip_bad,
+            config.store.as_ref(),
+            progress,
+        )?;
         let clustering = index.cluster(&sources, &config.fields, &config.index, progress)?;
         Ok(Audit {
             sources,
@@ -129,6 +139,12 @@ impl Audit {
             length: self.lengths(),
             classes: self.classes(),
             clusters: sorted,
+            store: (!self.index.stores.is_empty()).then(|| StoreUse {
+                files: self.index.stores.clone(),
+                reused: self.index.reused,
+                hashed: self.index.hashed,
+                note: self.index.store_note.clone(),
+            }),
         };
         report.judge();
         report
@@ -311,6 +327,22 @@ pub struct AuditReport {
     pub classes: Vec<ClassCount>,
     /// Every cluster with more than one sample, largest first.
     pub clusters: Vec<ClusterReport>,
+    /// The persisted index, when one was used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreUse>,
+}
+
+/// How the persisted index served an audit.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreUse {
+    /// Its files.
+    pub files: Vec<String>,
+    /// Texts whose hashes it held.
+    pub reused: u64,
+    /// Texts hashed (and added to it).
+    pub hashed: u64,
+    /// Why it could not be written, if it could not.
+    pub note: Option<String>,
 }
 
 /// Skipped rows: how many and a few examples.
@@ -549,6 +581,16 @@ impl fmt::Display for AuditReport {
                 self.params.threshold,
                 self.near.candidate_pairs,
                 self.near.verified_pairs
+            )?;
+        }
+        if let Some(s) = &self.store {
+            writeln!(
+                f,
+                "index: {} texts reused, {} hashed ({}){}",
+                s.reused,
+                s.hashed,
+                s.files.join(", "),
+                s.note.as_deref().map(|n| format!("; {n}")).unwrap_or_default()
             )?;
         }
         if !self.classes.is_empty() {

@@ -16,6 +16,7 @@ use crate::error::{DataError, Result};
 use crate::minhash::{Banding, MinHasher};
 use crate::progress::Progress;
 use crate::read::{FieldSpec, Record, Source};
+use crate::store::{Entry, Store, StoreDir};
 use crate::text::{Shingling, content_hash, jaccard, normalize, word_count};
 
 /// Seed of the MinHash family: fixed, so signatures never change between runs or versions.
@@ -152,6 +153,14 @@ pub struct Index {
     pub missing_text: Vec<Skipped>,
     /// Rows read (good, bad and missing).
     pub rows: u64,
+    /// Texts hashed (MinHash computed) and texts whose hashes came from a persisted store.
+    pub hashed: u64,
+    /// Texts whose hashes came from a persisted store.
+    pub reused: u64,
+    /// The persisted stores used, and what went wrong writing one (it is only a cache).
+    pub stores: Vec<String>,
+    /// Why a store could not be written, when it could not.
+    pub store_note: Option<String>,
     band_keys: Vec<u64>,
     banding: Option<Banding>,
     /// Each sample's shingles, while they fit in the configured cache.
@@ -182,6 +191,8 @@ struct Hashed {
     label: Option<String>,
     keys: Vec<u64>,
     shingles: Vec<u64>,
+    /// Its hashes came from the persisted store.
+    reused: bool,
 }
 
 impl Index {
@@ -191,6 +202,7 @@ impl Index {
         fields: &FieldSpec,
         cfg: &IndexConfig,
         skip_bad: bool,
+        store_dir: Option<&StoreDir>,
         progress: &dyn Progress,
     ) -> Result<Index> {
         cfg.validate()?;
@@ -208,10 +220,23 @@ impl Index {
         for (tag, source) in sources.iter().enumerate() {
             progress.stage(&format!("hashing {}", source.name()), source.progress_total());
             let name = source.name();
+            let mut store = store_dir
+                .filter(|_| cfg.content.is_text())
+                .and_then(|d| Store::path_for(source, d, cfg))
+                .map(|p| Store::open(p, banding.bands));
             for_each_chunk(source, fields, skip_bad, &mut index, progress, |chunk, index| {
+                let known = store.as_ref();
                 let hashed: Vec<Result<Hashed>> = chunk
                     .into_par_iter()
-                    .map(|rec| hash_record(rec, (tag as u8, &name, &fields.text), cfg, &hasher, banding))
+                    .map(|rec| {
+                        hash_record(
+                            rec,
+                            (tag as u8, &name, &fields.text),
+                            cfg,
+                            (&hasher, banding),
+                            known,
+                        )
+                    })
                     .collect();
                 for h in hashed {
                     let h = match h {
@@ -235,12 +260,33 @@ impl Index {
                             next
                         })
                     });
+                    if h.reused {
+                        index.reused += 1;
+                        // Stored texts come without shingles: pass 2 re-reads the candidates.
+                        index.shingle_cache = None;
+                    } else {
+                        index.hashed += 1;
+                        if let Some(s) = store.as_mut() {
+                            let entry = Entry {
+                                content: h.sample.content,
+                                words: h.sample.words,
+                                keys: h.keys.clone(),
+                            };
+                            s.insert(h.sample.raw, entry);
+                        }
+                    }
                     index.samples.push(Sample { label, ..h.sample });
                     index.band_keys.extend(h.keys);
                     index.cache(h.shingles);
                 }
             })?;
             progress.finish();
+            if let Some(s) = &store {
+                index.stores.push(s.path().display().to_string());
+                if let Err(e) = s.save() {
+                    index.store_note = Some(format!("the index was not kept: {e}"));
+                }
+            }
             if let Some(e) = failure.take() {
                 return Err(e);
             }
@@ -435,17 +481,21 @@ impl Index {
     }
 }
 
-/// Hashes one record (pass 1); a numeric sample whose field does not parse is a row error.
+/// Hashes one record (pass 1), or takes its hashes from the persisted store when it holds the
+/// text; a numeric sample whose field does not parse is a row error.
 fn hash_record(
     rec: Record,
     (source, name, field): (u8, &str, &str),
     cfg: &IndexConfig,
-    hasher: &MinHasher,
-    banding: Banding,
+    (hasher, banding): (&MinHasher, Banding),
+    store: Option<&Store>,
 ) -> Result<Hashed> {
     let text = rec.text.unwrap_or_default();
-    let (content, words, keys, shingles) = match cfg.content {
-        Content::Text => {
+    let raw = xxh3_128(text.as_bytes());
+    let known = store.and_then(|s| s.get(raw));
+    let (content, words, keys, shingles) = match (cfg.content, known) {
+        (Content::Text, Some(e)) => (e.content, e.words as usize, e.keys.clone(), Vec::new()),
+        (Content::Text, None) => {
             let norm = normalize(&text);
             let words = word_count(&norm);
             let shingles = cfg.shingling.shingles(&norm);
@@ -456,7 +506,7 @@ fn hash_record(
             };
             (content_hash(&norm), words, keys, shingles)
         }
-        Content::Numeric => {
+        (Content::Numeric, _) => {
             let values = crate::numeric::parse(&text).map_err(|what| DataError::Row {
                 path: name.into(),
                 line: rec.line,
@@ -475,13 +525,14 @@ fn hash_record(
             source,
             label: None,
             content,
-            raw: xxh3_128(text.as_bytes()),
+            raw,
             words: words as u32,
             snippet: snippet(&text),
         },
         label: rec.label,
         keys,
         shingles,
+        reused: known.is_some(),
     })
 }
 

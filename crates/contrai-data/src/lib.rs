@@ -14,6 +14,7 @@ pub mod parent;
 pub mod progress;
 pub mod read;
 pub mod split;
+pub mod store;
 pub mod text;
 pub mod write;
 

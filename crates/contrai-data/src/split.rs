@@ -274,6 +274,7 @@ impl ManifestParams {
                     explicit: self.fields["explicit"].as_bool().unwrap_or(false),
                 },
                 skip_bad: false,
+                store: None,
             },
             ..SplitConfig::default()
         }
@@ -750,8 +751,10 @@ fn guard(
             })
         })
         .collect();
+    // The files as written are read fresh: no store beside temporary files.
     let cfg = AuditConfig {
         skip_bad: false,
+        store: None,
         ..audit_cfg.clone()
     };
     let audit = Audit::run(parts.iter().map(|(_, s)| s.clone()).collect(), cfg, progress)?;

@@ -109,6 +109,7 @@ pub fn split_config(recipe: &Recipe) -> SplitConfig {
             },
             fields: fields(recipe),
             skip_bad: false,
+            store: None,
         },
         ..SplitConfig::default()
     }
