@@ -13,8 +13,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::error::{DataError, Result};
-use crate::index::{Index, IndexConfig, MINHASH_SEED, for_each_chunk};
-use crate::minhash::{Banding, MinHasher};
+use crate::index::{Index, IndexConfig, Signer, for_each_chunk};
 use crate::progress::Progress;
 use crate::read::{FieldSpec, Source};
 use crate::text::{jaccard, normalize, word_count, word_grams};
@@ -154,12 +153,7 @@ struct EvalIndex {
 }
 
 impl EvalIndex {
-    fn build(
-        sets: &[EvalSet],
-        cfg: &ContaminationConfig,
-        hasher: &MinHasher,
-        banding: Banding,
-    ) -> Result<EvalIndex> {
+    fn build(sets: &[EvalSet], cfg: &ContaminationConfig, signer: &Signer) -> Result<EvalIndex> {
         let mut index = EvalIndex {
             samples: Vec::new(),
             grams: HashMap::new(),
@@ -190,14 +184,14 @@ impl EvalIndex {
                         index.short_lengths.push(n);
                     }
                 }
-                let shingles = cfg.index.shingling.shingles(&norm);
-                for (band, key) in banding.keys(&hasher.signature(&shingles)).into_iter().enumerate() {
+                let signed = signer.sign_normalized(&norm);
+                for (band, key) in signed.keys.into_iter().enumerate() {
                     index.bands.entry((band as u16, key)).or_default().push(at);
                 }
                 index.samples.push(EvalSample {
                     set: set as u16,
                     id: rec.id,
-                    shingles,
+                    shingles: signed.shingles,
                 });
             }
         }
@@ -205,13 +199,7 @@ impl EvalIndex {
     }
 
     /// The first evaluation sample a training text matches, and how.
-    fn check(
-        &self,
-        norm: &str,
-        cfg: &ContaminationConfig,
-        hasher: &MinHasher,
-        banding: Banding,
-    ) -> Option<(u32, Evidence)> {
+    fn check(&self, norm: &str, cfg: &ContaminationConfig, signer: &Signer) -> Option<(u32, Evidence)> {
         for n in std::iter::once(cfg.ngram).chain(self.short_lengths.iter().copied()) {
             for (h, range) in word_grams(norm, n) {
                 if let Some(&at) = self.grams.get(&h) {
@@ -219,12 +207,14 @@ impl EvalIndex {
                 }
             }
         }
-        let shingles = cfg.index.shingling.shingles(norm);
-        let keys = banding.keys(&hasher.signature(&shingles));
+        let signed = signer.sign_normalized(norm);
+        if signed.words == 0 {
+            return None;
+        }
         let mut best: Option<(u32, f64)> = None;
-        for (band, key) in keys.into_iter().enumerate() {
+        for (band, key) in signed.keys.into_iter().enumerate() {
             for &at in self.bands.get(&(band as u16, key)).into_iter().flatten() {
-                let j = jaccard(&shingles, &self.samples[at as usize].shingles);
+                let j = jaccard(&signed.shingles, &self.samples[at as usize].shingles);
                 if j >= cfg.index.threshold && best.is_none_or(|(_, b)| j > b) {
                     best = Some((at, j));
                 }
@@ -246,9 +236,8 @@ pub fn check(
         return Err(DataError::Param("the n-gram must have at least one word".into()));
     }
     cfg.index.validate()?;
-    let banding = cfg.index.banding();
-    let hasher = MinHasher::new(cfg.index.num_perm, MINHASH_SEED);
-    let eval = EvalIndex::build(sets, cfg, &hasher, banding)?;
+    let signer = Signer::new(&cfg.index);
+    let eval = EvalIndex::build(sets, cfg, &signer)?;
     let mut per: Vec<PerSet> = sets
         .iter()
         .enumerate()
@@ -271,7 +260,7 @@ pub fn check(
             .into_par_iter()
             .map(|rec| {
                 let norm = normalize(rec.text.as_deref().unwrap_or_default());
-                (rec.id, eval.check(&norm, cfg, &hasher, banding))
+                (rec.id, eval.check(&norm, cfg, &signer))
             })
             .collect();
         for (id, hit) in found {

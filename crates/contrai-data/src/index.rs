@@ -110,6 +110,66 @@ impl IndexConfig {
     }
 }
 
+/// What pass 1 computes of a text, the same wherever it runs (the audit, the decontamination, a
+/// Ray worker): the normalised text's hash and words, its shingles and LSH band keys.
+#[derive(Debug, Clone)]
+pub struct Signer {
+    shingling: Shingling,
+    hasher: MinHasher,
+    banding: Banding,
+}
+
+/// A text as [`Signer::sign`] sees it.
+#[derive(Debug, Clone)]
+pub struct Signed {
+    /// xxh3-128 of the normalised text.
+    pub content: u128,
+    /// Its words.
+    pub words: u32,
+    /// Its band keys (zeros for an empty text, which is never a candidate).
+    pub keys: Vec<u64>,
+    /// Its sorted shingle hashes.
+    pub shingles: Vec<u64>,
+}
+
+impl Signer {
+    /// The signer of a configuration (the MinHash family is drawn from a fixed seed).
+    pub fn new(cfg: &IndexConfig) -> Signer {
+        Signer {
+            shingling: cfg.shingling,
+            hasher: MinHasher::new(cfg.num_perm, MINHASH_SEED),
+            banding: cfg.banding(),
+        }
+    }
+
+    /// The banding its keys follow.
+    pub fn banding(&self) -> Banding {
+        self.banding
+    }
+
+    /// Signs a text (raw, as read).
+    pub fn sign(&self, text: &str) -> Signed {
+        self.sign_normalized(&normalize(text))
+    }
+
+    /// Signs an already normalised text.
+    pub fn sign_normalized(&self, norm: &str) -> Signed {
+        let words = word_count(norm);
+        let shingles = self.shingling.shingles(norm);
+        let keys = if words == 0 {
+            vec![0; self.banding.bands]
+        } else {
+            self.banding.keys(&self.hasher.signature(&shingles))
+        };
+        Signed {
+            content: content_hash(norm),
+            words: words as u32,
+            keys,
+            shingles,
+        }
+    }
+}
+
 /// One sample as the index keeps it.
 #[derive(Debug, Clone)]
 pub struct Sample {
@@ -206,8 +266,8 @@ impl Index {
         progress: &dyn Progress,
     ) -> Result<Index> {
         cfg.validate()?;
-        let banding = cfg.banding();
-        let hasher = MinHasher::new(cfg.num_perm, MINHASH_SEED);
+        let signer = Signer::new(cfg);
+        let banding = signer.banding();
         let mut index = Index {
             // Numeric samples are compared for equality only.
             banding: cfg.content.is_text().then_some(banding),
@@ -228,15 +288,7 @@ impl Index {
                 let known = store.as_ref();
                 let hashed: Vec<Result<Hashed>> = chunk
                     .into_par_iter()
-                    .map(|rec| {
-                        hash_record(
-                            rec,
-                            (tag as u8, &name, &fields.text),
-                            cfg,
-                            (&hasher, banding),
-                            known,
-                        )
-                    })
+                    .map(|rec| hash_record(rec, (tag as u8, &name, &fields.text), cfg, &signer, known))
                     .collect();
                 for h in hashed {
                     let h = match h {
@@ -487,7 +539,7 @@ fn hash_record(
     rec: Record,
     (source, name, field): (u8, &str, &str),
     cfg: &IndexConfig,
-    (hasher, banding): (&MinHasher, Banding),
+    signer: &Signer,
     store: Option<&Store>,
 ) -> Result<Hashed> {
     let text = rec.text.unwrap_or_default();
@@ -496,15 +548,8 @@ fn hash_record(
     let (content, words, keys, shingles) = match (cfg.content, known) {
         (Content::Text, Some(e)) => (e.content, e.words as usize, e.keys.clone(), Vec::new()),
         (Content::Text, None) => {
-            let norm = normalize(&text);
-            let words = word_count(&norm);
-            let shingles = cfg.shingling.shingles(&norm);
-            let keys = if words == 0 {
-                vec![0; banding.bands]
-            } else {
-                banding.keys(&hasher.signature(&shingles))
-            };
-            (content_hash(&norm), words, keys, shingles)
+            let s = signer.sign(&text);
+            (s.content, s.words as usize, s.keys, s.shingles)
         }
         (Content::Numeric, _) => {
             let values = crate::numeric::parse(&text).map_err(|what| DataError::Row {

@@ -388,6 +388,54 @@ fn split(
     json(&outcome.manifest)
 }
 
+/// What the audit's first pass computes of each text, for engines that shard it (Ray Data):
+/// the normalised text's xxh3-128 (hex), its words, its LSH band keys, and with `shingles` its
+/// shingle hashes — exactly as `contrai data audit` computes them.
+#[pyfunction]
+#[pyo3(signature = (texts, num_perm = 256, threshold = 0.8, shingles = false))]
+#[allow(clippy::type_complexity)]
+fn signatures(
+    py: Python<'_>,
+    texts: Vec<Option<String>>,
+    num_perm: usize,
+    threshold: f64,
+    shingles: bool,
+) -> PyResult<(Vec<String>, Vec<u32>, Vec<Vec<u64>>, Vec<Vec<u64>>)> {
+    use contrai_data::index::Signer;
+    use rayon::prelude::*;
+    let cfg = contrai_data::IndexConfig {
+        num_perm,
+        threshold,
+        ..contrai_data::IndexConfig::default()
+    };
+    cfg.validate().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let signer = Signer::new(&cfg);
+    let signed: Vec<_> = py.detach(|| {
+        texts
+            .par_iter()
+            .map(|t| signer.sign(t.as_deref().unwrap_or_default()))
+            .collect()
+    });
+    let mut out = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for s in signed {
+        out.0.push(contrai_data::text::hash_hex(s.content));
+        out.1.push(s.words);
+        out.2.push(s.keys);
+        out.3.push(if shingles { s.shingles } else { Vec::new() });
+    }
+    Ok(out)
+}
+
+/// The exact Jaccard similarity of two texts' shingle sets (from `signatures(..., shingles=True)`),
+/// for each pair given: the verification of LSH candidates.
+#[pyfunction]
+fn jaccard_pairs(pairs: Vec<(Vec<u64>, Vec<u64>)>) -> Vec<f64> {
+    pairs
+        .iter()
+        .map(|(a, b)| contrai_data::text::jaccard(a, b))
+        .collect()
+}
+
 /// The module a weight belongs to, as the conductor names it (`blocks.0.attn.query.weight` →
 /// `blocks.0.attn`).
 #[pyfunction]
@@ -678,6 +726,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PendingCheckpoint>()?;
     m.add_class::<RunLock>()?;
     m.add_function(wrap_pyfunction!(seal, m)?)?;
+    m.add_function(wrap_pyfunction!(signatures, m)?)?;
+    m.add_function(wrap_pyfunction!(jaccard_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add("CorruptCheckpoint", m.py().get_type::<CorruptCheckpoint>())?;
     m.add_function(wrap_pyfunction!(recipe_check, m)?)?;

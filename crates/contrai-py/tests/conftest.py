@@ -137,14 +137,20 @@ def decisions(run: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in (run / "decisions.jsonl").read_text().splitlines()]
 
 
+def shared(rel: str) -> Path:
+    """A file of ../shared (skipped when absent; a failure in CI, which must have it)."""
+    path = Path(__file__).resolve().parents[4] / "shared" / rel
+    if not path.exists():
+        if os.environ.get("CONTRAI_REQUIRE_SHARED") == "1":
+            pytest.fail(f"{path} is missing")
+        pytest.skip(f"{path} is missing")
+    return path
+
+
 def email_rows() -> list[dict[str, Any]]:
     """The rows of ../shared/data/spamassassin.jsonl (real e-mails: id, group, label, subject,
     text), in the file's order."""
-    data = Path(__file__).resolve().parents[4] / "shared" / "data" / "spamassassin.jsonl"
-    if not data.exists():
-        if os.environ.get("CONTRAI_REQUIRE_SHARED") == "1":
-            pytest.fail(f"{data} is missing")
-        pytest.skip(f"{data} is missing")
+    data = shared("data/spamassassin.jsonl")
     return [json.loads(x) for x in data.read_text().split("\n") if x.strip()]
 
 

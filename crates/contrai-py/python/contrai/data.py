@@ -153,3 +153,129 @@ class _Skipping(Sampler[Any]):
 
     def __len__(self) -> int:
         return len(self.inner)
+
+
+# ---- the audit's first pass, sharded (Ray Data) ------------------------------------------------
+
+# Salts that keep equal key values of different bands apart when every band's keys share one
+# column (a 64-bit coincidence across bands only adds a candidate, which verification drops).
+_BAND_SALT = 0x9E3779B97F4A7C15
+
+
+def signatures(batch: Any, text: str = "text", id: str = "id", num_perm: int = 256, threshold: float = 0.8,
+               shingles: bool = False) -> Any:
+    """The audit's first pass over one Arrow batch, computed in Rust exactly as ``contrai data
+    audit`` computes it: for each row its ``id``, ``content`` (xxh3-128 of the normalised text,
+    hex), ``words``, LSH band keys ``bands`` and, with ``shingles``, its shingle hashes. For
+    ``ray.data``: ``ds.map_batches(contrai.data.signatures, batch_format="pyarrow")``."""
+    import pyarrow as pa
+
+    for field, what in ((text, "text"), (id, "id")):
+        if field not in batch.column_names:
+            hint = " (give each row an id first: the sharded audit names samples by it)" if what == "id" else ""
+            raise ValueError(f"no {what} field `{field}` in the batch; its fields: "
+                             f"{', '.join(batch.column_names)}{hint}")
+    content, words, bands, sh = _core_signatures(batch.column(text).to_pylist(), num_perm, threshold, shingles)
+    columns = {"id": pa.array([str(x) for x in batch.column(id).to_pylist()], pa.string()),
+               "content": pa.array(content, pa.string()), "words": pa.array(words, pa.uint32()),
+               "bands": pa.array(bands, pa.list_(pa.uint64()))}
+    if shingles:
+        columns["shingles"] = pa.array(sh, pa.list_(pa.uint64()))
+    return pa.table(columns)
+
+
+def _core_signatures(texts: list[Any], num_perm: int, threshold: float,
+                     shingles: bool) -> tuple[list[str], list[int], list[list[int]], list[list[int]]]:
+    from . import _core
+
+    return _core.signatures([t if isinstance(t, str) else None for t in texts], num_perm, threshold, shingles)
+
+
+def _band_rows(batch: Any) -> Any:
+    """One row a band of each non-empty text: (key, id, content); the band's index salted into
+    the key, so that a single ``groupby`` groups every band."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    live = batch.filter(pc.greater(batch["words"], 0))
+    n = live.num_rows
+    if n == 0:
+        return pa.table({"key": pa.array([], pa.uint64()), "id": pa.array([], pa.string()),
+                         "content": pa.array([], pa.string())})
+    keys = pc.list_flatten(live["bands"]).to_numpy().astype(np.uint64)
+    bands = len(keys) // n
+    salt = (np.arange(bands, dtype=np.uint64) * np.uint64(_BAND_SALT)).astype(np.uint64)
+    salted = keys ^ np.tile(salt, n)
+    take = pa.array(np.repeat(np.arange(n), bands))
+    return pa.table({"key": pa.array(salted, pa.uint64()), "id": live["id"].take(take),
+                     "content": live["content"].take(take)})
+
+
+def _group_pairs(group: Any) -> Any:
+    """The candidate pairs of one band key's group: members with the same text paired with its
+    first (``exact``), the first members of different texts paired with each other."""
+    import pyarrow as pa
+
+    first: dict[str, str] = {}
+    out: list[tuple[str, str, bool]] = []
+    for i, c in zip(group["id"].to_pylist(), group["content"].to_pylist()):
+        if c not in first:
+            first[c] = i
+        elif first[c] != i:
+            out.append((first[c], i, True))
+    reps = sorted(first.values())
+    out += [(x, y, False) for k, x in enumerate(reps) for y in reps[k + 1:]]
+    return pa.table({"a": pa.array([p[0] for p in out], pa.string()),
+                     "b": pa.array([p[1] for p in out], pa.string()),
+                     "exact": pa.array([p[2] for p in out], pa.bool_())})
+
+
+def near_duplicate_clusters(ds: Any, text: str = "text", id: str = "id", num_perm: int = 256,
+                            threshold: float = 0.8) -> list[list[str]]:
+    """The duplicate clusters (two samples or more) of a ``ray.data.Dataset``, the same as
+    ``contrai data audit`` finds on the same rows: signatures on every worker
+    (:func:`signatures`), the LSH band keys grouped by Ray (``groupby`` on the key), the candidate
+    pairs' texts verified by their exact Jaccard similarity, and clusters formed on the driver by
+    union-find over the verified pairs only. Each cluster's ids sorted, clusters by first id."""
+    sig = ds.map_batches(signatures, batch_format="pyarrow",
+                         fn_kwargs={"text": text, "id": id, "num_perm": num_perm, "threshold": threshold})
+    keys = sig.map_batches(_band_rows, batch_format="pyarrow")
+    found = keys.groupby("key").map_groups(_group_pairs, batch_format="pyarrow").take_all()
+    pairs: dict[tuple[str, str], bool] = {}
+    for r in found:
+        a, b = sorted((r["a"], r["b"]))
+        pairs[a, b] = pairs.get((a, b), False) or bool(r["exact"])
+    unsure = sorted(p for p, exact in pairs.items() if not exact)
+    needed = {i for pair in unsure for i in pair}
+    shingles: dict[str, list[int]] = {}
+    if needed:
+        wanted = ds.filter(lambda row: str(row[id]) in needed)
+        for r in wanted.map_batches(signatures, batch_format="pyarrow",
+                                    fn_kwargs={"text": text, "id": id, "num_perm": num_perm,
+                                               "threshold": threshold, "shingles": True}).take_all():
+            shingles[r["id"]] = list(r["shingles"])
+    from . import _core
+
+    similar = _core.jaccard_pairs([(shingles[a], shingles[b]) for a, b in unsure])
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    joined = [p for p, exact in pairs.items() if exact] + [p for p, j in zip(unsure, similar) if j >= threshold]
+    for a, b in joined:
+        parent[find(a)] = find(b)
+    clusters: dict[str, list[str]] = {}
+    for x in list(parent):
+        clusters.setdefault(find(x), []).append(x)
+    return sorted((sorted(c, key=_id_order) for c in clusters.values() if len(c) > 1),
+                  key=lambda c: _id_order(c[0]))
+
+
+def _id_order(i: str) -> tuple[int, int, str]:
+    """Ids as the audit orders them: integers numerically first, then the others as strings."""
+    return (0, int(i), "") if i.isdigit() else (1, 0, i)
