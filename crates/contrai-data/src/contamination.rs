@@ -23,8 +23,6 @@ pub const NGRAM: usize = 13;
 /// Evaluation texts shorter than the n-gram but with at least this many words are matched as a
 /// whole (an n-gram of their own length); shorter ones only as near-duplicates.
 const SHORT_MIN_WORDS: usize = 8;
-/// Contaminated samples listed in the report, at most.
-const LISTED: usize = 200;
 
 /// An evaluation set to check against: a file, and the field holding its text.
 #[derive(Debug, Clone)]
@@ -127,7 +125,7 @@ pub struct Contamination {
     pub contaminated: u64,
     /// Each evaluation set.
     pub sets: Vec<PerSet>,
-    /// The contaminated samples, in reading order (the first [`LISTED`] in `hits`).
+    /// The contaminated samples, in reading order.
     pub hits: Vec<Hit>,
     /// Positions of every contaminated sample, in reading order (a split drops them).
     #[serde(skip)]
@@ -272,15 +270,13 @@ pub fn check(
                     Evidence::Near(_) => set.by_near += 1,
                 }
                 positions.push(next);
-                if hits.len() < LISTED {
-                    hits.push(Hit {
-                        sample: next,
-                        id,
-                        against: set.file.clone(),
-                        eval_id: e.id.clone(),
-                        evidence,
-                    });
-                }
+                hits.push(Hit {
+                    sample: next,
+                    id,
+                    against: set.file.clone(),
+                    eval_id: e.id.clone(),
+                    evidence,
+                });
             }
             next += 1;
         }
@@ -318,11 +314,7 @@ impl fmt::Display for Contamination {
             writeln!(f, "  {} ~ {} {}: {how}", h.id, h.against, h.eval_id)?;
         }
         if self.contaminated > 10 {
-            writeln!(
-                f,
-                "  … {} more (--json lists up to {LISTED})",
-                self.contaminated - 10
-            )?;
+            writeln!(f, "  … {} more (--json lists them all)", self.contaminated - 10)?;
         }
         Ok(())
     }

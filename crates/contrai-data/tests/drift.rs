@@ -26,20 +26,22 @@ fn demo_lines(base: usize, seed: u64) -> Vec<String> {
     generate(DemoConfig { base, seed }).lines
 }
 
-/// Reviews of a topic the demo never speaks of, in varied sentences.
+/// Words of a topic the demo never speaks of.
+const TOPIC: [&str; 10] = [
+    "battery",
+    "charger",
+    "voltage",
+    "cable",
+    "firmware",
+    "bluetooth",
+    "pairing",
+    "adapter",
+    "usb",
+    "socket",
+];
+
+/// Reviews of that topic, in varied sentences.
 fn new_topic(n: usize) -> Vec<String> {
-    let words = [
-        "battery",
-        "charger",
-        "voltage",
-        "cable",
-        "firmware",
-        "bluetooth",
-        "pairing",
-        "adapter",
-        "usb",
-        "socket",
-    ];
     (0..n)
         .map(|i| {
             let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -48,7 +50,7 @@ fn new_topic(n: usize) -> Vec<String> {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    words[(x % words.len() as u64) as usize]
+                    TOPIC[(x % TOPIC.len() as u64) as usize]
                 })
                 .collect();
             json!({"id": format!("topic-{i:04}"), "text": format!("the {} works", text.join(" ")), "label": "positive"})
@@ -109,20 +111,9 @@ fn a_planted_label_shift_and_a_planted_topic_are_both_found() {
     assert!((labels.largest_move.1 - labels.largest_move.2).abs() > 0.2, "{r}");
     let vocab = all.vocabulary.as_ref().unwrap();
     assert!(vocab.shifted && vocab.ratio > 3.0, "{r}");
-    let topic = [
-        "battery",
-        "charger",
-        "voltage",
-        "cable",
-        "firmware",
-        "bluetooth",
-        "pairing",
-        "adapter",
-        "usb",
-    ];
     let top: Vec<&str> = vocab.moved.iter().take(6).map(|g| g.gram.as_str()).collect();
     assert!(
-        top.iter().filter(|g| topic.iter().any(|t| g.contains(t))).count() >= 4,
+        top.iter().filter(|g| TOPIC.iter().any(|t| g.contains(t))).count() >= 4,
         "{top:?}"
     );
     assert_eq!(r.rows.changed, 1);

@@ -238,10 +238,16 @@ def near_duplicate_clusters(ds: Any, text: str = "text", id: str = "id", num_per
     (:func:`signatures`), the LSH band keys grouped by Ray (``groupby`` on the key), the candidate
     pairs' texts verified by their exact Jaccard similarity, and clusters formed on the driver by
     union-find over the verified pairs only. Each cluster's ids sorted, clusters by first id."""
+    from ray.data.expressions import col
+
     sig = ds.map_batches(signatures, batch_format="pyarrow",
                          fn_kwargs={"text": text, "id": id, "num_perm": num_perm, "threshold": threshold})
-    keys = sig.map_batches(_band_rows, batch_format="pyarrow")
-    found = keys.groupby("key").map_groups(_group_pairs, batch_format="pyarrow").take_all()
+    keys = sig.map_batches(_band_rows, batch_format="pyarrow").materialize()
+    # Most keys are one text's alone: count them first (a vectorised aggregation), so that the
+    # Python pairing runs only on the keys texts share, brought back to their rows by a join.
+    shared = keys.groupby("key").count().filter(expr=col("count()") > 1).select_columns(["key"])
+    found = (keys.join(shared, "inner", num_partitions=max(1, keys.num_blocks()), on=("key",))
+             .groupby("key").map_groups(_group_pairs, batch_format="pyarrow").take_all())
     pairs: dict[tuple[str, str], bool] = {}
     for r in found:
         a, b = sorted((r["a"], r["b"]))
