@@ -33,7 +33,7 @@ N = 13
 
 
 def make(sa: Path, work: Path) -> tuple[Path, Path, set[str]]:
-    rows = [json.loads(x) for x in sa.read_text().splitlines() if x.strip()]
+    rows = [json.loads(x) for x in sa.read_text().split("\n") if x.strip()]
     rng = random.Random(7)
     rng.shuffle(rows)
     evals, train = rows[:400], rows[400:]
@@ -74,12 +74,12 @@ def datatrove(train: Path, evals: Path) -> tuple[float, set[str]]:
     with tempfile.TemporaryDirectory() as index:
         indexer = NGramsDecontIndexer(index, lighteval_tasks=[], config=cfg)
         hashes: set[int] = set()
-        for line in evals.read_text().splitlines():
+        for line in evals.read_text().split("\n")[:-1]:
             hashes.update(indexer.compute_hashes(json.loads(line)["text"]))
         np.array(sorted(hashes), dtype=cfg.hash_config.np_descr).tofile(f"{index}/eval.index.hashes")
         filt = NGramsDecontFilter(index, config=cfg)
         found = set()
-        for line in train.read_text().splitlines():
+        for line in train.read_text().split("\n")[:-1]:
             r = json.loads(line)
             if filt.filter(Document(text=r["text"], id=r["id"])) is not True:
                 found.add(r["id"])
