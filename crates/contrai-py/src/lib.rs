@@ -14,6 +14,7 @@ use contrai_run::checkpoint::{self, Kind, Pending, Sealed};
 use contrai_run::{Decision, JsonLines, MetricsRow, QuarantineEntry, QuarantineLog, RunDir, RunFormat};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 /// A JSON text that is not the form expected.
 fn bad_json(what: &str, e: serde_json::Error) -> PyErr {
@@ -388,19 +389,26 @@ fn split(
     json(&outcome.manifest)
 }
 
-/// What the audit's first pass computes of each text, for engines that shard it (Ray Data):
-/// the normalised text's xxh3-128 (hex), its words, its LSH band keys, and with `shingles` its
-/// shingle hashes — exactly as `contrai data audit` computes them.
+/// What the audit's first pass computes of each text, for engines that shard it (Ray Data),
+/// exactly as `contrai data audit` computes it, in buffers Arrow takes without a copy a value:
+/// the normalised texts' xxh3-128 (16 little-endian bytes each), their words (u32 LE), their LSH
+/// band keys (u64 LE, `bands` a text), `bands`, and with `shingles` each text's shingle hashes.
 #[pyfunction]
 #[pyo3(signature = (texts, num_perm = 256, threshold = 0.8, shingles = false))]
 #[allow(clippy::type_complexity)]
-fn signatures(
-    py: Python<'_>,
+fn signatures<'py>(
+    py: Python<'py>,
     texts: Vec<Option<String>>,
     num_perm: usize,
     threshold: f64,
     shingles: bool,
-) -> PyResult<(Vec<String>, Vec<u32>, Vec<Vec<u64>>, Vec<Vec<u64>>)> {
+) -> PyResult<(
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    usize,
+    Vec<Vec<u64>>,
+)> {
     use contrai_data::index::Signer;
     use rayon::prelude::*;
     let cfg = contrai_data::IndexConfig {
@@ -410,20 +418,28 @@ fn signatures(
     };
     cfg.validate().map_err(|e| PyValueError::new_err(e.to_string()))?;
     let signer = Signer::new(&cfg);
+    let bands = signer.banding().bands;
     let signed: Vec<_> = py.detach(|| {
         texts
             .par_iter()
             .map(|t| signer.sign(t.as_deref().unwrap_or_default()))
             .collect()
     });
-    let mut out = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut content, mut words, mut keys) = (Vec::new(), Vec::new(), Vec::new());
+    let mut sets = Vec::new();
     for s in signed {
-        out.0.push(contrai_data::text::hash_hex(s.content));
-        out.1.push(s.words);
-        out.2.push(s.keys);
-        out.3.push(if shingles { s.shingles } else { Vec::new() });
+        content.extend_from_slice(&s.content.to_le_bytes());
+        words.extend_from_slice(&s.words.to_le_bytes());
+        keys.extend(s.keys.iter().flat_map(|k| k.to_le_bytes()));
+        sets.push(if shingles { s.shingles } else { Vec::new() });
     }
-    Ok(out)
+    Ok((
+        PyBytes::new(py, &content),
+        PyBytes::new(py, &words),
+        PyBytes::new(py, &keys),
+        bands,
+        sets,
+    ))
 }
 
 /// The exact Jaccard similarity of two texts' shingle sets (from `signatures(..., shingles=True)`),

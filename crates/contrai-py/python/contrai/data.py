@@ -165,27 +165,33 @@ _BAND_SALT = 0x9E3779B97F4A7C15
 def signatures(batch: Any, text: str = "text", id: str = "id", num_perm: int = 256, threshold: float = 0.8,
                shingles: bool = False) -> Any:
     """The audit's first pass over one Arrow batch, computed in Rust exactly as ``contrai data
-    audit`` computes it: for each row its ``id``, ``content`` (xxh3-128 of the normalised text,
-    hex), ``words``, LSH band keys ``bands`` and, with ``shingles``, its shingle hashes. For
+    audit`` computes it: for each row its ``id``, ``content`` (xxh3-128 of the normalised text, 16
+    bytes), ``words``, LSH band keys ``bands`` and, with ``shingles``, its shingle hashes. For
     ``ray.data``: ``ds.map_batches(contrai.data.signatures, batch_format="pyarrow")``."""
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     for field, what in ((text, "text"), (id, "id")):
         if field not in batch.column_names:
             hint = " (give each row an id first: the sharded audit names samples by it)" if what == "id" else ""
             raise ValueError(f"no {what} field `{field}` in the batch; its fields: "
                              f"{', '.join(batch.column_names)}{hint}")
-    content, words, bands, sh = _core_signatures(batch.column(text).to_pylist(), num_perm, threshold, shingles)
-    columns = {"id": pa.array([str(x) for x in batch.column(id).to_pylist()], pa.string()),
-               "content": pa.array(content, pa.string()), "words": pa.array(words, pa.uint32()),
-               "bands": pa.array(bands, pa.list_(pa.uint64()))}
+    texts = batch.column(text).to_pylist()
+    content, words, keys, bands, sh = _core_signatures(texts, num_perm, threshold, shingles)
+    # The Rust buffers become Arrow arrays without a Python object a value.
+    columns = {"id": pc.cast(batch.column(id), pa.string()),
+               "content": pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(texts),
+                                                               [None, pa.py_buffer(content)]),
+               "words": pa.array(np.frombuffer(words, dtype="<u4")),
+               "bands": pa.FixedSizeListArray.from_arrays(pa.array(np.frombuffer(keys, dtype="<u8")), bands)}
     if shingles:
         columns["shingles"] = pa.array(sh, pa.list_(pa.uint64()))
     return pa.table(columns)
 
 
 def _core_signatures(texts: list[Any], num_perm: int, threshold: float,
-                     shingles: bool) -> tuple[list[str], list[int], list[list[int]], list[list[int]]]:
+                     shingles: bool) -> tuple[bytes, bytes, bytes, int, list[list[int]]]:
     from . import _core
 
     return _core.signatures([t if isinstance(t, str) else None for t in texts], num_perm, threshold, shingles)
@@ -202,7 +208,7 @@ def _band_rows(batch: Any) -> Any:
     n = live.num_rows
     if n == 0:
         return pa.table({"key": pa.array([], pa.uint64()), "id": pa.array([], pa.string()),
-                         "content": pa.array([], pa.string())})
+                         "content": pa.array([], pa.binary(16))})
     keys = pc.list_flatten(live["bands"]).to_numpy().astype(np.uint64)
     bands = len(keys) // n
     salt = (np.arange(bands, dtype=np.uint64) * np.uint64(_BAND_SALT)).astype(np.uint64)
@@ -217,7 +223,7 @@ def _group_pairs(group: Any) -> Any:
     first (``exact``), the first members of different texts paired with each other."""
     import pyarrow as pa
 
-    first: dict[str, str] = {}
+    first: dict[bytes, str] = {}
     out: list[tuple[str, str, bool]] = []
     for i, c in zip(group["id"].to_pylist(), group["content"].to_pylist()):
         if c not in first:
