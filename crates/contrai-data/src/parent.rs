@@ -9,7 +9,7 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use crate::error::{DataError, Result};
 use crate::read::Source;
-use crate::split::{Manifest, PARTITIONS, SplitConfig};
+use crate::split::{Manifest, SplitConfig};
 use crate::text::hash_hex;
 
 /// What a version records of its parent (`manifest.json`'s `parent`).
@@ -173,10 +173,5 @@ impl Parent {
             pulled,
             bridges,
         }
-    }
-
-    /// The name of partition `p`.
-    pub fn name(p: u8) -> &'static str {
-        PARTITIONS[p as usize]
     }
 }
