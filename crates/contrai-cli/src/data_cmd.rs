@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use contrai_data::contamination::{self, Contamination, ContaminationConfig, EvalSet};
 use contrai_data::demo::{self, DemoConfig};
 use contrai_data::drift::{DriftConfig, Version, drift};
-use contrai_data::parent::Parent;
+use contrai_data::parent;
 use contrai_data::split::{Dedup, OnConflict, SplitConfig, split};
 use contrai_data::store::StoreDir;
 
@@ -303,7 +303,7 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
         } => {
             // Each setting given, else the parent's (a version keeps them), else the default.
             let base = match from.as_deref() {
-                Some(dir) => Parent::open(dir)?.manifest.params.config(),
+                Some(dir) => parent::settings(dir)?,
                 None => SplitConfig::default(),
             };
             let cfg = SplitConfig {

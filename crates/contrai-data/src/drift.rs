@@ -87,18 +87,9 @@ impl Version {
         match self {
             Version::File(s) => vec![("all", s.clone())],
             Version::Split { dir, manifest } => manifest
-                .partitions
-                .iter()
-                .zip(PARTITIONS)
-                .filter(|(p, _)| p.count > 0)
-                .map(|(p, name)| {
-                    let source = Source::File {
-                        path: dir.join(&p.file),
-                        format: manifest.format,
-                        columns: None,
-                    };
-                    (name, source)
-                })
+                .partition_sources(dir)
+                .into_iter()
+                .map(|(p, source)| (PARTITIONS[p as usize], source))
                 .collect(),
         }
     }

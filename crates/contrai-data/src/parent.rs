@@ -12,6 +12,21 @@ use crate::read::Source;
 use crate::split::{Manifest, SplitConfig};
 use crate::text::hash_hex;
 
+/// A split directory's manifest, or the manifest file given.
+fn manifest_path(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.join("manifest.json")
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// The settings a new version of the split at `path` (its directory or manifest) starts from:
+/// the parent's own. Only the manifest is read; the split checks the parent's files.
+pub fn settings(path: &Path) -> Result<SplitConfig> {
+    Ok(Manifest::read(&manifest_path(path))?.0.params.config())
+}
+
 /// What a version records of its parent (`manifest.json`'s `parent`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ParentRecord {
@@ -50,11 +65,7 @@ impl Parent {
     /// Reads a split directory (or its `manifest.json`) and checks every partition file against
     /// the manifest's checksum: a version is only built on the data its parent really holds.
     pub fn open(path: &Path) -> Result<Parent> {
-        let path = if path.is_dir() {
-            path.join("manifest.json")
-        } else {
-            path.to_path_buf()
-        };
+        let path = manifest_path(path);
         let (manifest, bytes) = Manifest::read(&path)?;
         manifest.verify_files(path.parent().unwrap_or(Path::new(".")), &path)?;
         let mut partition = HashMap::new();
@@ -78,22 +89,8 @@ impl Parent {
     /// The parent's partition files, read as anchors (their near-copies stay with them), with
     /// the partition each holds.
     pub fn anchors(&self) -> Vec<(u8, Source)> {
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        (0..3u8)
-            .filter_map(|p| {
-                let info = self.manifest.partitions.get(p as usize)?;
-                (info.count > 0).then(|| {
-                    (
-                        p,
-                        Source::File {
-                            path: dir.join(&info.file),
-                            format: self.manifest.format,
-                            columns: None,
-                        },
-                    )
-                })
-            })
-            .collect()
+        self.manifest
+            .partition_sources(self.path.parent().unwrap_or(Path::new(".")))
     }
 
     /// A version keeps its parent's placement and what "the same sample" meant: the same

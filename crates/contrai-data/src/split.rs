@@ -146,6 +146,25 @@ impl Manifest {
         Ok((m, bytes))
     }
 
+    /// Each non-empty partition's file in `dir` (the manifest's folder) as a source, with its
+    /// partition (0..3): read as written, in the split's format under its header row.
+    pub fn partition_sources(&self, dir: &Path) -> Vec<(u8, Source)> {
+        self.partitions
+            .iter()
+            .take(3)
+            .enumerate()
+            .filter(|(_, info)| info.count > 0)
+            .map(|(p, info)| {
+                let source = Source::File {
+                    path: dir.join(&info.file),
+                    format: self.format,
+                    columns: None,
+                };
+                (p as u8, source)
+            })
+            .collect()
+    }
+
     /// Checks every partition file in `dir` against the manifest's xxh3-128, naming the first
     /// that is missing or changed since the split (`manifest` names the manifest in errors).
     pub fn verify_files(&self, dir: &Path, manifest: &Path) -> Result<()> {

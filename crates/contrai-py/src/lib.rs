@@ -367,12 +367,11 @@ fn split(
     allow_shrink: bool,
 ) -> PyResult<String> {
     use contrai_data::Silent;
-    use contrai_data::parent::Parent;
     use contrai_data::split::SplitConfig;
     let err = |e: contrai_data::DataError| PyValueError::new_err(e.to_string());
     let source = data_source(&path, columns)?;
     let mut cfg = match parent.as_deref() {
-        Some(dir) => Parent::open(dir).map_err(err)?.manifest.params.config(),
+        Some(dir) => contrai_data::parent::settings(dir).map_err(err)?,
         None => SplitConfig::default(),
     };
     cfg.ratios = ratios.map_or(cfg.ratios, |r| [r.0, r.1, r.2]);
