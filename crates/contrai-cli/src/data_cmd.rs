@@ -271,6 +271,7 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
                     &cfg.fields,
                     &sets,
                     &check,
+                    Some(&audit.index),
                     &Bars::default(),
                 )?)
             };

@@ -196,8 +196,16 @@ impl EvalIndex {
         Ok(index)
     }
 
-    /// The first evaluation sample a training text matches, and how.
-    fn check(&self, norm: &str, cfg: &ContaminationConfig, signer: &Signer) -> Option<(u32, Evidence)> {
+    /// The first evaluation sample a training text matches, and how; `keys`: its band keys when
+    /// the audit already computed them (else it is signed here). Its shingles are made only when
+    /// a band meets an evaluation sample's.
+    fn check(
+        &self,
+        norm: &str,
+        cfg: &ContaminationConfig,
+        signer: &Signer,
+        keys: Option<&[u64]>,
+    ) -> Option<(u32, Evidence)> {
         for n in std::iter::once(cfg.ngram).chain(self.short_lengths.iter().copied()) {
             for (h, range) in word_grams(norm, n) {
                 if let Some(&at) = self.grams.get(&h) {
@@ -205,14 +213,23 @@ impl EvalIndex {
                 }
             }
         }
-        let signed = signer.sign_normalized(norm);
-        if signed.words == 0 {
+        if word_count(norm) == 0 {
             return None;
         }
+        let signed;
+        let keys = match keys {
+            Some(k) => k,
+            None => {
+                signed = signer.sign_normalized(norm);
+                &signed.keys
+            }
+        };
+        let mut shingles = None;
         let mut best: Option<(u32, f64)> = None;
-        for (band, key) in signed.keys.into_iter().enumerate() {
-            for &at in self.bands.get(&(band as u16, key)).into_iter().flatten() {
-                let j = jaccard(&signed.shingles, &self.samples[at as usize].shingles);
+        for (band, key) in keys.iter().enumerate() {
+            for &at in self.bands.get(&(band as u16, *key)).into_iter().flatten() {
+                let mine = shingles.get_or_insert_with(|| cfg.index.shingling.shingles(norm));
+                let j = jaccard(mine, &self.samples[at as usize].shingles);
                 if j >= cfg.index.threshold && best.is_none_or(|(_, b)| j > b) {
                     best = Some((at, j));
                 }
@@ -222,12 +239,15 @@ impl EvalIndex {
     }
 }
 
-/// Checks every training sample of `train` against the evaluation sets.
+/// Checks every training sample of `train` against the evaluation sets. `audited`: an index
+/// built over `train` as its first source with `cfg.index` (the audit's), whose band keys are
+/// then taken instead of signing every text again.
 pub fn check(
     train: &Source,
     fields: &FieldSpec,
     sets: &[EvalSet],
     cfg: &ContaminationConfig,
+    audited: Option<&Index>,
     progress: &dyn Progress,
 ) -> Result<Contamination> {
     if cfg.ngram == 0 {
@@ -254,11 +274,14 @@ pub fn check(
     );
     let mut scratch = Index::default();
     for_each_chunk(train, fields, true, &mut scratch, progress, |chunk, _| {
+        let first = next as usize;
         let found: Vec<(String, Option<(u32, Evidence)>)> = chunk
             .into_par_iter()
-            .map(|rec| {
+            .enumerate()
+            .map(|(k, rec)| {
                 let norm = normalize(rec.text.as_deref().unwrap_or_default());
-                (rec.id, eval.check(&norm, cfg, &signer))
+                let keys = audited.and_then(|ix| ix.band_keys(first + k));
+                (rec.id, eval.check(&norm, cfg, &signer, keys))
             })
             .collect();
         for (id, hit) in found {

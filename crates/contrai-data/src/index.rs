@@ -346,6 +346,12 @@ impl Index {
         Ok(index)
     }
 
+    /// The LSH band keys of sample `i` (none for numeric samples, which have no banding).
+    pub fn band_keys(&self, i: usize) -> Option<&[u64]> {
+        let bands = self.banding?.bands;
+        self.band_keys.get(i * bands..(i + 1) * bands)
+    }
+
     /// Keeps a sample's shingles while the cache has room; drops the whole cache once it is full.
     fn cache(&mut self, shingles: Vec<u64>) {
         self.cached += shingles.len();

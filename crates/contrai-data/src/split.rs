@@ -363,7 +363,7 @@ pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progr
     sources.extend(anchors.iter().map(|(_, s)| s.clone()));
     let audit = Audit::run(sources, cfg.audit.clone(), progress)?;
     let anchor_partition: Vec<u8> = anchors.iter().map(|(p, _)| *p).collect();
-    let contamination = decontaminate(&source, cfg, progress)?;
+    let contamination = decontaminate(&source, cfg, &audit.index, progress)?;
     let tainted: HashSet<u64> = contamination
         .iter()
         .flat_map(|(c, _)| c.positions.iter().copied())
@@ -405,6 +405,7 @@ pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progr
 fn decontaminate(
     source: &Source,
     cfg: &SplitConfig,
+    audited: &crate::index::Index,
     progress: &dyn Progress,
 ) -> Result<Option<(Contamination, ContaminationRecord)>> {
     if cfg.against.is_empty() {
@@ -414,7 +415,14 @@ fn decontaminate(
         ngram: cfg.ngram,
         index: cfg.audit.index,
     };
-    let found = contamination::check(source, &cfg.audit.fields, &cfg.against, &check_cfg, progress)?;
+    let found = contamination::check(
+        source,
+        &cfg.audit.fields,
+        &cfg.against,
+        &check_cfg,
+        Some(audited),
+        progress,
+    )?;
     let sets = cfg
         .against
         .iter()

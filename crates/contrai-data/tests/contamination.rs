@@ -88,6 +88,7 @@ fn every_planted_overlap_is_found_and_a_clean_control_finds_nothing() {
         &FieldSpec::default(),
         &sets,
         &ContaminationConfig::default(),
+        None,
         &Silent,
     )
     .unwrap();
@@ -149,6 +150,7 @@ fn an_evaluation_set_in_an_unknown_format_is_refused() {
         &FieldSpec::default(),
         &[EvalSet::parse(dir.path().join("gone.jsonl").to_str().unwrap(), "text").unwrap()],
         &ContaminationConfig::default(),
+        None,
         &Silent,
     );
     assert!(missing.is_ok() && err.unwrap_err().to_string().contains("gone.jsonl"));
