@@ -8,6 +8,8 @@
 
 use std::path::PathBuf;
 
+pub mod tfevents;
+
 /// The environment variable that turns a missing shared file into a failure.
 pub const REQUIRE_SHARED: &str = "CONTRAI_REQUIRE_SHARED";
 

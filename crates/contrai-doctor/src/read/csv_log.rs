@@ -1,9 +1,9 @@
 //! Lightning CSVLogger `metrics.csv` (sparse rows), Keras CSVLogger (`NA` for missing, runs
 //! appended without a header), and any CSV with a step/epoch column and metric columns.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::{ReadError, parse_num, read_bytes, to_step};
+use super::{ReadError, Stream, complete_lines, parse_num, to_step};
 use crate::series::{Marker, RawRun, XUnit};
 use crate::tags;
 
@@ -25,90 +25,99 @@ fn step_column(header: &[String]) -> Option<(usize, XUnit)> {
     lower.iter().position(|h| h == "epoch").map(|i| (i, XUnit::Epoch))
 }
 
-/// Reads a CSV log.
-pub fn read(path: &Path) -> Result<RawRun, ReadError> {
-    let bytes = read_bytes(path)?;
-    let delim = {
-        let first = bytes.split(|b| *b == b'\n').next().unwrap_or(&[]);
-        if !first.contains(&b',') && first.contains(&b'\t') {
-            b'\t'
-        } else {
-            b','
+/// A CSV log read row by row as it grows; a partial last row (still being written) waits.
+pub struct Csv {
+    path: PathBuf,
+    delim: Option<u8>,
+    /// Records read so far.
+    record: usize,
+    header: Option<Vec<String>>,
+    step_col: Option<(usize, XUnit)>,
+    metric_cols: Vec<(usize, String)>,
+    row_index: u64,
+    offset: u64,
+    prev_step: Option<u64>,
+    max_step: u64,
+}
+
+impl Csv {
+    /// A reader at the start of `path`.
+    pub fn new(path: &Path) -> Csv {
+        Csv {
+            path: path.to_path_buf(),
+            delim: None,
+            record: 0,
+            header: None,
+            step_col: None,
+            metric_cols: Vec::new(),
+            row_index: 0,
+            offset: 0,
+            prev_step: None,
+            max_step: 0,
         }
-    };
-    let mut rdr = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .delimiter(delim)
-        .from_reader(bytes.as_slice());
-    let name = path
-        .parent()
-        .and_then(|p| p.file_name())
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string());
-    let mut run = RawRun::new(name, path.display().to_string(), "csv");
-    let mut header: Option<Vec<String>> = None;
-    let mut step_col: Option<(usize, XUnit)> = None;
-    let mut metric_cols: Vec<(usize, String)> = Vec::new();
-    let mut row_index: u64 = 0;
-    let mut offset: u64 = 0;
-    let mut prev_step: Option<u64> = None;
-    let mut max_step: u64 = 0;
-    for (i, rec) in rdr.records().enumerate() {
-        let line = i + 1;
-        let rec = match rec {
-            Ok(r) => r,
-            Err(e) => {
-                return Err(ReadError::Parse {
-                    path: path.to_path_buf(),
-                    line,
-                    field: "row".to_string(),
-                    reason: e.to_string(),
-                });
-            }
-        };
-        let cells: Vec<String> = rec.iter().map(|c| c.trim().to_string()).collect();
+    }
+
+    /// The run it reads into, named after the file's folder (Lightning's `version_N`).
+    pub fn run(path: &Path) -> RawRun {
+        let name = path
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.display().to_string());
+        RawRun::new(name, path.display().to_string(), "csv")
+    }
+
+    fn parse_err(&self, field: &str, reason: String) -> ReadError {
+        ReadError::Parse {
+            path: self.path.clone(),
+            line: self.record,
+            field: field.to_string(),
+            reason,
+        }
+    }
+
+    fn row(&mut self, run: &mut RawRun, cells: Vec<String>) -> Result<(), ReadError> {
         if cells.iter().all(String::is_empty) {
-            continue;
+            return Ok(());
         }
-        let Some(h) = &header else {
-            step_col = step_column(&cells);
-            metric_cols = cells
+        let Some(h) = &self.header else {
+            self.step_col = step_column(&cells);
+            self.metric_cols = cells
                 .iter()
                 .enumerate()
-                .filter(|(j, c)| Some(*j) != step_col.map(|s| s.0) && tags::classify(c).is_some())
+                .filter(|(j, c)| Some(*j) != self.step_col.map(|s| s.0) && tags::classify(c).is_some())
                 .map(|(j, c)| (j, c.clone()))
                 .collect();
-            header = Some(cells);
-            continue;
+            self.header = Some(cells);
+            return Ok(());
         };
-        run.at_line(line);
+        run.at_line(self.record);
         if &cells == h {
             // A header repeated by an appending logger: the logger started again.
             run.mark_segment(Some(Marker::RepeatedHeader), None);
-            continue;
+            return Ok(());
         }
-        row_index += 1;
-        let raw_step = match step_col {
+        self.row_index += 1;
+        let raw_step = match self.step_col {
             Some((j, _)) => match cells.get(j).and_then(|c| parse_num(c)) {
                 Some(x) => to_step(x),
-                None => continue, // a row without a step (e.g. a summary line)
+                None => return Ok(()), // a row without a step (e.g. a summary line)
             },
-            None => row_index - 1,
+            None => self.row_index - 1,
         };
         // Appended runs restart their epochs: keep the x-axis monotonic, and mark the restart
         // with the file's own steps for the resume rule.
-        if let Some(p) = prev_step
-            && raw_step.saturating_add(offset) < p
-            && raw_step.saturating_add(offset).saturating_add(1) < max_step
+        if let Some(p) = self.prev_step
+            && raw_step.saturating_add(self.offset) < p
+            && raw_step.saturating_add(self.offset).saturating_add(1) < self.max_step
         {
-            run.mark_segment(None, Some((p.saturating_sub(offset), raw_step)));
-            offset = max_step.saturating_add(1).saturating_sub(raw_step);
+            run.mark_segment(None, Some((p.saturating_sub(self.offset), raw_step)));
+            self.offset = self.max_step.saturating_add(1).saturating_sub(raw_step);
         }
-        let step = raw_step.saturating_add(offset);
-        prev_step = Some(step);
-        max_step = max_step.max(step);
-        for (j, tag) in &metric_cols {
+        let step = raw_step.saturating_add(self.offset);
+        self.prev_step = Some(step);
+        self.max_step = self.max_step.max(step);
+        for (j, tag) in &self.metric_cols {
             let Some(cell) = cells.get(*j) else {
                 continue;
             };
@@ -118,20 +127,45 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
             match parse_num(cell) {
                 Some(x) => run.push(tag, step, x),
                 None if matches!(cell.as_str(), "NA" | "N/A" | "na" | "None" | "null" | "-") => {}
-                None => {
-                    return Err(ReadError::Parse {
-                        path: path.to_path_buf(),
-                        line,
-                        field: tag.clone(),
-                        reason: format!("`{cell}` is not a number"),
-                    });
-                }
+                None => return Err(self.parse_err(tag, format!("`{cell}` is not a number"))),
             }
         }
+        Ok(())
     }
-    run.hints.x_unit = match step_col {
-        Some((_, u)) => u,
-        None => XUnit::Epoch,
-    };
-    Ok(run)
+}
+
+impl Stream for Csv {
+    fn feed(&mut self, run: &mut RawRun, data: &[u8], eof: bool) -> Result<usize, ReadError> {
+        let used = complete_lines(data, eof);
+        if used == 0 {
+            return Ok(0);
+        }
+        let data = &data[..used];
+        let delim = *self.delim.get_or_insert_with(|| {
+            let first = data.split(|b| *b == b'\n').next().unwrap_or(&[]);
+            if !first.contains(&b',') && first.contains(&b'\t') {
+                b'\t'
+            } else {
+                b','
+            }
+        });
+        let mut rdr = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .delimiter(delim)
+            .from_reader(data);
+        for rec in rdr.records() {
+            self.record += 1;
+            let rec = rec.map_err(|e| self.parse_err("row", e.to_string()))?;
+            self.row(run, rec.iter().map(|c| c.trim().to_string()).collect())?;
+        }
+        Ok(used)
+    }
+
+    fn finish(&self, run: &mut RawRun) {
+        run.hints.x_unit = match self.step_col {
+            Some((_, u)) => u,
+            None => XUnit::Epoch,
+        };
+    }
 }

@@ -1,11 +1,11 @@
 //! JSON lines: Contrai's metrics.jsonl, LLaMA-Factory's trainer_log.jsonl, any flat rows.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use super::json_tolerant::{parse_tolerant, value_f64};
-use super::{ReadError, read_text, to_step};
+use super::{ReadError, Stream, complete_lines, to_step};
 use crate::series::RawRun;
 
 const STEP_KEYS: [&str; 7] = [
@@ -18,55 +18,70 @@ const STEP_KEYS: [&str; 7] = [
     "trainer/global_step",
 ];
 
-/// Reads a JSONL file; a partial last line (still being written) is ignored.
-pub fn read(path: &Path) -> Result<RawRun, ReadError> {
-    let text = read_text(path)?;
-    let name = path
-        .file_stem()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let mut run = RawRun::new(name, path.display().to_string(), "jsonl");
-    let complete = text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
-    let mut uses_epoch = false;
-    let mut any_step = false;
-    for (i, line) in lines.iter().enumerate() {
+/// A JSONL log read line by line as it grows; a partial last line (still being written) waits.
+pub struct Jsonl {
+    path: PathBuf,
+    /// Lines read so far.
+    line: usize,
+    uses_epoch: bool,
+    any_step: bool,
+}
+
+impl Jsonl {
+    /// A reader at the start of `path`.
+    pub fn new(path: &Path) -> Jsonl {
+        Jsonl {
+            path: path.to_path_buf(),
+            line: 0,
+            uses_epoch: false,
+            any_step: false,
+        }
+    }
+
+    /// The run it reads into, named after the file.
+    pub fn run(path: &Path) -> RawRun {
+        let name = path
+            .file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        RawRun::new(name, path.display().to_string(), "jsonl")
+    }
+
+    fn parse_err(&self, field: &str, reason: String) -> ReadError {
+        ReadError::Parse {
+            path: self.path.clone(),
+            line: self.line,
+            field: field.to_string(),
+            reason,
+        }
+    }
+
+    fn row(&mut self, run: &mut RawRun, line: &str, last: bool) -> Result<(), ReadError> {
         let line = line.trim();
         if line.is_empty() {
-            continue;
+            return Ok(());
         }
         let v = match parse_tolerant(line) {
             Ok(v) => v,
-            Err(_) if i + 1 == lines.len() && !complete => break,
-            Err(e) => {
-                return Err(ReadError::Parse {
-                    path: path.to_path_buf(),
-                    line: i + 1,
-                    field: "json".to_string(),
-                    reason: e.to_string(),
-                });
-            }
+            // A last line without its newline that does not parse is still being written.
+            Err(_) if last => return Ok(()),
+            Err(e) => return Err(self.parse_err("json", e.to_string())),
         };
         let Some(obj) = v.as_object() else {
-            return Err(ReadError::Parse {
-                path: path.to_path_buf(),
-                line: i + 1,
-                field: "row".to_string(),
-                reason: "not a JSON object".to_string(),
-            });
+            return Err(self.parse_err("row", "not a JSON object".to_string()));
         };
         let mut step = STEP_KEYS.iter().find_map(|k| obj.get(*k).and_then(value_f64));
         if step.is_some() {
-            any_step = true;
+            self.any_step = true;
         } else if let Some(e) = obj.get("epoch").and_then(value_f64)
             && e.fract() == 0.0
         {
             // Whole epochs are an x-axis; fractional epochs are not (use the line index).
-            uses_epoch = !any_step;
+            self.uses_epoch = !self.any_step;
             step = Some(e);
         }
-        let step = to_step(step.unwrap_or((i + 1) as f64));
-        run.at_line(i + 1);
+        let step = to_step(step.unwrap_or(self.line as f64));
+        run.at_line(self.line);
         if run.hints.total_steps.is_none() {
             run.hints.total_steps = obj
                 .get("total_steps")
@@ -84,9 +99,26 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
                 run.push(k, step, x);
             }
         }
+        Ok(())
     }
-    if uses_epoch {
-        run.hints.x_unit = crate::series::XUnit::Epoch;
+}
+
+impl Stream for Jsonl {
+    fn feed(&mut self, run: &mut RawRun, data: &[u8], eof: bool) -> Result<usize, ReadError> {
+        let used = complete_lines(data, eof);
+        let text = String::from_utf8_lossy(&data[..used]);
+        let unterminated = eof && !text.ends_with('\n');
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            self.line += 1;
+            self.row(run, line, unterminated && i + 1 == lines.len())?;
+        }
+        Ok(used)
     }
-    Ok(run)
+
+    fn finish(&self, run: &mut RawRun) {
+        if self.uses_epoch {
+            run.hints.x_unit = crate::series::XUnit::Epoch;
+        }
+    }
 }

@@ -8,6 +8,8 @@ mod json_tolerant;
 mod jsonl;
 mod mlflow;
 mod proto;
+mod source;
+mod tail;
 mod tensorboard;
 mod wandb;
 
@@ -20,7 +22,10 @@ pub(crate) use context::names_a_language_model;
 use crate::series::Run;
 
 pub use json_tolerant::parse_tolerant;
+pub use tail::Tail;
 pub use tensorboard::{TbScalar, parse_events};
+
+use crate::series::RawRun;
 
 /// Why a log could not be read. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -130,6 +135,26 @@ pub(crate) fn io_err(path: &Path, error: std::io::Error) -> ReadError {
     }
 }
 
+/// A reader that takes a log's bytes as they are written.
+pub(crate) trait Stream {
+    /// Reads the complete records at the start of `data` (the bytes after those it took last)
+    /// into `run`; returns how many bytes it took. `eof`: the file ends there (a one-off read),
+    /// so a last line without its newline is read too.
+    fn feed(&mut self, run: &mut RawRun, data: &[u8], eof: bool) -> Result<usize, ReadError>;
+    /// Sets what only the whole log tells (its x unit) on a copy of the run read so far.
+    fn finish(&self, run: &mut RawRun);
+}
+
+/// The length of `data`'s complete lines: all of it at the end of the file, else up to and
+/// with its last newline (a line still being written waits).
+pub(crate) fn complete_lines(data: &[u8], eof: bool) -> usize {
+    if eof {
+        data.len()
+    } else {
+        data.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1)
+    }
+}
+
 pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>, ReadError> {
     fs::read(path).map_err(|e| io_err(path, e))
 }
@@ -231,8 +256,11 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
         return Ok(Format::Jsonl);
     }
     // Sniff the content.
-    let bytes = read_bytes(path)?;
-    let head = &bytes[..bytes.len().min(4096)];
+    let mut head = Vec::with_capacity(4096);
+    fs::File::open(path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head))
+        .map_err(|e| io_err(path, e))?;
+    let head = head.as_slice();
     if tensorboard::looks_like_tfrecord(head) {
         return Ok(Format::Tensorboard);
     }
@@ -258,166 +286,7 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
 
 /// Reads a file or run directory into runs. `format` overrides detection.
 pub fn read_path(path: &Path, format: Option<Format>) -> Result<Vec<Run>, ReadError> {
-    if !path.exists() {
-        return Err(io_err(
-            path,
-            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
-        ));
-    }
-    let runs = if path.is_dir() && format.is_none() {
-        read_dir(path)?
-    } else {
-        let fmt = match format {
-            Some(f) => f,
-            None => detect_format(path)?,
-        };
-        read_as(path, fmt)?
-    };
-    let mut runs: Vec<Run> = runs.into_iter().filter(|r| !r.series.is_empty()).collect();
-    for r in &mut runs {
-        let log = PathBuf::from(&r.source);
-        context::infer(r, if log.exists() { &log } else { path });
-    }
-    if runs.is_empty() {
-        return Err(ReadError::NoMetrics {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(runs)
-}
-
-fn read_as(path: &Path, fmt: Format) -> Result<Vec<Run>, ReadError> {
-    let raws = match fmt {
-        Format::Tensorboard => {
-            if path.is_dir() {
-                tensorboard::read_dir(path)?
-            } else {
-                vec![tensorboard::read_file(path)?]
-            }
-        }
-        Format::HfTrainerState => vec![hf::read(path)?],
-        Format::Csv => vec![csv_log::read(path)?],
-        Format::WandbCsv => wandb::read(path)?,
-        Format::Mlflow => mlflow::read(path)?,
-        Format::Burn => {
-            let root = if path.is_dir() {
-                path.to_path_buf()
-            } else {
-                burn::file_root(path).unwrap_or_else(|| path.to_path_buf())
-            };
-            vec![burn::read(&root)?]
-        }
-        Format::Jsonl => vec![jsonl::read(path)?],
-    };
-    Ok(raws.into_iter().flat_map(|r| r.into_runs()).collect())
-}
-
-/// Reads every log found under a directory: each TensorBoard folder, trainer_state.json,
-/// JSONL, CSV, MLflow run and Burn artifact root becomes a run. A Contrai run directory is read
-/// through its `metrics.jsonl` alone (its data partitions and decisions are not logs).
-/// A Contrai run's gradient clip (`[main] clip_norm` of the resolved `recipe.toml` it keeps), or
-/// `None` when the directory holds no such recipe or the run does not clip.
-fn recipe_clip_norm(root: &Path) -> Option<f64> {
-    let text = fs::read_to_string(root.join("recipe.toml")).ok()?;
-    let recipe: toml::Table = text.parse().ok()?;
-    let v = recipe.get("main")?.get("clip_norm")?;
-    let clip = v.as_float().or_else(|| v.as_integer().map(|i| i as f64))?;
-    (clip.is_finite() && clip > 0.0).then_some(clip)
-}
-
-/// Runs of one name (a W&B export a metric a file: `train_loss.csv`, `val_loss.csv` of the same
-/// run) as one run: the series of each, the first file's where two give the same one.
-fn merged_by_name(runs: Vec<Run>) -> Vec<Run> {
-    let mut out: Vec<Run> = Vec::new();
-    for r in runs {
-        match out.iter_mut().find(|o| o.name == r.name) {
-            Some(o) => {
-                for (s, data) in r.series {
-                    o.series.entry(s).or_insert(data);
-                }
-                o.source = format!("{} + {}", o.source, r.source);
-            }
-            None => out.push(r),
-        }
-    }
-    out
-}
-
-fn read_dir(root: &Path) -> Result<Vec<Run>, ReadError> {
-    let metrics = root.join("metrics.jsonl");
-    if metrics.is_file() {
-        let mut runs = read_as(&metrics, Format::Jsonl)?;
-        let clip = recipe_clip_norm(root);
-        for r in &mut runs {
-            if let Some(name) = root.file_name() {
-                r.name = name.to_string_lossy().into_owned();
-            }
-            r.hints.clip_norm = clip;
-        }
-        return Ok(runs);
-    }
-    let mut runs = Vec::new();
-    let mut stack = vec![(root.to_path_buf(), 0usize)];
-    while let Some((dir, depth)) = stack.pop() {
-        if burn::is_burn_root(&dir) {
-            runs.extend(read_as(&dir, Format::Burn)?);
-            continue;
-        }
-        if mlflow::is_run_dir(&dir) {
-            runs.extend(read_as(&dir, Format::Mlflow)?);
-            continue;
-        }
-        let mut entries: Vec<PathBuf> = fs::read_dir(&dir)
-            .map_err(|e| io_err(&dir, e))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        entries.sort();
-        let mut has_events = false;
-        let mut wandb_runs = Vec::new();
-        for p in &entries {
-            if p.is_dir() {
-                // Keras-style train/ and validation/ event folders belong to this run.
-                if tensorboard::split_role(p).is_some() && tensorboard::has_event_files(p) {
-                    has_events = true;
-                } else if depth < 8 {
-                    stack.push((p.clone(), depth + 1));
-                }
-                continue;
-            }
-            let name = file_name(p);
-            let lower = name.to_ascii_lowercase();
-            if name.starts_with("events.out.tfevents") {
-                has_events = true;
-            } else if name == "trainer_state.json" {
-                runs.extend(read_as(p, Format::HfTrainerState)?);
-            } else if name == "trainer_log.jsonl" && dir.join("trainer_state.json").is_file() {
-                // LLaMA-Factory writes both for one run: the Trainer's state is the fuller record
-                // (the log tells the task, `context::from_folder`).
-                continue;
-            } else if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") {
-                runs.extend(read_as(p, Format::Jsonl)?);
-            } else if lower.ends_with(".csv") || lower.ends_with(".log") {
-                // Keras' CSVLogger writes any name (`training.log`, `predict_age.log`); a `.log`
-                // that is no metrics table is someone's text log, passed over.
-                let read = detect_format(p).and_then(|fmt| match fmt {
-                    Format::Csv | Format::WandbCsv => read_as(p, fmt).map(|r| (fmt, r)),
-                    _ => Ok((fmt, Vec::new())),
-                });
-                match read {
-                    Ok((Format::WandbCsv, r)) => wandb_runs.extend(r),
-                    Ok((_, r)) => runs.extend(r),
-                    Err(_) if lower.ends_with(".log") => {}
-                    Err(e) => return Err(e),
-                }
-            } else if is_trainer_state(p) {
-                // A Trainer state saved under another name (the content tells, not the name).
-                runs.extend(read_as(p, Format::HfTrainerState)?);
-            }
-        }
-        runs.extend(merged_by_name(std::mem::take(&mut wandb_runs)));
-        if has_events {
-            runs.extend(read_as(&dir, Format::Tensorboard)?);
-        }
-    }
-    Ok(runs)
+    let mut tail = Tail::once(path, format);
+    tail.poll()?;
+    tail.runs()
 }

@@ -2,10 +2,10 @@
 //! one-element tensors. A truncated last record (a file still being written) ends reading.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::proto::{Fields, Wire, varint};
-use super::{ReadError, read_bytes, to_step};
+use super::{ReadError, Stream, to_step};
 use serde_json::Value;
 
 use super::context::json_scalar;
@@ -52,17 +52,19 @@ type Plugins = HashMap<String, Plugin>;
 
 /// Parses a whole event-file buffer, calling `sink(tag, step, value)` for each scalar.
 /// Returns `Err((offset, reason))` on a corrupt record; a truncated tail ends cleanly.
-pub fn parse_events(data: &[u8], sink: impl FnMut(&str, u64, f64)) -> Result<(), (u64, String)> {
-    parse_events_with_text(data, sink, |_, _| {})
+pub fn parse_events(data: &[u8], mut sink: impl FnMut(&str, u64, f64)) -> Result<(), (u64, String)> {
+    parse_records(data, &mut Plugins::new(), &mut sink, &mut |_, _| {}).map(|_| ())
 }
 
-/// [`parse_events`], also calling `text(tag, text)` for each text summary.
-pub fn parse_events_with_text(
+/// Parses the complete records at the start of `data` (an event file from a record boundary),
+/// calling `sink` for each scalar and `text` for each text summary; returns the bytes parsed (a
+/// truncated last record, still being written, is left), or `(offset, reason)` of a corrupt one.
+fn parse_records(
     data: &[u8],
-    mut sink: impl FnMut(&str, u64, f64),
-    mut text: impl FnMut(&str, &str),
-) -> Result<(), (u64, String)> {
-    let mut plugins: Plugins = HashMap::new();
+    plugins: &mut Plugins,
+    sink: &mut impl FnMut(&str, u64, f64),
+    text: &mut impl FnMut(&str, &str),
+) -> Result<usize, (u64, String)> {
     let mut pos = 0usize;
     while pos < data.len() {
         let Some(header) = data.get(pos..pos + 12) else {
@@ -90,12 +92,12 @@ pub fn parse_events_with_text(
         if masked_crc(payload) != data_crc {
             return Err((pos as u64, "data checksum mismatch".to_string()));
         }
-        if !parse_event(payload, &mut plugins, &mut sink, &mut text) {
+        if !parse_event(payload, plugins, sink, text) {
             return Err((pos as u64, "malformed Event protobuf".to_string()));
         }
         pos = end + 4;
     }
-    Ok(())
+    Ok(pos)
 }
 
 fn parse_event(
@@ -305,14 +307,6 @@ fn tensor_scalar(buf: &[u8]) -> Option<f64> {
     None
 }
 
-fn corrupt(path: &Path, (offset, reason): (u64, String)) -> ReadError {
-    ReadError::Corrupt {
-        path: path.to_path_buf(),
-        offset,
-        reason,
-    }
-}
-
 /// The role of a split sub-folder (Keras writes `train/` and `validation/` event folders).
 pub fn split_role(dir: &Path) -> Option<&'static str> {
     match dir.file_name()?.to_str()? {
@@ -341,34 +335,77 @@ pub fn has_event_files(dir: &Path) -> bool {
     event_files(dir).is_ok_and(|f| !f.is_empty())
 }
 
-fn read_into(run: &mut RawRun, path: &Path, role: Option<&str>) -> Result<(), ReadError> {
-    let data = read_bytes(path)?;
-    // Each event file of a run is a segment (a resumed job writes a new one); a tag that
-    // continues in it is cut there.
-    run.mark_segment(Some(Marker::NewFile), None);
-    let mut args: Option<String> = None;
-    let keep_args = |tag: &str, text: &str| {
-        if tag == TRAINER_ARGS {
-            args.get_or_insert_with(|| text.to_string());
-        }
-    };
-    let res = match role {
-        None => parse_events_with_text(&data, |tag, step, v| run.push(tag, step, v), keep_args),
-        Some(r) => parse_events_with_text(
-            &data,
-            |tag, step, v| run.push(&format!("{r}/{tag}"), step, v),
-            keep_args,
-        ),
-    };
-    res.map_err(|e| corrupt(path, e))?;
-    if let Some(Value::Object(m)) = args.and_then(|a| serde_json::from_str::<Value>(&a).ok()) {
-        for (k, v) in &m {
-            if let Some(v) = json_scalar(v) {
-                run.hints.setup.absorb(k, &v, "TensorBoard args/text_summary");
-            }
+/// One event file read record by record as it grows, into its run (a folder's event files
+/// share one); the tags of a `train/` or `validation/` sub-folder are prefixed with its role.
+pub struct Events {
+    path: PathBuf,
+    role: Option<&'static str>,
+    plugins: Plugins,
+    /// Bytes parsed so far, for the offset of a corrupt record.
+    parsed: u64,
+    /// Its segment mark was made.
+    started: bool,
+    /// The Trainer's arguments were read (they are written once, at the start).
+    args_read: bool,
+}
+
+impl Events {
+    /// A reader at the start of the event file `path` of a run whose events have this role.
+    pub fn new(path: &Path, role: Option<&'static str>) -> Events {
+        Events {
+            path: path.to_path_buf(),
+            role,
+            plugins: Plugins::new(),
+            parsed: 0,
+            started: false,
+            args_read: false,
         }
     }
-    Ok(())
+}
+
+impl Stream for Events {
+    fn feed(&mut self, run: &mut RawRun, data: &[u8], _eof: bool) -> Result<usize, ReadError> {
+        if !self.started {
+            self.started = true;
+            // Each event file of a run is a segment (a resumed job writes a new one); a tag that
+            // continues in it is cut there.
+            run.mark_segment(Some(Marker::NewFile), None);
+        }
+        let mut args: Option<String> = None;
+        let mut keep_args = |tag: &str, text: &str| {
+            if tag == TRAINER_ARGS {
+                args.get_or_insert_with(|| text.to_string());
+            }
+        };
+        let role = self.role;
+        let mut push = |tag: &str, step: u64, v: f64| match role {
+            None => run.push(tag, step, v),
+            Some(r) => run.push(&format!("{r}/{tag}"), step, v),
+        };
+        let used = parse_records(data, &mut self.plugins, &mut push, &mut keep_args).map_err(
+            |(offset, reason)| ReadError::Corrupt {
+                path: self.path.clone(),
+                offset: self.parsed + offset,
+                reason,
+            },
+        )?;
+        self.parsed += used as u64;
+        if !self.args_read
+            && let Some(Value::Object(m)) = args.and_then(|a| serde_json::from_str::<Value>(&a).ok())
+        {
+            self.args_read = true;
+            for (k, v) in &m {
+                if let Some(v) = json_scalar(v) {
+                    run.hints.setup.absorb(k, &v, "TensorBoard args/text_summary");
+                }
+            }
+        }
+        Ok(used)
+    }
+
+    fn finish(&self, run: &mut RawRun) {
+        set_unit(run);
+    }
 }
 
 /// The tag a Hugging Face Trainer writes its `TrainingArguments` (as JSON) under.
@@ -385,52 +422,47 @@ fn set_unit(run: &mut RawRun) {
     }
 }
 
-/// Reads one event file as a run named after its folder.
-pub fn read_file(path: &Path) -> Result<RawRun, ReadError> {
-    let parent = path.parent();
-    let role = parent.and_then(split_role);
-    let name_dir = if role.is_some() {
-        parent.and_then(Path::parent)
-    } else {
-        parent
-    };
-    let name = name_dir
-        .and_then(|p| p.file_name())
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string());
-    let mut run = RawRun::new(name, path.display().to_string(), "tensorboard");
-    read_into(&mut run, path, role)?;
-    set_unit(&mut run);
-    Ok(run)
-}
+/// An event file and the role of its folder (`train`, `validation`, or none).
+pub type EventFile = (PathBuf, Option<&'static str>);
 
-/// Reads every event file of a folder, and of its `train/` / `validation/` sub-folders, as
-/// one run.
-pub fn read_dir(dir: &Path) -> Result<Vec<RawRun>, ReadError> {
-    let name = dir
+/// The run a TensorBoard log reads into and its event files in reading order: one event file
+/// (the run named after its folder), or every event file of a folder and of its `train/` /
+/// `validation/` sub-folders.
+pub fn source(path: &Path) -> Result<(RawRun, Vec<EventFile>), ReadError> {
+    if !path.is_dir() {
+        let parent = path.parent();
+        let role = parent.and_then(split_role);
+        let name_dir = if role.is_some() {
+            parent.and_then(Path::parent)
+        } else {
+            parent
+        };
+        let name = name_dir
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.display().to_string());
+        let run = RawRun::new(name, path.display().to_string(), "tensorboard");
+        return Ok((run, vec![(path.to_path_buf(), role)]));
+    }
+    let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| dir.display().to_string());
-    let mut run = RawRun::new(name, dir.display().to_string(), "tensorboard");
-    let role = split_role(dir);
-    for f in event_files(dir)? {
-        read_into(&mut run, &f, role)?;
-    }
+        .unwrap_or_else(|| path.display().to_string());
+    let run = RawRun::new(name, path.display().to_string(), "tensorboard");
+    let role = split_role(path);
+    let mut files: Vec<EventFile> = event_files(path)?.into_iter().map(|f| (f, role)).collect();
     if role.is_none() {
-        let mut subs: Vec<_> = std::fs::read_dir(dir)
-            .map_err(|e| super::io_err(dir, e))?
+        let mut subs: Vec<_> = std::fs::read_dir(path)
+            .map_err(|e| super::io_err(path, e))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_dir())
             .collect();
         subs.sort();
         for sub in subs {
             if let Some(r) = split_role(&sub) {
-                for f in event_files(&sub)? {
-                    read_into(&mut run, &f, Some(r))?;
-                }
+                files.extend(event_files(&sub)?.into_iter().map(|f| (f, Some(r))));
             }
         }
     }
-    set_unit(&mut run);
-    Ok(vec![run])
+    Ok((run, files))
 }

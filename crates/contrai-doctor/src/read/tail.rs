@@ -1,0 +1,391 @@
+//! Following a log as it grows: each poll reads only the bytes written since the last one, and
+//! reads again from the start a file that was truncated or replaced (a resumed run).
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::source::{self, Appended, Source};
+use super::{Format, ReadError, Stream, context, detect_format, io_err};
+use crate::series::{RawRun, Run};
+
+/// How much of a file one read takes at most (a 100 MB log is read in pieces, not at once).
+const CHUNK: usize = 8 << 20;
+/// Bytes kept from the end of what was read, to tell a file rewritten under the same name.
+const SAMPLE: usize = 64;
+
+/// A log path followed as it grows: a file, a run directory or any folder the doctor reads.
+pub struct Tail {
+    path: PathBuf,
+    format: Option<Format>,
+    /// A one-off read: a last line without its newline is read too.
+    once: bool,
+    /// The folder's entries when its sources were last searched.
+    listing: Option<Vec<PathBuf>>,
+    followed: Vec<Followed>,
+    /// Bytes read from the logs so far.
+    bytes_read: u64,
+}
+
+/// A file's identity and size as last seen: unchanged, it is not opened.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Stamp {
+    ino: u64,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        let m = fs::metadata(path).ok()?;
+        Some(Stamp {
+            ino: m.ino(),
+            len: m.len(),
+            modified: m.modified().ok(),
+        })
+    }
+}
+
+/// An appended file, read up to `read`.
+struct FileTail {
+    file: Appended,
+    stream: Box<dyn Stream>,
+    read: u64,
+    stamp: Option<Stamp>,
+    /// The last bytes read (up to [`SAMPLE`]).
+    sample: Vec<u8>,
+}
+
+impl FileTail {
+    fn new(file: Appended) -> FileTail {
+        FileTail {
+            stream: file.stream(),
+            file,
+            read: 0,
+            stamp: None,
+            sample: Vec::new(),
+        }
+    }
+
+    /// Whether the file is no longer the one read so far: replaced, truncated or rewritten.
+    fn replaced(&self, now: &Stamp) -> bool {
+        let Some(was) = self.stamp else {
+            return false;
+        };
+        if now.ino != was.ino || now.len < self.read {
+            return true;
+        }
+        let mut at_end = vec![0u8; self.sample.len()];
+        let start = self.read - self.sample.len() as u64;
+        let same = fs::File::open(&self.file.path)
+            .and_then(|mut f| {
+                f.seek(SeekFrom::Start(start))
+                    .and_then(|_| f.read_exact(&mut at_end))
+            })
+            .is_ok_and(|()| at_end == self.sample);
+        !same
+    }
+
+    /// Feeds what was appended since the last read to the stream.
+    fn read_new(&mut self, run: &mut RawRun, now: Stamp, once: bool, io: &mut u64) -> Result<(), ReadError> {
+        let path = &self.file.path;
+        let mut f = fs::File::open(path).map_err(|e| io_err(path, e))?;
+        f.seek(SeekFrom::Start(self.read)).map_err(|e| io_err(path, e))?;
+        let mut left = now.len - self.read;
+        let mut buf: Vec<u8> = Vec::new();
+        while left > 0 {
+            let want = CHUNK.min(usize::try_from(left).unwrap_or(CHUNK));
+            let have = buf.len();
+            buf.resize(have + want, 0);
+            let n = f.read(&mut buf[have..]).map_err(|e| io_err(path, e))?;
+            buf.truncate(have + n);
+            *io += n as u64;
+            left = if n == 0 { 0 } else { left - n as u64 };
+            let used = self.stream.feed(run, &buf, once && left == 0)?;
+            self.read += used as u64;
+            let kept = &buf[used.saturating_sub(SAMPLE)..used];
+            if used >= SAMPLE || self.sample.is_empty() {
+                self.sample = kept.to_vec();
+            } else {
+                self.sample.extend_from_slice(kept);
+                let cut = self.sample.len().saturating_sub(SAMPLE);
+                self.sample.drain(..cut);
+            }
+            buf.drain(..used);
+        }
+        self.stamp = Some(now);
+        Ok(())
+    }
+}
+
+/// A source and what was read of it.
+struct Followed {
+    source: Source,
+    state: State,
+}
+
+enum State {
+    Appended {
+        raw: Box<RawRun>,
+        files: Vec<FileTail>,
+        /// The files' stamps when reading them failed: not read again until they change.
+        failed: Option<Vec<Option<Stamp>>>,
+    },
+    Whole {
+        stamps: Vec<Option<Stamp>>,
+        runs: Vec<Run>,
+    },
+}
+
+impl Followed {
+    fn new(source: Source) -> Followed {
+        let state = match &source {
+            Source::Appended { run, files, .. } => State::Appended {
+                raw: run.clone(),
+                files: files.iter().cloned().map(FileTail::new).collect(),
+                failed: None,
+            },
+            Source::Whole { .. } => State::Whole {
+                stamps: Vec::new(),
+                runs: Vec::new(),
+            },
+        };
+        Followed { source, state }
+    }
+
+    /// Reads what changed; true when something did.
+    fn update(&mut self, once: bool, io: &mut u64) -> Result<bool, ReadError> {
+        match &mut self.state {
+            State::Appended { raw, files, failed } => {
+                let now: Vec<Option<Stamp>> = files.iter().map(|f| Stamp::of(&f.file.path)).collect();
+                if failed.as_ref() == Some(&now) || files.iter().zip(&now).all(|(f, n)| f.stamp == *n) {
+                    return Ok(false);
+                }
+                if files
+                    .iter()
+                    .zip(&now)
+                    .any(|(f, n)| n.is_some_and(|n| f.replaced(&n)))
+                {
+                    *self = Followed::new(self.source.clone());
+                    return self.update(once, io);
+                }
+                let res = files
+                    .iter_mut()
+                    .zip(&now)
+                    .filter(|(f, n)| n.is_some() && f.stamp != **n)
+                    .try_for_each(|(f, n)| n.map_or(Ok(()), |n| f.read_new(raw, n, once, io)));
+                if let Err(e) = res {
+                    // Start again from nothing when the files change (some rows were taken).
+                    let lenient = matches!(self.source, Source::Appended { lenient: true, .. });
+                    *self = Followed::new(self.source.clone());
+                    if let State::Appended { failed, .. } = &mut self.state {
+                        *failed = Some(now);
+                    }
+                    return if lenient { Ok(true) } else { Err(e) };
+                }
+                Ok(true)
+            }
+            State::Whole { stamps, runs } => {
+                let Source::Whole { format, paths } = &self.source else {
+                    return Ok(false);
+                };
+                let now: Vec<Option<Stamp>> = paths.iter().map(|p| tree_stamp(p)).collect();
+                if *stamps == now {
+                    return Ok(false);
+                }
+                // A file being rewritten may not parse yet: it is read again when it changes.
+                *runs = Source::read_whole(*format, paths)?;
+                *io += now.iter().flatten().map(|s| s.len).sum::<u64>();
+                *stamps = now;
+                Ok(true)
+            }
+        }
+    }
+
+    fn runs(&self) -> Vec<Run> {
+        match (&self.state, &self.source) {
+            (State::Appended { raw, files, .. }, Source::Appended { run_dir, .. }) => {
+                let streams: Vec<&dyn Stream> = files.iter().map(|f| f.stream.as_ref()).collect();
+                Source::finish_appended(raw, &streams, run_dir.as_ref())
+            }
+            (State::Whole { runs, .. }, _) => runs.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A stamp of a file, or of a folder's whole tree (sizes summed, the latest change).
+fn tree_stamp(path: &Path) -> Option<Stamp> {
+    let meta = fs::metadata(path).ok()?;
+    if !meta.is_dir() {
+        return Stamp::of(path);
+    }
+    let mut stamp = Stamp {
+        ino: meta.ino(),
+        len: 0,
+        modified: meta.modified().ok(),
+    };
+    for p in listing(path) {
+        if let Some(s) = Stamp::of(&p) {
+            stamp.len = stamp.len.wrapping_add(s.len);
+            stamp.modified = stamp.modified.max(s.modified);
+        }
+    }
+    Some(stamp)
+}
+
+/// Every entry under a folder (8 levels deep at most), sorted.
+fn listing(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if depth < 8 && e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push((p.clone(), depth + 1));
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+impl Tail {
+    /// Follows `path`, read as `format` (detected when `None`).
+    pub fn new(path: &Path, format: Option<Format>) -> Tail {
+        Tail {
+            path: path.to_path_buf(),
+            format,
+            once: false,
+            listing: None,
+            followed: Vec::new(),
+            bytes_read: 0,
+        }
+    }
+
+    /// Reads `path` once, to its last byte.
+    pub(crate) fn once(path: &Path, format: Option<Format>) -> Tail {
+        Tail {
+            once: true,
+            ..Tail::new(path, format)
+        }
+    }
+
+    /// The path followed.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes read from the logs so far: a log that grows by n bytes costs about n more.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+
+    /// Reads what was written since the last poll; true when anything changed. A path that does
+    /// not exist yet, or whose format is not known yet, is an error to wait on.
+    pub fn poll(&mut self) -> Result<bool, ReadError> {
+        if !self.path.exists() {
+            let gone = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory");
+            self.followed.clear();
+            self.listing = None;
+            return Err(io_err(&self.path, gone));
+        }
+        let mut changed = self.search()?;
+        let mut first_err = None;
+        for f in &mut self.followed {
+            match f.update(self.once, &mut self.bytes_read) {
+                Ok(c) => changed |= c,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(changed), Err)
+    }
+
+    /// Finds the sources of the path when it is new or its folder's entries changed.
+    fn search(&mut self) -> Result<bool, ReadError> {
+        if !self.path.is_dir() {
+            if !self.followed.is_empty() {
+                return Ok(false);
+            }
+            let format = match self.format {
+                Some(f) => f,
+                None => detect_format(&self.path)?,
+            };
+            self.followed = vec![Followed::new(source::of_format(&self.path, format)?)];
+            return Ok(true);
+        }
+        let now = listing(&self.path);
+        if self.listing.as_ref() == Some(&now) {
+            return Ok(false);
+        }
+        let sources = match self.format {
+            Some(f) => vec![source::of_format(&self.path, f)?],
+            None => source::in_dir(&self.path)?,
+        };
+        let mut old = std::mem::take(&mut self.followed);
+        for s in sources {
+            let kept = old
+                .iter()
+                .position(|f| f.source.key() == s.key())
+                .map(|i| old.swap_remove(i));
+            self.followed.push(match kept {
+                Some(f) => f.grown_to(s),
+                None => Followed::new(s),
+            });
+        }
+        self.listing = Some(now);
+        Ok(true)
+    }
+
+    /// The runs read so far (series of no canonical metric left out), with what the files beside
+    /// each log say about it.
+    pub fn runs(&self) -> Result<Vec<Run>, ReadError> {
+        let mut runs: Vec<Run> = self
+            .followed
+            .iter()
+            .flat_map(Followed::runs)
+            .filter(|r| !r.series.is_empty())
+            .collect();
+        for r in &mut runs {
+            let log = PathBuf::from(&r.source);
+            context::infer(r, if log.exists() { &log } else { &self.path });
+        }
+        if runs.is_empty() {
+            return Err(ReadError::NoMetrics {
+                path: self.path.clone(),
+            });
+        }
+        Ok(runs)
+    }
+}
+
+impl Followed {
+    /// This source as a new search of its folder found it: what was read is kept when the
+    /// files read so far are still its first ones (a new event file was added after them).
+    fn grown_to(mut self, found: Source) -> Followed {
+        let (Source::Appended { files: was, .. }, Source::Appended { files: now, .. }) =
+            (&self.source, &found)
+        else {
+            return match (&self.source, &found) {
+                (Source::Whole { paths: a, .. }, Source::Whole { paths: b, .. }) if a == b => self,
+                _ => Followed::new(found),
+            };
+        };
+        if !now.starts_with(was) {
+            return Followed::new(found);
+        }
+        if let State::Appended { files, .. } = &mut self.state {
+            files.extend(now[was.len()..].iter().cloned().map(FileTail::new));
+        }
+        self.source = found;
+        self
+    }
+}
