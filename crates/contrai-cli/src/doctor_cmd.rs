@@ -1,12 +1,12 @@
 //! `contrai doctor`: diagnose training logs of any framework, once or while they grow.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use contrai_doctor::{
-    Detail, Doctor, DoctorConfig, Finding, Format, Report, Run, Series, diagnose, read_path, report_of,
+    Detail, DoctorConfig, Finding, Format, Live, Report, Run, Series, diagnose, read_path, report_of,
 };
 
 /// Arguments of `contrai doctor`.
@@ -195,47 +195,13 @@ fn text_report(runs: &[Run], reports: &[Report]) -> String {
     out
 }
 
-/// A cheap fingerprint of a path (file sizes and mtimes, recursively for folders).
-fn fingerprint(path: &Path) -> (u64, Option<SystemTime>) {
-    let mut size = 0u64;
-    let mut latest: Option<SystemTime> = None;
-    let mut stack = vec![(path.to_path_buf(), 0usize)];
-    while let Some((p, depth)) = stack.pop() {
-        let Ok(meta) = std::fs::metadata(&p) else {
-            continue;
-        };
-        if meta.is_dir() {
-            if depth < 8
-                && let Ok(rd) = std::fs::read_dir(&p)
-            {
-                stack.extend(rd.filter_map(|e| e.ok().map(|e| (e.path(), depth + 1))));
-            }
-        } else {
-            size = size.wrapping_add(meta.len());
-            if let Ok(m) = meta.modified() {
-                latest = Some(latest.map_or(m, |l: SystemTime| l.max(m)));
-            }
-        }
-    }
-    (size, latest)
-}
-
-struct Followed {
-    doctor: Doctor,
-    seen: [usize; 6],
-    run: Run,
-}
-
-/// Follows growing logs: each poll re-reads what changed and feeds only the new points to a
-/// live doctor per run, printing each new finding once.
+/// Follows growing logs: each poll reads only what was written since the last one and feeds the
+/// new points to a live doctor per run, printing each new finding once.
 fn watch(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
-    let cfg = DoctorConfig::default();
     let idle = Duration::from_secs(args.idle_secs);
-    let mut followed: HashMap<(String, String), Followed> = HashMap::new();
-    let mut order: Vec<(String, String)> = Vec::new();
+    let mut live = Live::new(&args.paths, args.format, DoctorConfig::default()).clip_norm(args.clip_norm);
     let mut prints: HashSet<String> = HashSet::new();
     let mut prints_err: HashSet<String> = HashSet::new();
-    let mut fps: Vec<(u64, Option<SystemTime>)> = vec![(u64::MAX, None); args.paths.len()];
     let mut last_change = Instant::now();
     eprintln!(
         "watching {} path(s); stops after {} s without change or on Ctrl-C",
@@ -243,40 +209,17 @@ fn watch(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         args.idle_secs
     );
     loop {
-        for (i, p) in args.paths.iter().enumerate() {
-            let fp = fingerprint(p);
-            if fp == fps[i] {
-                continue;
-            }
-            fps[i] = fp;
+        let (changed, fresh) = live.poll();
+        if changed {
             last_change = Instant::now();
-            let runs = match read(args, p) {
-                Ok(r) => r,
-                Err(e) => {
-                    // A file that does not exist yet or holds no metrics yet: keep waiting.
-                    if prints_err.insert(e.to_string()) {
-                        eprintln!("waiting: {e}");
-                    }
-                    continue;
-                }
-            };
-            for run in runs {
-                let key = (run.source.clone(), run.name.clone());
-                let entry = followed.entry(key.clone()).or_insert_with(|| {
-                    order.push(key.clone());
-                    let mut doctor = Doctor::new(cfg.clone());
-                    doctor.set_hints(run.hints.clone());
-                    Followed {
-                        doctor,
-                        seen: [0; 6],
-                        run: run.clone(),
-                    }
-                });
-                let fresh = entry.doctor.feed_new_points(&run, &mut entry.seen);
-                entry.run = run;
-                for f in fresh {
-                    emit(args.json, &entry.run.name, &f, &mut prints)?;
-                }
+        }
+        for (k, f) in fresh {
+            emit(args.json, &live.runs()[k].run.name, &f, &mut prints)?;
+        }
+        // A file that does not exist yet or holds no metrics yet: keep waiting.
+        for (_, why) in live.waiting() {
+            if prints_err.insert(why.to_string()) {
+                eprintln!("waiting: {why}");
             }
         }
         if last_change.elapsed() >= idle {
@@ -284,17 +227,11 @@ fn watch(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(500).min(idle));
     }
-    let mut runs = Vec::new();
-    let mut reports = Vec::new();
-    for key in &order {
-        if let Some(fw) = followed.get_mut(key) {
-            for f in fw.doctor.finish() {
-                emit(args.json, &fw.run.name, &f, &mut prints)?;
-            }
-            reports.push(report_of(&fw.run, &fw.doctor));
-            runs.push(fw.run.clone());
-        }
+    for (k, f) in live.finish() {
+        emit(args.json, &live.runs()[k].run.name, &f, &mut prints)?;
     }
+    let runs: Vec<Run> = live.runs().iter().map(|r| r.run.clone()).collect();
+    let reports: Vec<Report> = live.runs().iter().map(|r| report_of(&r.run, &r.doctor)).collect();
     if reports.is_empty() {
         anyhow::bail!(
             "no readable training log appeared under {} within {} s",

@@ -9,6 +9,7 @@
 pub mod detect;
 pub mod doctor;
 pub mod finding;
+pub mod live;
 pub mod read;
 pub mod series;
 pub mod setup;
@@ -17,6 +18,7 @@ pub mod tags;
 
 pub use doctor::{Doctor, DoctorConfig, Report, diagnose, report_of};
 pub use finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
+pub use live::{Live, LiveRun};
 pub use read::{Format, ReadError, read_path};
 pub use series::{Cut, LogOrder, Marker, Point, Run, RunHints, Series, SeriesData, Task, XUnit};
 pub use setup::{LrSchedule, Setting, Setup};
