@@ -11,6 +11,7 @@ mod progress;
 mod recipe_cmd;
 mod report_cmd;
 mod train_cmd;
+mod watch_cmd;
 
 use std::process::ExitCode;
 
@@ -82,6 +83,17 @@ enum Command {
     ///
     /// Example: contrai plan spam.toml --weeks 12 --cost-per-day 250 --unstable-infra
     Plan(plan_cmd::PlanArgs),
+    /// Open a live page of a run as it trains: loss, accuracy, LR and gradient norm on shared
+    /// step axes, the lifecycle's phases and decisions, the doctor's findings as they appear,
+    /// the pace and the time left.
+    ///
+    /// It reads any log `contrai doctor` reads (a Contrai run, an HF output_dir, a Lightning
+    /// version_N, a TensorBoard directory), only what was appended since it last looked, and
+    /// sends the page again as it changes (server-sent events; nothing is fetched from the
+    /// network). It listens on 127.0.0.1 unless --host says otherwise, then with an access token.
+    ///
+    /// Example: contrai watch runs/demo    or    contrai watch lightning_logs/version_0 runs/demo --port 0
+    Watch(watch_cmd::WatchArgs),
 }
 
 fn main() -> ExitCode {
@@ -96,6 +108,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(args),
         Command::Predict(args) => predict_cmd::run(args),
+        Command::Watch(args) => watch_cmd::run(args),
     };
     match result {
         Ok(code) => code,

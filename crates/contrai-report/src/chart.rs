@@ -186,8 +186,9 @@ impl Chart {
         let mut s = String::new();
         let _ = write!(
             s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="{}">"#,
-            esc(&self.title)
+            r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="{}" data-x0="{x0}" data-x1="{x1}" data-left="{LEFT}" data-right="{}">"#,
+            esc(&self.title),
+            W - RIGHT
         );
         let _ = write!(
             s,
@@ -279,6 +280,33 @@ impl Chart {
             esc(&self.y_label)
         );
     }
+}
+
+/// At most about `max` of `points` for drawing: in each of `max / 4` runs of consecutive points,
+/// the first, the lowest, the highest and the last (a spike stays visible), and a non-finite
+/// point where the run has one (a gap in the line stays). Fewer points come back unchanged.
+pub fn downsample(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
+    let buckets = (max / 4).max(1);
+    if points.len() <= max {
+        return points.to_vec();
+    }
+    let per = points.len().div_ceil(buckets);
+    let mut out = Vec::with_capacity(4 * buckets + buckets);
+    for run in points.chunks(per) {
+        let by_y = |a: &&(f64, f64), b: &&(f64, f64)| a.1.total_cmp(&b.1);
+        let finite = || run.iter().enumerate().filter(|(_, p)| p.1.is_finite());
+        let lo = finite().min_by(|a, b| by_y(&a.1, &b.1)).map(|(i, _)| i);
+        let hi = finite().max_by(|a, b| by_y(&a.1, &b.1)).map(|(i, _)| i);
+        let gap = run.iter().position(|p| !p.1.is_finite());
+        let mut keep: Vec<usize> = [Some(0), lo, hi, gap, Some(run.len() - 1)]
+            .into_iter()
+            .flatten()
+            .collect();
+        keep.sort_unstable();
+        keep.dedup();
+        out.extend(keep.into_iter().map(|i| run[i]));
+    }
+    out
 }
 
 fn line_path(s: &mut String, l: &Line, sc: &Scale) {
@@ -451,6 +479,26 @@ pub fn esc(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_million_points_are_drawn_from_a_few_thousand_that_keep_spikes_and_gaps() {
+        let mut pts: Vec<(f64, f64)> = (0..1_000_000)
+            .map(|i| (i as f64, 1.0 / (1.0 + i as f64)))
+            .collect();
+        pts[654_321].1 = 50.0;
+        pts[123_456].1 = f64::NAN;
+        let d = downsample(&pts, 2000);
+        assert!(d.len() <= 2500, "{}", d.len());
+        assert!(d.contains(&(654_321.0, 50.0)), "the spike is drawn");
+        assert!(
+            d.iter().any(|p| p.0 == 123_456.0 && p.1.is_nan()),
+            "the gap is drawn"
+        );
+        assert_eq!(d.first(), pts.first());
+        assert_eq!(d.last(), pts.last());
+        assert!(d.windows(2).all(|w| w[0].0 < w[1].0), "in order");
+        assert_eq!(downsample(&pts[..100], 2000), pts[..100].to_vec());
+    }
 
     #[test]
     fn ticks_are_round_and_cover_the_range() {

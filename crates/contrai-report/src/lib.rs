@@ -7,4 +7,4 @@ pub mod drift;
 pub mod page;
 pub mod run;
 
-pub use run::{ReportError, render};
+pub use run::{ReportError, RunExtras, compared, is_run_dir, render, run_dir_extras, run_section};

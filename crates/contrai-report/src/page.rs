@@ -4,7 +4,8 @@ use std::fmt::Write;
 
 use crate::chart::esc;
 
-const CSS: &str = "
+/// The page's style sheet.
+pub const CSS: &str = "
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:24px auto;max-width:800px;color:#1a1a1a;line-height:1.4}
 h1{font-size:1.5em;margin-bottom:0}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}
 .sub{color:#555;margin-top:2px}.verdict{font-size:1.1em;padding:6px 10px;border-radius:4px;display:inline-block}
@@ -84,6 +85,11 @@ impl Page {
             self.body.push_str("</tr>");
         }
         self.body.push_str("</table>");
+    }
+
+    /// The page's body so far, to be shown inside another document (a live page).
+    pub fn into_body(self) -> String {
+        self.body
     }
 
     /// The complete HTML document.

@@ -4,10 +4,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use contrai_data::split::Manifest;
-use contrai_doctor::{DoctorConfig, Finding, Format, Label, Run, Series, XUnit, diagnose, read_path};
+use contrai_doctor::{DoctorConfig, Finding, Format, Label, Report, Run, Series, XUnit, diagnose, read_path};
 use contrai_run::{Decision, FinalEval, MetricsRow, ModelCard, RunDir, RunError, RunFormat};
 
-use crate::chart::{Band, Chart, Line, Marker, PALETTE, fmt_num};
+use crate::chart::{Band, Chart, Line, Marker, PALETTE, downsample, fmt_num};
+
+/// Points drawn of a line at most (a million-point log is drawn from a few thousand).
+const MAX_DRAWN: usize = 2000;
 use crate::page::{Page, classed};
 
 /// Why a report could not be made.
@@ -34,15 +37,18 @@ pub struct Phase {
 
 /// What a Contrai run directory adds to its log: phases, decisions, batch-size and sparsity charts.
 #[derive(Default)]
-struct RunExtras {
-    phases: Vec<Phase>,
-    decisions: Vec<Decision>,
-    charts: Vec<Chart>,
+pub struct RunExtras {
+    /// The phases, from `metrics.jsonl`.
+    pub phases: Vec<Phase>,
+    /// The controller's decisions, from `decisions.jsonl`.
+    pub decisions: Vec<Decision>,
+    /// Charts only a Contrai run has (batch size, sparsity).
+    pub charts: Vec<Chart>,
 }
 
 /// Whether `path` is a Contrai run directory (`run.json`, or `recipe.toml` before it existed),
 /// not just a folder of logs.
-fn is_run_dir(path: &Path) -> bool {
+pub fn is_run_dir(path: &Path) -> bool {
     let run = RunDir::new(path);
     path.is_dir() && (run.format().is_file() || run.recipe().is_file())
 }
@@ -53,11 +59,7 @@ pub fn render(path: &Path, format: Option<Format>) -> Result<String, ReportError
         RunFormat::check(&RunDir::new(path))?;
     }
     let runs = read_path(path, format)?;
-    let RunExtras {
-        phases,
-        decisions,
-        charts: extra,
-    } = if is_run_dir(path) {
+    let extras = if is_run_dir(path) {
         run_dir_extras(path)?
     } else {
         RunExtras::default()
@@ -68,7 +70,7 @@ pub fn render(path: &Path, format: Option<Format>) -> Result<String, ReportError
         &format!("{} run(s) read from {}", runs.len(), path.display()),
     );
     for run in &runs {
-        run_section(&mut page, run, &phases, &decisions, &extra);
+        run_section(&mut page, run, diagnose(run, &DoctorConfig::default()), &extras);
     }
     if is_run_dir(path) {
         data_section(&mut page, path)?;
@@ -78,8 +80,13 @@ pub fn render(path: &Path, format: Option<Format>) -> Result<String, ReportError
     Ok(page.finish(&title))
 }
 
-fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decision], extra: &[Chart]) {
-    let mut report = diagnose(run, &DoctorConfig::default());
+/// A run's section: its verdict, charts, findings (the doctor's `report`), decisions and series.
+pub fn run_section(page: &mut Page, run: &Run, mut report: Report, extras: &RunExtras) {
+    let RunExtras {
+        phases,
+        decisions,
+        charts: extra,
+    } = extras;
     page.heading(&format!("{} [{}]", run.name, run.format));
     let explained = explained_by_rollbacks(&mut report.findings, decisions);
     let ok = !report.findings.iter().any(Finding::actionable);
@@ -137,9 +144,12 @@ fn run_section(page: &mut Page, run: &Run, phases: &[Phase], decisions: &[Decisi
         page.heading("Controller decisions");
         let rows: Vec<Vec<String>> = decisions
             .iter()
-            .map(|d| vec![d.step.to_string(), d.kind.to_string(), d.reason.clone()])
+            .map(|d| {
+                let evidence = classed("ev", &d.evidence.to_string());
+                vec![d.step.to_string(), d.kind.to_string(), d.reason.clone(), evidence]
+            })
             .collect();
-        page.table(&[unit, "decision", "reason"], &rows);
+        page.table(&[unit, "decision", "reason", "evidence"], &rows);
     }
     page.heading("Series");
     let rows: Vec<Vec<String>> = run
@@ -226,6 +236,57 @@ fn phase_bands(phases: &[Phase]) -> Vec<Band> {
         .collect()
 }
 
+/// The charts: title, y-axis label and the series each shows.
+const GROUPS: [(&str, &str, &[Series]); 4] = [
+    ("Loss", "loss", &[Series::TrainLoss, Series::ValLoss]),
+    (
+        "Accuracy",
+        "accuracy (fraction)",
+        &[Series::TrainAccuracy, Series::ValAccuracy],
+    ),
+    ("Learning rate", "learning rate", &[Series::Lr]),
+    ("Gradient norm", "global L2 norm", &[Series::GradNorm]),
+];
+
+/// A series of a run as a line of a chart (drawn from at most [`MAX_DRAWN`] points).
+fn line(run: &Run, s: Series, name: String, color: &str) -> Option<Line> {
+    let d = run.series.get(&s)?;
+    let points: Vec<(f64, f64)> = d.points.iter().map(|p| (p.step as f64, p.value)).collect();
+    Some(Line {
+        name,
+        color: color.into(),
+        points: downsample(&points, MAX_DRAWN),
+        dots: d.points.len() < 60,
+    })
+}
+
+/// Several runs side by side: one chart per group of series, a line per run and series.
+pub fn compared(runs: &[&Run], unit: &str) -> Vec<Chart> {
+    GROUPS
+        .iter()
+        .filter_map(|(title, y, members)| {
+            let lines = runs
+                .iter()
+                .enumerate()
+                .flat_map(|(k, run)| {
+                    members.iter().enumerate().filter_map(move |(i, s)| {
+                        let color = PALETTE[(k * members.len() + i) % PALETTE.len()];
+                        line(run, *s, format!("{}: {}", run.name, s.name()), color)
+                    })
+                })
+                .collect();
+            let chart = Chart {
+                title: format!("{title}, compared"),
+                x_label: unit.to_string(),
+                y_label: y.to_string(),
+                lines,
+                ..Chart::default()
+            };
+            chart.has_data().then_some(chart)
+        })
+        .collect()
+}
+
 /// One chart per group of series that the run has.
 fn charts(
     run: &Run,
@@ -234,16 +295,6 @@ fn charts(
     phases: &[Phase],
     decisions: &[Decision],
 ) -> Vec<Chart> {
-    let groups: [(&str, &str, &[Series]); 4] = [
-        ("Loss", "loss", &[Series::TrainLoss, Series::ValLoss]),
-        (
-            "Accuracy",
-            "accuracy (fraction)",
-            &[Series::TrainAccuracy, Series::ValAccuracy],
-        ),
-        ("Learning rate", "learning rate", &[Series::Lr]),
-        ("Gradient norm", "global L2 norm", &[Series::GradNorm]),
-    ];
     let bands = phase_bands(phases);
     let mut markers: Vec<Marker> = findings
         .iter()
@@ -267,7 +318,7 @@ fn charts(
             color: "#6a3d9a".into(),
         });
     }
-    groups
+    GROUPS
         .iter()
         .enumerate()
         .filter_map(|(gi, (title, y, members))| {
@@ -275,13 +326,8 @@ fn charts(
                 .iter()
                 .enumerate()
                 .filter_map(|(i, s)| {
-                    let d = run.series.get(s)?;
-                    Some(Line {
-                        name: format!("{} ({})", s.name(), d.tag),
-                        color: PALETTE[i].into(),
-                        points: d.points.iter().map(|p| (p.step as f64, p.value)).collect(),
-                        dots: d.points.len() < 60,
-                    })
+                    let tag = &run.series.get(s)?.tag;
+                    line(run, *s, format!("{} ({tag})", s.name()), PALETTE[i])
                 })
                 .collect();
             let chart = Chart {
@@ -406,7 +452,7 @@ fn percent(v: f32) -> String {
 
 /// A Contrai run's phases (from `metrics.jsonl`'s `phase` field), decisions (from
 /// `decisions.jsonl`) and the charts only it has: batch size and sparsity against steps.
-fn run_dir_extras(dir: &Path) -> Result<RunExtras, ReportError> {
+pub fn run_dir_extras(dir: &Path) -> Result<RunExtras, ReportError> {
     let run = RunDir::new(dir);
     let mut phases: Vec<Phase> = Vec::new();
     let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
@@ -444,7 +490,7 @@ fn run_dir_extras(dir: &Path) -> Result<RunExtras, ReportError> {
             .map(|(i, k)| Line {
                 name: k.to_string(),
                 color: PALETTE[i % PALETTE.len()].into(),
-                points: series[*k].clone(),
+                points: downsample(&series[*k], MAX_DRAWN),
                 dots: series[*k].len() < 60,
             })
             .collect(),

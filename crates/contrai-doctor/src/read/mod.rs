@@ -136,7 +136,7 @@ pub(crate) fn io_err(path: &Path, error: std::io::Error) -> ReadError {
 }
 
 /// A reader that takes a log's bytes as they are written.
-pub(crate) trait Stream {
+pub(crate) trait Stream: Send {
     /// Reads the complete records at the start of `data` (the bytes after those it took last)
     /// into `run`; returns how many bytes it took. `eof`: the file ends there (a one-off read),
     /// so a last line without its newline is read too.

@@ -1,0 +1,210 @@
+//! The page's HTTP server: the page, its updates as server-sent events (one event a change, at
+//! most [`POLLS_A_SECOND`] a second, a comment every [`PING`] to keep proxies and SSH forwards
+//! open), the raw values under the pointer, and the access token when one is required.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use contrai_doctor::Format;
+use tiny_http::{Header, Request, Response, Server};
+
+use crate::assets;
+use crate::board::{Board, Snapshot};
+
+/// How often the logs are looked at.
+pub const POLLS_A_SECOND: u64 = 4;
+/// How often a page whose logs do not change is rendered again (for its status).
+const RESTATE: Duration = Duration::from_secs(60);
+/// The longest an event stream stays silent.
+const PING: Duration = Duration::from_secs(15);
+
+/// Why the page could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address could not be listened on.
+    #[error("cannot listen on {addr}: {reason} (choose another with --port, or --port 0 for any free one)")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// What the system said.
+        reason: String,
+    },
+}
+
+/// What `contrai watch` serves and where.
+pub struct Options {
+    /// The logs or run directories to follow.
+    pub paths: Vec<PathBuf>,
+    /// Their format (detected when `None`).
+    pub format: Option<Format>,
+    /// The interface to listen on (`127.0.0.1` unless asked otherwise).
+    pub host: String,
+    /// The port (0: any free one).
+    pub port: u16,
+    /// The token every request must carry (`?token=`), when listening beyond this machine.
+    pub token: Option<String>,
+}
+
+/// The board and its newest rendering, shared by the poller and the connections.
+struct Shared {
+    board: Mutex<Board>,
+    snapshot: Mutex<Snapshot>,
+    changed: Condvar,
+}
+
+/// A server listening, not yet serving: its address is known (for `--port 0`).
+pub struct Watch {
+    server: Server,
+    shared: Arc<Shared>,
+    token: Option<String>,
+}
+
+impl Watch {
+    /// Listens on the options' address and reads the logs once.
+    pub fn bind(opts: Options) -> Result<Watch, ServeError> {
+        let addr = format!("{}:{}", opts.host, opts.port);
+        let server = Server::http(&addr).map_err(|e| ServeError::Listen {
+            addr: addr.clone(),
+            reason: e.to_string(),
+        })?;
+        let mut board = Board::new(&opts.paths, opts.format);
+        board.poll();
+        let snapshot = board.render();
+        let shared = Arc::new(Shared {
+            board: Mutex::new(board),
+            snapshot: Mutex::new(snapshot),
+            changed: Condvar::new(),
+        });
+        Ok(Watch {
+            server,
+            shared,
+            token: opts.token,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.server.server_addr().to_ip()
+    }
+
+    /// Follows the logs and answers requests until the process ends.
+    pub fn serve(self) {
+        let shared = Arc::clone(&self.shared);
+        std::thread::spawn(move || follow(&shared));
+        let token = self.token.map(Arc::new);
+        for req in self.server.incoming_requests() {
+            let shared = Arc::clone(&self.shared);
+            let token = token.clone();
+            std::thread::spawn(move || answer(req, &shared, token.as_deref().map(String::as_str)));
+        }
+    }
+}
+
+/// Polls the logs; each change renders the page once and wakes every open event stream.
+fn follow(shared: &Shared) {
+    let mut rendered = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(1000 / POLLS_A_SECOND));
+        let mut board = lock(&shared.board);
+        // A quiet log changes the page too, once a minute: its status says for how long.
+        if board.poll() || rendered.elapsed() >= RESTATE {
+            let snap = board.render();
+            drop(board);
+            rendered = Instant::now();
+            *lock(&shared.snapshot) = snap;
+            shared.changed.notify_all();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The query's value of `key`.
+fn query<'a>(url: &'a str, key: &str) -> Option<&'a str> {
+    url.split_once('?')?
+        .1
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// Compares in time that does not depend on where the strings differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn header(name: &str, value: &str) -> Header {
+    Header::from_bytes(name.as_bytes(), value.as_bytes()).unwrap_or_else(|()| unreachable!("ASCII header"))
+}
+
+fn answer(req: Request, shared: &Shared, token: Option<&str>) {
+    let url = req.url().to_string();
+    if let Some(t) = token
+        && !query(&url, "token").is_some_and(|q| same_secret(q, t))
+    {
+        let msg =
+            "403: this page needs its access token: open the URL `contrai watch` printed (with ?token=...)\n";
+        let _ = req.respond(Response::from_string(msg).with_status_code(403));
+        return;
+    }
+    let path = url.split('?').next().unwrap_or("/");
+    let _ = match path {
+        "/" => {
+            let snap = lock(&shared.snapshot).clone();
+            let html = assets::page(&snap);
+            req.respond(
+                Response::from_string(html).with_header(header("Content-Type", "text/html; charset=utf-8")),
+            )
+        }
+        "/events" => {
+            events(req, shared);
+            Ok(())
+        }
+        "/values" => {
+            let run = query(&url, "run").and_then(|r| r.parse::<usize>().ok());
+            let x = query(&url, "x")
+                .and_then(|x| x.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            let body = lock(&shared.board).values_at(run, x).to_string();
+            req.respond(Response::from_string(body).with_header(header("Content-Type", "application/json")))
+        }
+        _ => req.respond(Response::from_string("404: no such page\n").with_status_code(404)),
+    };
+}
+
+/// Streams the page's renderings: the newest at once, then one per change.
+fn events(req: Request, shared: &Shared) {
+    let mut out = req.into_writer();
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: keep-alive\r\nX-Accel-Buffering: no\r\n\r\n";
+    if out.write_all(head.as_bytes()).and_then(|()| out.flush()).is_err() {
+        return;
+    }
+    let mut sent = 0u64;
+    loop {
+        let snap = {
+            let guard = lock(&shared.snapshot);
+            let (guard, _) = shared
+                .changed
+                .wait_timeout_while(guard, PING, |s| s.version == sent)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (guard.version != sent).then(|| guard.clone())
+        };
+        let msg = match snap {
+            Some(s) => {
+                sent = s.version;
+                let data = serde_json::json!({
+                    "version": s.version, "html": s.html, "last_step": s.last_step, "title": s.title,
+                });
+                format!("event: update\ndata: {data}\n\n")
+            }
+            None => ": ping\n\n".to_string(),
+        };
+        if out.write_all(msg.as_bytes()).and_then(|()| out.flush()).is_err() {
+            return;
+        }
+    }
+}
