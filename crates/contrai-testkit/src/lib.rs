@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 
+pub mod browser;
 pub mod tfevents;
 
 /// The environment variable that turns a missing shared file into a failure.
@@ -22,7 +23,7 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    if std::env::var_os(REQUIRE_SHARED).is_some_and(|v| !v.is_empty() && v != "0") {
+    if required() {
         panic!(
             "../shared/{rel} is missing ({} does not exist) and {REQUIRE_SHARED} is set",
             path.display()
@@ -30,6 +31,11 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
     }
     eprintln!("skipped: ../shared/{rel} is absent");
     None
+}
+
+/// Whether `CONTRAI_REQUIRE_SHARED` is set (non-empty, not `0`): missing material fails, not skips.
+fn required() -> bool {
+    std::env::var_os(REQUIRE_SHARED).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 /// Deterministic noise in [-1, 1] (xorshift), for synthetic training curves: the same seed, the
