@@ -35,7 +35,9 @@ impl Served {
             .spawn()
             .expect("contrai watch starts");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
         let url = line
             .split_whitespace()
             .find(|w| w.starts_with("http://"))
@@ -54,7 +56,11 @@ impl Served {
     fn connect(&self, path: &str) -> TcpStream {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
         s
     }
 
@@ -62,8 +68,16 @@ impl Served {
     fn get(&self, path: &str) -> (u16, String) {
         let mut text = String::new();
         self.connect(path).read_to_string(&mut text).unwrap();
-        let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        (code, text.split_once("\r\n\r\n").map_or(String::new(), |b| b.1.to_string()))
+        let code = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (
+            code,
+            text.split_once("\r\n\r\n")
+                .map_or(String::new(), |b| b.1.to_string()),
+        )
     }
 }
 
@@ -98,7 +112,11 @@ impl Updates {
             if done(&v) {
                 return (v, start.elapsed());
             }
-            assert!(start.elapsed() < limit, "no such update within {limit:?}: last {}", v["last_step"]);
+            assert!(
+                start.elapsed() < limit,
+                "no such update within {limit:?}: last {}",
+                v["last_step"]
+            );
         }
     }
 }
@@ -141,7 +159,12 @@ fn the_page_follows_tensorboard_events_as_they_are_appended() {
     // The raw value under the pointer, not the drawn one.
     let (_, values) = served.get("/values?run=0&x=150.2");
     let values: Value = serde_json::from_str(&values).unwrap();
-    let loss = values["values"].as_array().unwrap().iter().find(|r| r["series"] == "train_loss").unwrap();
+    let loss = values["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["series"] == "train_loss")
+        .unwrap();
     assert_eq!(loss["step"], 150);
     assert_eq!(loss["value"].as_f64().unwrap() as f32, 2.0 / 151.0);
 }
@@ -152,12 +175,22 @@ fn a_path_with_no_log_waits_and_says_what_it_looks_for() {
     let served = Served::start(&[], &dir.join("lightning_logs"));
     let (code, page) = served.get("/");
     assert_eq!(code, 200);
-    assert!(page.contains("Waiting for") && page.contains("lightning_logs"), "{page}");
-    assert!(page.contains("TensorBoard event files") && page.contains("trainer_state.json"), "{page}");
+    assert!(
+        page.contains("Waiting for") && page.contains("lightning_logs"),
+        "{page}"
+    );
+    assert!(
+        page.contains("TensorBoard event files") && page.contains("trainer_state.json"),
+        "{page}"
+    );
     let mut updates = Updates(BufReader::new(served.connect("/events")));
     updates.next();
     std::fs::create_dir_all(dir.join("lightning_logs/version_0")).unwrap();
-    std::fs::write(dir.join("lightning_logs/version_0/metrics.csv"), "step,train_loss\n1,0.9\n2,0.7\n").unwrap();
+    std::fs::write(
+        dir.join("lightning_logs/version_0/metrics.csv"),
+        "step,train_loss\n1,0.9\n2,0.7\n",
+    )
+    .unwrap();
     let (v, _) = updates.until(Duration::from_secs(5), |v| v["last_step"] == 2);
     assert!(!v["html"].as_str().unwrap().contains("Waiting for"));
 }
@@ -167,9 +200,19 @@ fn beyond_loopback_a_request_without_the_token_is_refused() {
     let dir = TempDir::new();
     std::fs::write(dir.join("metrics.csv"), "step,train_loss\n1,0.9\n2,0.7\n").unwrap();
     let served = Served::start(&["--host", "0.0.0.0"], dir.path());
-    let token = served.url.split_once("?token=").map(|t| t.1.to_string()).expect("a token in the URL");
+    let token = served
+        .url
+        .split_once("?token=")
+        .map(|t| t.1.to_string())
+        .expect("a token in the URL");
     assert_eq!(token.len(), 32);
-    for refused in ["/", "/events", "/values?x=1", "/?token=0123", &format!("/?token={}x", &token)] {
+    for refused in [
+        "/",
+        "/events",
+        "/values?x=1",
+        "/?token=0123",
+        &format!("/?token={}x", &token),
+    ] {
         let (code, body) = served.get(refused);
         assert_eq!(code, 403, "{refused}");
         assert!(body.contains("access token"), "{body}");
@@ -186,4 +229,125 @@ fn a_port_in_use_is_an_error_that_says_what_to_do() {
     let out = util::contrai(["watch", "--port", &port]).arg(dir.path()).output();
     out.assert_code(2);
     out.assert_stderr_contains(&["cannot listen on 127.0.0.1:", "--port 0"]);
+}
+
+/// A Contrai run directory written as a training process writes it: `run.json`, then one
+/// `metrics.jsonl` row an optimizer step and `decisions.jsonl` rows, appended.
+struct Trainer {
+    dir: std::path::PathBuf,
+}
+
+impl Trainer {
+    fn start(dir: &Path) -> Trainer {
+        let run = contrai_run::RunDir::new(dir);
+        std::fs::create_dir_all(dir).unwrap();
+        contrai_run::RunFormat::stamp(&run, "watch test").unwrap();
+        Trainer {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn steps(&self, from: u64, to: u64, loss: impl Fn(u64) -> f32) {
+        let mut rows = String::new();
+        for step in from..=to {
+            let row = contrai_run::TrainRow {
+                step,
+                phase: contrai_recipe::Phase::Main,
+                samples: 32 * step,
+                train_loss: loss(step),
+                lr: 1e-3,
+                grad_norm: 0.8,
+                batch_size: 32,
+                wall_s: 0.05 * step as f64,
+            };
+            rows.push_str(&serde_json::to_string(&row).unwrap());
+            rows.push('\n');
+            if step % 50 == 0 {
+                let eval = contrai_run::EvalRow {
+                    step,
+                    phase: contrai_recipe::Phase::Main,
+                    val_loss: 1.0 / (1.0 + step as f32 / 100.0),
+                    val_accuracy: 0.5 + step as f32 / 1000.0,
+                };
+                rows.push_str(&serde_json::to_string(&eval).unwrap());
+                rows.push('\n');
+            }
+        }
+        append(&self.dir.join("metrics.jsonl"), rows.as_bytes());
+    }
+
+    fn decide(&self, step: u64, kind: contrai_run::DecisionKind, reason: &str) {
+        let evidence = serde_json::json!({ "train_loss_window": 0.41, "steps_flat": 60 });
+        let d = contrai_run::Decision::new(step, contrai_recipe::Phase::Main, kind, reason, evidence);
+        let line = format!("{}\n", serde_json::to_string(&d).unwrap());
+        append(&self.dir.join("decisions.jsonl"), line.as_bytes());
+    }
+}
+
+/// The page's live text holds `needle`.
+fn shows(needle: &str) -> String {
+    format!("document.getElementById('live').innerText.includes({needle:?})")
+}
+
+#[test]
+fn in_a_browser_points_a_decision_and_a_finding_appear_within_2_s() {
+    let tmp = TempDir::new();
+    let trainer = Trainer::start(&tmp.join("run"));
+    let falling = |s: u64| 2.0 / (1.0 + s as f32 / 50.0);
+    trainer.steps(1, 100, falling);
+    trainer.decide(
+        10,
+        contrai_run::DecisionKind::ValidatePassed,
+        "one batch overfitted",
+    );
+    let served = Served::start(&[], &tmp.join("run"));
+    let Some(mut browser) = contrai_testkit::browser::Browser::open(&served.url) else {
+        return;
+    };
+    let limit = Duration::from_secs(2);
+    browser
+        .wait_for("document.body.dataset.lastStep == '100'", Duration::from_secs(10))
+        .unwrap();
+    browser.wait_for(&shows("validate_passed"), limit).unwrap();
+    // New points.
+    trainer.steps(101, 150, falling);
+    let took = browser.wait_for("document.body.dataset.lastStep == '150'", limit);
+    assert!(took.is_ok(), "points: {took:?}");
+    // A decision, with its evidence.
+    trainer.decide(
+        150,
+        contrai_run::DecisionKind::LrCutPlateau,
+        "the training loss plateaued",
+    );
+    let took = browser.wait_for(&shows("lr_cut_plateau"), limit);
+    assert!(took.is_ok(), "decision: {took:?}");
+    assert_eq!(browser.eval(&shows("steps_flat")).unwrap(), true);
+    // A finding: the loss turns non-finite.
+    trainer.steps(151, 160, |s| if s > 155 { f32::NAN } else { falling(s) });
+    let took = browser.wait_for(&shows("nonfinite"), limit);
+    assert!(took.is_ok(), "finding: {took:?}");
+    // With its recommendation (the live finding: the value the loss became, and where).
+    assert_eq!(
+        browser.eval(&shows("train_loss became NaN at step 156")).unwrap(),
+        true
+    );
+    assert_eq!(
+        browser
+            .eval("document.querySelectorAll('#live svg').length >= 3")
+            .unwrap(),
+        true
+    );
+    // The raw values under the pointer: the page asks the server, and shows them.
+    let hover = "(() => { const s = document.querySelector('#live svg[data-x0]'); const b = s.getBoundingClientRect(); \
+        s.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: b.left + b.width / 2, clientY: b.top + b.height / 2})); return true; })()";
+    browser.eval(hover).unwrap();
+    browser
+        .wait_for(
+            "document.getElementById('tip').innerText.includes('train_loss')",
+            limit,
+        )
+        .unwrap();
+    if let Some(png) = std::env::var_os("CONTRAI_WATCH_SCREENSHOT") {
+        browser.screenshot(Path::new(&png)).unwrap();
+    }
 }

@@ -255,14 +255,15 @@ impl Chart {
         } else {
             nice_ticks(sc.y0, sc.y1, 6)
         };
-        for t in yticks {
+        let labels = tick_labels(&yticks);
+        for (t, label) in yticks.into_iter().zip(labels) {
             let y = sc.y(t);
             let _ = write!(
                 s,
                 r#"<line class="grid" x1="{LEFT}" y1="{y:.1}" x2="{by}" y2="{y:.1}"/><text class="yt" x="{:.1}" y="{:.1}">{}</text>"#,
                 LEFT - 6.0,
                 y + 4.0,
-                fmt_num(t)
+                label
             );
         }
         let scale_note = if sc.log { " (log scale)" } else { "" };
@@ -453,6 +454,20 @@ pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
         .collect()
 }
 
+/// Tick labels that tell every tick apart: [`fmt_num`]'s, or with as many significant digits as
+/// that takes (a narrow range such as 9.5e-4 to 1.05e-3).
+fn tick_labels(ticks: &[f64]) -> Vec<String> {
+    let distinct = |l: &[String]| l.windows(2).all(|w| w[0] != w[1]);
+    let plain: Vec<String> = ticks.iter().map(|t| fmt_num(*t)).collect();
+    if distinct(&plain) {
+        return plain;
+    }
+    (1..6)
+        .map(|p| ticks.iter().map(|t| format!("{t:.p$e}")).collect::<Vec<_>>())
+        .find(|l| distinct(l))
+        .unwrap_or(plain)
+}
+
 /// A short, readable number for a tick or a table.
 pub fn fmt_num(v: f64) -> String {
     let a = v.abs();
@@ -509,6 +524,14 @@ mod tests {
         assert_eq!(nice_ticks(0.13, 0.61, 5), vec![0.2, 0.3, 0.4, 0.5, 0.6]);
         assert_eq!(log_ticks(1e-4, 1.0), vec![1e-4, 1e-3, 1e-2, 1e-1, 1.0]);
         assert_eq!(log_ticks(0.1, 10.0), vec![0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0]);
+    }
+
+    #[test]
+    fn ticks_of_a_narrow_range_are_told_apart() {
+        let ticks = nice_ticks(9e-4, 1.1e-3, 6);
+        let labels = tick_labels(&ticks);
+        assert!(labels.windows(2).all(|w| w[0] != w[1]), "{labels:?}");
+        assert_eq!(tick_labels(&[0.0, 0.5, 1.0]), ["0", "0.5", "1"]);
     }
 
     #[test]

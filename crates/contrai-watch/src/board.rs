@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use contrai_doctor::{DoctorConfig, Format, Live, Run, Series, XUnit, report_of};
 use contrai_report::chart::esc;
@@ -62,6 +62,8 @@ pub struct Board {
     live: Live,
     /// Per followed path, a Contrai run's phases and decisions.
     extras: Vec<RunExtras>,
+    /// Per followed path, the size and time of its `decisions.jsonl` when last read.
+    journals: Vec<Option<(u64, SystemTime)>>,
     progress: Vec<Progress>,
     changed_at: Instant,
     version: u64,
@@ -73,6 +75,7 @@ impl Board {
         Board {
             live: Live::new(paths, format, DoctorConfig::default()),
             extras: paths.iter().map(|_| RunExtras::default()).collect(),
+            journals: vec![None; paths.len()],
             progress: Vec::new(),
             changed_at: Instant::now(),
             version: 0,
@@ -81,20 +84,24 @@ impl Board {
 
     /// Reads what the logs gained; true when the page must change.
     pub fn poll(&mut self) -> bool {
-        let (changed, _) = self.live.poll();
+        let (mut changed, _) = self.live.poll();
+        let paths: Vec<PathBuf> = self.live.paths().map(Path::to_path_buf).collect();
+        for (i, p) in paths.iter().enumerate() {
+            // A run directory's decisions are few: read whole when they or its metrics change.
+            let journal = stamp(&RunDir::new(p).decisions());
+            if (changed || journal != self.journals[i])
+                && is_run_dir(p)
+                && let Ok(e) = run_dir_extras(p)
+            {
+                self.extras[i] = e;
+                self.journals[i] = journal;
+                changed = true;
+            }
+        }
         if !changed {
             return false;
         }
         self.changed_at = Instant::now();
-        let paths: Vec<PathBuf> = self.live.paths().map(Path::to_path_buf).collect();
-        for (i, p) in paths.iter().enumerate() {
-            // A run directory's journal is small: read whole when its metrics grew.
-            if is_run_dir(p)
-                && let Ok(e) = run_dir_extras(p)
-            {
-                self.extras[i] = e;
-            }
-        }
         self.progress
             .resize_with(self.live.runs().len(), Progress::default);
         for (r, p) in self.live.runs().iter().zip(&mut self.progress) {
@@ -214,6 +221,12 @@ impl Board {
             .collect();
         serde_json::json!({ "values": rows })
     }
+}
+
+/// A file's size and modification time, `None` when it is not there.
+fn stamp(path: &Path) -> Option<(u64, SystemTime)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()?))
 }
 
 /// The logged point nearest step `x` (points are sorted by step).

@@ -103,11 +103,15 @@ impl Watch {
     }
 }
 
-/// Polls the logs; each change renders the page once and wakes every open event stream.
+/// Polls the logs; each change renders the page once and wakes every open event stream. A change
+/// that took long to read and render (a million points) spaces the next look, so that following a
+/// log costs at most a tenth of a core.
 fn follow(shared: &Shared) {
     let mut rendered = Instant::now();
+    let mut pause = Duration::from_millis(1000 / POLLS_A_SECOND);
     loop {
-        std::thread::sleep(Duration::from_millis(1000 / POLLS_A_SECOND));
+        std::thread::sleep(pause);
+        let start = Instant::now();
         let mut board = lock(&shared.board);
         // A quiet log changes the page too, once a minute: its status says for how long.
         if board.poll() || rendered.elapsed() >= RESTATE {
@@ -116,6 +120,9 @@ fn follow(shared: &Shared) {
             rendered = Instant::now();
             *lock(&shared.snapshot) = snap;
             shared.changed.notify_all();
+            pause = (9 * start.elapsed()).max(Duration::from_millis(1000 / POLLS_A_SECOND));
+        } else {
+            pause = Duration::from_millis(1000 / POLLS_A_SECOND);
         }
     }
 }
