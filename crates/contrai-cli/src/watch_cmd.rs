@@ -46,13 +46,12 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         token: token.clone(),
     })?;
     let port = watch.addr().map_or(args.port, |a| a.port());
-    let host = if loopback {
-        "127.0.0.1".to_string()
-    } else {
-        args.host
-    };
+    let host = if loopback { "127.0.0.1" } else { &args.host };
     let query = token.map(|t| format!("?token={t}")).unwrap_or_default();
-    println!("contrai watch: serving http://{host}:{port}/{query} (Ctrl-C to stop)");
+    println!(
+        "contrai watch: serving http://{}/{query} (Ctrl-C to stop)",
+        contrai_watch::server::socket_addr(host, port)
+    );
     std::io::stdout().flush()?;
     watch.serve();
     Ok(ExitCode::SUCCESS)

@@ -60,6 +60,8 @@ pub struct Chart {
     pub markers: Vec<Marker>,
     /// Force a log scale; by default a log scale is used when positive data spans > 2 decades.
     pub log_y: Option<bool>,
+    /// The x-axis spans at least this range (charts of one run share their steps).
+    pub x_span: Option<(f64, f64)>,
 }
 
 const W: f64 = 760.0;
@@ -171,7 +173,8 @@ impl Chart {
         let (x0, x1) = extent(
             pts.iter()
                 .map(|p| p.0)
-                .chain(self.bands.iter().flat_map(|b| [b.from, b.to])),
+                .chain(self.bands.iter().flat_map(|b| [b.from, b.to]))
+                .chain(self.x_span.into_iter().flat_map(|(a, b)| [a, b])),
         );
         let positive = pts.iter().all(|p| p.1 > 0.0);
         let (ymin, ymax) = extent(pts.iter().map(|p| p.1));

@@ -296,6 +296,16 @@ fn charts(
     decisions: &[Decision],
 ) -> Vec<Chart> {
     let bands = phase_bands(phases);
+    // Every chart of the run on the same steps, whichever series it shows.
+    let steps = run
+        .series
+        .values()
+        .flat_map(|d| [d.points.first(), d.points.last()])
+        .flatten();
+    let span = steps.fold(None, |s: Option<(f64, f64)>, p| {
+        let x = p.step as f64;
+        Some(s.map_or((x, x), |(a, b)| (a.min(x), b.max(x))))
+    });
     let mut markers: Vec<Marker> = findings
         .iter()
         .filter(|f| f.actionable())
@@ -338,6 +348,7 @@ fn charts(
                 bands: bands.clone(),
                 markers: if gi == 0 { markers.clone() } else { Vec::new() },
                 log_y: None,
+                x_span: span,
             };
             chart.has_data().then_some(chart)
         })
@@ -497,6 +508,7 @@ pub fn run_dir_extras(dir: &Path) -> Result<RunExtras, ReportError> {
         bands: bands.clone(),
         markers: Vec::new(),
         log_y: Some(false),
+        x_span: None,
     };
     let batch: Vec<&String> = series.keys().filter(|k| *k == "batch_size").collect();
     let sparsity: Vec<&String> = series.keys().filter(|k| k.starts_with("sparsity")).collect();

@@ -48,6 +48,15 @@ pub struct Options {
     pub token: Option<String>,
 }
 
+/// `host:port`, an IPv6 host in brackets.
+pub fn socket_addr(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 /// The board and its newest rendering, shared by the poller and the connections.
 struct Shared {
     board: Mutex<Board>,
@@ -65,7 +74,7 @@ pub struct Watch {
 impl Watch {
     /// Listens on the options' address and reads the logs once.
     pub fn bind(opts: Options) -> Result<Watch, ServeError> {
-        let addr = format!("{}:{}", opts.host, opts.port);
+        let addr = socket_addr(&opts.host, opts.port);
         let server = Server::http(&addr).map_err(|e| ServeError::Listen {
             addr: addr.clone(),
             reason: e.to_string(),

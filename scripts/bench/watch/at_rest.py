@@ -14,7 +14,13 @@ eval/loss every 1,000 steps, one SummaryWriter flushing every 2 minutes as by de
 - following: a step appended to the 100 MB file (one record, written and closed) until the
   event stream carries it, `--repeat` times.
 
-Usage: python at_rest.py --contrai target/release/contrai [--dir /tmp/watch-bench] [--rest 60]
+The anchor, with `--tensorboard PATH` (TensorBoard 2.21's `tensorboard` script): TensorBoard
+serving the same log directory, measured the same way — the first read until its scalars API
+returns the last step, and its CPU at rest over the same windows (it looks for new events every
+5 s by default, and samples a tag down to 1,000 points).
+
+Usage: python at_rest.py --contrai target/release/contrai [--tensorboard venv/bin/tensorboard]
+       [--dir /tmp/watch-bench] [--rest 60] [--repeat 3]
 """
 
 import argparse
@@ -62,6 +68,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def at_rest(pid: int, a, who: str) -> list:
+    """The process's CPU over `a.repeat` windows of `a.rest` seconds, as % of one core."""
+    rest = []
+    for _ in range(a.repeat):
+        c, t = cpu_seconds(pid), time.time()
+        time.sleep(a.rest)
+        rest.append(100 * (cpu_seconds(pid) - c) / (time.time() - t))
+        print(f"{who} at rest: {rest[-1]:.3f} % of a core", file=sys.stderr)
+    return rest
+
+
 def get(port: int, path: str) -> bytes:
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.sendall(f"GET {path} HTTP/1.0\r\nHost: x\r\n\r\n".encode())
@@ -87,6 +104,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--rest", type=float, default=60.0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tensorboard", help="TensorBoard's script, to measure it the same way")
     a = ap.parse_args()
     log_dir = os.path.join(a.dir, "run")
     existing = [f for f in os.listdir(log_dir)] if os.path.isdir(log_dir) else []
@@ -110,12 +128,7 @@ def main() -> None:
                 first_read = time.time() - t0
                 break
         time.sleep(2)
-        rest = []
-        for _ in range(a.repeat):
-            c, t = cpu_seconds(proc.pid), time.time()
-            time.sleep(a.rest)
-            rest.append(100 * (cpu_seconds(proc.pid) - c) / (time.time() - t))
-            print(f"at rest: {rest[-1]:.3f} % of a core", file=sys.stderr)
+        rest = at_rest(proc.pid, a, "contrai watch")
         page_t, page = [], b""
         for _ in range(a.repeat):
             t = time.time()
@@ -147,9 +160,47 @@ def main() -> None:
             "append_to_page_s": [round(x, 2) for x in follow],
             "append_to_page_s_median": round(statistics.median(follow), 2),
         }
+        if a.tensorboard:
+            result["tensorboard"] = tensorboard(a, log_dir, last)
         print(json.dumps(result, indent=1))
     finally:
         proc.kill()
+
+
+def tensorboard(a, log_dir: str, last: int) -> dict:
+    """TensorBoard on the same directory: first read and CPU at rest."""
+    port = free_port()
+    t0 = time.time()
+    proc = subprocess.Popen(
+        [a.tensorboard, "--logdir", log_dir, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        first_read = None
+        while first_read is None and time.time() - t0 < 600:
+            time.sleep(0.5)
+            try:
+                rows = json.loads(get(port, "/data/plugin/scalars/scalars?run=.&tag=train/loss"))
+            except (OSError, ValueError):
+                continue
+            if rows and rows[-1][1] >= last:
+                first_read = time.time() - t0
+        time.sleep(2)
+        rest = at_rest(proc.pid, a, "TensorBoard")
+        return {
+            "first_read_s": round(first_read, 2) if first_read else None,
+            "cpu_at_rest_percent_of_a_core": [round(x, 3) for x in rest],
+            "cpu_at_rest_median": round(statistics.median(rest), 3),
+        }
+    finally:
+        proc.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 if __name__ == "__main__":
