@@ -105,14 +105,10 @@ impl FileTail {
             left = if n == 0 { 0 } else { left - n as u64 };
             let used = self.stream.feed(run, &buf, once && left == 0)?;
             self.read += used as u64;
-            let kept = &buf[used.saturating_sub(SAMPLE)..used];
-            if used >= SAMPLE || self.sample.is_empty() {
-                self.sample = kept.to_vec();
-            } else {
-                self.sample.extend_from_slice(kept);
-                let cut = self.sample.len().saturating_sub(SAMPLE);
-                self.sample.drain(..cut);
-            }
+            self.sample
+                .extend_from_slice(&buf[used.saturating_sub(SAMPLE)..used]);
+            let cut = self.sample.len().saturating_sub(SAMPLE);
+            self.sample.drain(..cut);
             buf.drain(..used);
         }
         self.stamp = Some(now);
