@@ -65,22 +65,38 @@ impl Live {
             };
             changed = true;
             self.waiting[i] = None;
+            // A run whose log went (an older checkpoint's state, deleted) is no longer shown.
+            self.runs.retain(|r| {
+                r.path != i
+                    || runs
+                        .iter()
+                        .any(|n| n.name == r.run.name || n.source == r.run.source)
+            });
+            let logs: Vec<String> = runs.iter().map(|r| r.source.clone()).collect();
             for mut run in runs {
                 if self.clip_norm.is_some() {
                     run.hints.clip_norm = self.clip_norm;
                 }
-                fresh.extend(self.update(i, run));
+                fresh.extend(self.update(i, run, &logs));
             }
         }
         (changed, fresh)
     }
 
-    /// Feeds a run read again to its doctor (a new one for a run not seen before).
-    fn update(&mut self, path: usize, run: Run) -> Vec<(usize, Finding)> {
-        let known = self
+    /// Feeds a run read again to its doctor (a new one for a run not seen before). A run is
+    /// known by its log and name, or by its name alone once its log moved (a Trainer's newest
+    /// checkpoint holds its state, and no run read now comes from its old log).
+    fn update(&mut self, path: usize, run: Run, logs: &[String]) -> Vec<(usize, Finding)> {
+        let named = |r: &LiveRun| r.path == path && r.run.name == run.name;
+        let known = (self
             .runs
             .iter()
-            .position(|r| r.path == path && r.run.source == run.source && r.run.name == run.name);
+            .position(|r| named(r) && r.run.source == run.source))
+        .or_else(|| {
+            self.runs
+                .iter()
+                .position(|r| named(r) && !logs.contains(&r.run.source))
+        });
         let k = known.unwrap_or_else(|| {
             let mut doctor = Doctor::new(self.cfg.clone());
             doctor.set_hints(run.hints.clone());

@@ -1,13 +1,14 @@
-//! A log followed as it grows (`Tail`): each format read piece by piece, cut anywhere (mid-line,
-//! mid-record), ends with the runs a one-off read gives, reading only the bytes appended; a
-//! file rewritten or truncated (a resumed run) is read again, not duplicated.
+//! A log followed as it grows (`Tail`, `Live`): each format read piece by piece, cut anywhere
+//! (mid-line, mid-record), ends with the runs a one-off read gives, reading only the bytes
+//! appended; a file rewritten or truncated (a resumed run) is read again, not duplicated; a
+//! Trainer's output directory is one run, read from its newest checkpoint.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 
 use contrai_doctor::read::Tail;
-use contrai_doctor::{Run, Series, read_path};
+use contrai_doctor::{DoctorConfig, Live, Run, Series, read_path};
 use contrai_testkit::tfevents;
 
 fn append(path: &Path, bytes: &[u8]) {
@@ -214,4 +215,38 @@ fn a_resumed_job_writing_a_new_event_file_is_a_new_segment() {
         .expect("a segment");
     assert_eq!(log.cuts.len(), 1);
     assert_eq!(log.cuts[0].index, 50);
+}
+
+#[test]
+fn an_output_dir_is_one_run_read_from_its_newest_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let save = |step: u64| {
+        let ckpt = out.join(format!("checkpoint-{step}"));
+        fs::create_dir_all(&ckpt).unwrap();
+        fs::write(ckpt.join("trainer_state.json"), hf_state(step / 10)).unwrap();
+    };
+    save(50);
+    save(100);
+    let runs = read_path(&out, None).unwrap();
+    assert_eq!(runs.len(), 1, "one run, not one a checkpoint");
+    assert_eq!(runs[0].name, "out");
+    assert_eq!(points(&runs, Series::TrainLoss), 10);
+    // Followed live: a new checkpoint, the oldest deleted (save_total_limit); one run, one doctor.
+    let mut live = Live::new(std::slice::from_ref(&out), None, DoctorConfig::default());
+    live.poll();
+    assert_eq!(live.runs().len(), 1);
+    save(150);
+    fs::remove_dir_all(out.join("checkpoint-50")).unwrap();
+    let (changed, _) = live.poll();
+    assert!(changed);
+    assert_eq!(live.runs().len(), 1);
+    assert_eq!(live.runs()[0].run.name, "out");
+    assert_eq!(live.runs()[0].run.points(Series::TrainLoss).len(), 15);
+    assert!(
+        live.runs()[0]
+            .run
+            .source
+            .ends_with("checkpoint-150/trainer_state.json")
+    );
 }

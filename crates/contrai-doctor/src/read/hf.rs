@@ -25,8 +25,15 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
             reason: "missing or not an array".to_string(),
         });
     };
-    let name = path
-        .parent()
+    // A checkpoint's state is the output directory's run, whichever checkpoint holds it.
+    let folder = path.parent();
+    let run_dir = folder.filter(|f| {
+        f.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("checkpoint-"))
+    });
+    let name = run_dir
+        .and_then(Path::parent)
+        .or(folder)
         .and_then(|p| p.file_name())
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "trainer_state".to_string());

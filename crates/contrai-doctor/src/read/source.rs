@@ -274,5 +274,40 @@ pub(crate) fn in_dir(root: &Path) -> Result<Vec<Source>, ReadError> {
             sources.push(of_format(&dir, Format::Tensorboard)?);
         }
     }
-    Ok(sources)
+    Ok(newest_checkpoints(sources))
+}
+
+/// The step of a Trainer's `checkpoint-<step>/` folder holding `state`, and the folder above it.
+fn checkpoint_of(state: &Path) -> Option<(u64, &Path)> {
+    let ckpt = state.parent()?;
+    let step = file_name(ckpt).strip_prefix("checkpoint-")?.parse().ok()?;
+    Some((step, ckpt.parent()?))
+}
+
+/// A Trainer writes its whole state into every `checkpoint-<step>/` it saves: the newest holds
+/// the history of every earlier one, so it alone is read (one run for one output directory).
+fn newest_checkpoints(sources: Vec<Source>) -> Vec<Source> {
+    fn state(s: &Source) -> Option<(u64, &Path)> {
+        match s {
+            Source::Whole {
+                format: Format::HfTrainerState,
+                paths,
+            } => paths.first().and_then(|p| checkpoint_of(p)),
+            _ => None,
+        }
+    }
+    let newer_beside = |s: &Source| {
+        state(s).is_some_and(|(step, out)| {
+            sources
+                .iter()
+                .filter_map(state)
+                .any(|(n, o)| o == out && n > step)
+        })
+    };
+    let keep: Vec<bool> = sources.iter().map(|s| !newer_beside(s)).collect();
+    sources
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(s, k)| k.then_some(s))
+        .collect()
 }
