@@ -213,8 +213,8 @@ fn watch(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         if changed {
             last_change = Instant::now();
         }
-        for (k, f) in fresh {
-            emit(args.json, &live.runs()[k].run.name, &f, &mut prints)?;
+        for (run, f) in fresh {
+            emit(args.json, &run, &f, &mut prints)?;
         }
         // A file that does not exist yet or holds no metrics yet: keep waiting.
         for (_, why) in live.waiting() {
@@ -227,8 +227,8 @@ fn watch(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(500).min(idle));
     }
-    for (k, f) in live.finish() {
-        emit(args.json, &live.runs()[k].run.name, &f, &mut prints)?;
+    for (run, f) in live.finish() {
+        emit(args.json, &run, &f, &mut prints)?;
     }
     let runs: Vec<Run> = live.runs().iter().map(|r| r.run.clone()).collect();
     let reports: Vec<Report> = live.runs().iter().map(|r| report_of(&r.run, &r.doctor)).collect();

@@ -48,8 +48,9 @@ impl Live {
     }
 
     /// Reads what was written since the last poll and feeds the new points to the runs' doctors.
-    /// Returns whether anything changed and the findings newly raised (index into [`Live::runs`]).
-    pub fn poll(&mut self) -> (bool, Vec<(usize, Finding)>) {
+    /// Returns whether anything changed and the findings newly raised, each with its run's name
+    /// (not its place in [`Live::runs`], which a run whose log went leaves).
+    pub fn poll(&mut self) -> (bool, Vec<(String, Finding)>) {
         let mut changed = false;
         let mut fresh = Vec::new();
         for i in 0..self.tails.len() {
@@ -86,7 +87,7 @@ impl Live {
     /// Feeds a run read again to its doctor (a new one for a run not seen before). A run is
     /// known by its log and name, or by its name alone once its log moved (a Trainer's newest
     /// checkpoint holds its state, and no run read now comes from its old log).
-    fn update(&mut self, path: usize, run: Run, logs: &[String]) -> Vec<(usize, Finding)> {
+    fn update(&mut self, path: usize, run: Run, logs: &[String]) -> Vec<(String, Finding)> {
         let named = |r: &LiveRun| r.path == path && r.run.name == run.name;
         let known = (self
             .runs
@@ -110,15 +111,16 @@ impl Live {
         });
         let r = &mut self.runs[k];
         let found = r.doctor.feed_new_points(&run, &mut r.seen);
+        let named = found.into_iter().map(|f| (run.name.clone(), f)).collect();
         r.run = run;
-        found.into_iter().map(|f| (k, f)).collect()
+        named
     }
 
     /// The end of the logs: the findings only a whole run shows.
-    pub fn finish(&mut self) -> Vec<(usize, Finding)> {
+    pub fn finish(&mut self) -> Vec<(String, Finding)> {
         let mut out = Vec::new();
-        for (k, r) in self.runs.iter_mut().enumerate() {
-            out.extend(r.doctor.finish().into_iter().map(|f| (k, f)));
+        for r in &mut self.runs {
+            out.extend(r.doctor.finish().into_iter().map(|f| (r.run.name.clone(), f)));
         }
         out
     }

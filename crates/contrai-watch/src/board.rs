@@ -1,11 +1,11 @@
 //! What the live page shows: the followed runs with their live doctors, a Contrai run's phases
 //! and decisions, each run's pace and time left, rendered with the report's own sections.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use contrai_doctor::{DoctorConfig, Format, Live, Run, Series, XUnit, report_of};
+use contrai_doctor::{DoctorConfig, Format, Live, LiveRun, Run, Series, XUnit, report_of};
 use contrai_report::chart::esc;
 use contrai_report::page::Page;
 use contrai_report::{RunExtras, compared, is_run_dir, run_dir_extras, run_section};
@@ -64,7 +64,8 @@ pub struct Board {
     extras: Vec<RunExtras>,
     /// Per followed path, the size and time of its `decisions.jsonl` when last read.
     journals: Vec<Option<(u64, SystemTime)>>,
-    progress: Vec<Progress>,
+    /// Each run's progress, by its path and name (its place in the runs moves when one goes).
+    progress: HashMap<(usize, String), Progress>,
     changed_at: Instant,
     version: u64,
 }
@@ -76,7 +77,7 @@ impl Board {
             live: Live::new(paths, format, DoctorConfig::default()),
             extras: paths.iter().map(|_| RunExtras::default()).collect(),
             journals: vec![None; paths.len()],
-            progress: Vec::new(),
+            progress: HashMap::new(),
             changed_at: Instant::now(),
             version: 0,
         }
@@ -102,10 +103,9 @@ impl Board {
             return false;
         }
         self.changed_at = Instant::now();
-        self.progress
-            .resize_with(self.live.runs().len(), Progress::default);
-        for (r, p) in self.live.runs().iter().zip(&mut self.progress) {
-            p.record(last_step(&r.run));
+        for r in self.live.runs() {
+            let key = (r.path, r.run.name.clone());
+            self.progress.entry(key).or_default().record(last_step(&r.run));
         }
         true
     }
@@ -183,7 +183,7 @@ impl Board {
 
     /// A run's step, pace and time left.
     fn progress_line(&self, k: usize) -> String {
-        let run = &self.live.runs()[k].run;
+        let LiveRun { path, run, .. } = &self.live.runs()[k];
         let step = last_step(run);
         let total = run.hints.total_steps.filter(|t| *t > 0);
         let mut line = match total {
@@ -191,7 +191,8 @@ impl Board {
             Some(t) => format!("Step {step} of {t}."),
             None => format!("Step {step} (the log does not say its total)."),
         };
-        if let Some(pace) = self.progress.get(k).and_then(Progress::pace) {
+        let progress = self.progress.get(&(*path, run.name.clone()));
+        if let Some(pace) = progress.and_then(Progress::pace) {
             line.push_str(&format!(" Pace {} steps/s", contrai_report::chart::fmt_num(pace)));
             if let Some(t) = total.filter(|t| *t > step) {
                 let left = Duration::from_secs_f64((t - step) as f64 / pace);

@@ -116,34 +116,29 @@ impl Source {
 
 /// The source of one log file or folder read as `format`.
 pub(crate) fn of_format(path: &Path, format: Format) -> Result<Source, ReadError> {
-    let appended = |run: RawRun, kind: Kind| Source::Appended {
+    let appended = |run: RawRun, files: Vec<(PathBuf, Kind)>| Source::Appended {
         run: Box::new(run),
-        files: vec![Appended {
-            path: path.to_path_buf(),
-            kind,
-        }],
+        files: files
+            .into_iter()
+            .map(|(path, kind)| Appended { path, kind })
+            .collect(),
         run_dir: None,
         lenient: false,
     };
+    let one = |kind: Kind| vec![(path.to_path_buf(), kind)];
     Ok(match format {
         Format::Tensorboard => {
             let (run, files) = tensorboard::source(path)?;
-            let files = files
-                .into_iter()
-                .map(|(path, role)| Appended {
-                    path,
-                    kind: Kind::Events(role),
-                })
-                .collect();
-            Source::Appended {
-                run: Box::new(run),
-                files,
-                run_dir: None,
-                lenient: false,
-            }
+            appended(
+                run,
+                files
+                    .into_iter()
+                    .map(|(f, role)| (f, Kind::Events(role)))
+                    .collect(),
+            )
         }
-        Format::Jsonl => appended(jsonl::Jsonl::run(path), Kind::Jsonl),
-        Format::Csv => appended(csv_log::Csv::run(path), Kind::Csv),
+        Format::Jsonl => appended(jsonl::Jsonl::run(path), one(Kind::Jsonl)),
+        Format::Csv => appended(csv_log::Csv::run(path), one(Kind::Csv)),
         Format::HfTrainerState | Format::WandbCsv | Format::Mlflow | Format::Burn => Source::Whole {
             format,
             paths: vec![path.to_path_buf()],
@@ -185,19 +180,14 @@ fn merged_by_name(runs: Vec<Run>) -> Vec<Run> {
 pub(crate) fn in_dir(root: &Path) -> Result<Vec<Source>, ReadError> {
     let metrics = root.join("metrics.jsonl");
     if metrics.is_file() {
-        let Source::Appended { run, files, .. } = of_format(&metrics, Format::Jsonl)? else {
-            unreachable!("a JSONL log is appended");
-        };
-        let run_dir = RunDirHints {
-            name: root.file_name().map(|n| n.to_string_lossy().into_owned()),
-            clip_norm: recipe_clip_norm(root),
-        };
-        return Ok(vec![Source::Appended {
-            run,
-            files,
-            run_dir: Some(run_dir),
-            lenient: false,
-        }]);
+        let mut source = of_format(&metrics, Format::Jsonl)?;
+        if let Source::Appended { run_dir, .. } = &mut source {
+            *run_dir = Some(RunDirHints {
+                name: root.file_name().map(|n| n.to_string_lossy().into_owned()),
+                clip_norm: recipe_clip_norm(root),
+            });
+        }
+        return Ok(vec![source]);
     }
     let mut sources = Vec::new();
     let mut stack = vec![(root.to_path_buf(), 0usize)];

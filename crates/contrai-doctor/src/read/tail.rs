@@ -159,10 +159,12 @@ impl Followed {
                 if failed.as_ref() == Some(&now) || files.iter().zip(&now).all(|(f, n)| f.stamp == *n) {
                     return Ok(false);
                 }
+                // Only the files that are there and changed are opened.
+                let changed = |f: &FileTail, n: &Option<Stamp>| n.filter(|n| f.stamp != Some(*n));
                 if files
                     .iter()
                     .zip(&now)
-                    .any(|(f, n)| n.is_some_and(|n| f.replaced(&n)))
+                    .any(|(f, n)| changed(f, n).is_some_and(|n| f.replaced(&n)))
                 {
                     *self = Followed::new(self.source.clone());
                     return self.update(once, io);
@@ -170,8 +172,8 @@ impl Followed {
                 let res = files
                     .iter_mut()
                     .zip(&now)
-                    .filter(|(f, n)| n.is_some() && f.stamp != **n)
-                    .try_for_each(|(f, n)| n.map_or(Ok(()), |n| f.read_new(raw, n, once, io)));
+                    .filter_map(|(f, n)| Some((changed(f, n)?, f)))
+                    .try_for_each(|(n, f)| f.read_new(raw, n, once, io));
                 if let Err(e) = res {
                     // Start again from nothing when the files change (some rows were taken).
                     let lenient = matches!(self.source, Source::Appended { lenient: true, .. });
