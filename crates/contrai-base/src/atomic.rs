@@ -98,6 +98,50 @@ pub fn remove_leftovers(dir: &Path, depth: usize) -> Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
+/// Swaps two paths in one step (`renameat2` with `RENAME_EXCHANGE`): each then holds what the
+/// other held, and no moment exists when either is missing. `Ok(false)` where the system or the
+/// file system cannot (then nothing changed).
+pub fn exchange(a: &Path, b: &Path) -> Result<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(|e| FsError::io(p, e.into()));
+        let (ca, cb) = (c(a)?, c(b)?);
+        // SAFETY: both are valid NUL-terminated paths, relative to the working directory.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                libc::AT_FDCWD,
+                ca.as_ptr(),
+                libc::AT_FDCWD,
+                cb.as_ptr(),
+                libc::RENAME_EXCHANGE,
+            )
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINVAL) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => Ok(false),
+            _ => Err(FsError::io(b, e)),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (a, b);
+        Ok(false)
+    }
+}
+
+/// Forces a folder's entries (renames, new files) to disk.
+pub fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
 /// Writes `bytes` to `dest` atomically.
 pub fn write_atomic(dest: impl Into<PathBuf>, bytes: &[u8]) -> Result<()> {
     let mut f = AtomicFile::create(dest)?;
@@ -121,6 +165,22 @@ mod tests {
         write_atomic(&atomic, b"x").unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&atomic), mode(&plain), "the umask decides, as for any file");
+    }
+
+    #[test]
+    fn two_folders_swap_in_one_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        std::fs::write(a.join("x"), b"from a").unwrap();
+        std::fs::write(b.join("y"), b"from b").unwrap();
+        if exchange(&a, &b).unwrap() {
+            assert_eq!(std::fs::read(b.join("x")).unwrap(), b"from a");
+            assert_eq!(std::fs::read(a.join("y")).unwrap(), b"from b");
+        } else {
+            assert!(a.join("x").exists() && b.join("y").exists(), "nothing changed");
+        }
     }
 
     #[test]

@@ -53,7 +53,28 @@ impl DirLock {
     /// removes the temporary files an interrupted writer left there.
     pub fn acquire(dir: &Path) -> Result<DirLock> {
         std::fs::create_dir_all(dir).map_err(|e| FsError::io(dir, e))?;
-        let path = dir.join(LOCK_FILE);
+        let mut lock = DirLock::at(dir.join(LOCK_FILE), dir)?;
+        lock.removed = remove_leftovers(dir, LEFTOVER_DEPTH)?;
+        Ok(lock)
+    }
+
+    /// Locks `target` — a folder that is replaced whole, so its lock cannot live inside it — by
+    /// `.<name>.contrai.lock` beside it (its parent is created if missing). Nothing is cleaned.
+    pub fn beside(target: &Path) -> Result<DirLock> {
+        let parent = target
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent).map_err(|e| FsError::io(parent, e))?;
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
+        DirLock::at(parent.join(format!(".{name}.contrai.lock")), target)
+    }
+
+    /// Locks the file at `path` for `dir`.
+    fn at(path: PathBuf, dir: &Path) -> Result<DirLock> {
         let mut file = loop {
             let mut file = OpenOptions::new()
                 .read(true)
@@ -79,8 +100,11 @@ impl DirLock {
             }
         };
         Holder::me().write(&mut file).map_err(|e| FsError::io(&path, e))?;
-        let removed = remove_leftovers(dir, LEFTOVER_DEPTH)?;
-        Ok(DirLock { file, path, removed })
+        Ok(DirLock {
+            file,
+            path,
+            removed: Vec::new(),
+        })
     }
 
     /// The leftover temporary files removed when the lock was taken.
@@ -197,6 +221,19 @@ mod tests {
             "the lock file goes with the lock"
         );
         DirLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_lock_beside_a_folder_leaves_the_folder_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("split");
+        let first = DirLock::beside(&target).unwrap();
+        assert!(!target.exists(), "the folder is not made");
+        assert!(dir.path().join(".split.contrai.lock").is_file());
+        let err = DirLock::beside(&target).unwrap_err().to_string();
+        assert!(err.contains("split: in use by"), "{err}");
+        drop(first);
+        assert!(!dir.path().join(".split.contrai.lock").exists());
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use contrai_data::commit::Existing;
 use contrai_data::contamination::{self, Contamination, ContaminationConfig, EvalSet};
 use contrai_data::demo::{self, DemoConfig};
 use contrai_data::drift::{DriftConfig, Version, drift};
@@ -13,6 +14,7 @@ use contrai_data::split::{Dedup, OnConflict, SplitConfig, split};
 use contrai_data::store::StoreDir;
 
 use crate::choice::choice;
+use contrai_data::read::QuotedField;
 use contrai_data::{Audit, AuditConfig, FieldSpec, Format, IndexConfig, Source};
 
 use crate::progress::Bars;
@@ -37,9 +39,16 @@ pub enum DataCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Split into train, val and holdout so that no sample, and no near-duplicate of one, sits in
+    /// Split into train, val and holdout so that no sample, and no near-copy of one, sits in
     /// two partitions. Writes DIR/{train,val,holdout}.<ext> in the input's format and
     /// DIR/manifest.json, then re-reads them to prove there is no leak.
+    ///
+    /// Near-copies: texts whose words differ by at most 5 % (one word from 8 words, two from 40,
+    /// ...), or that share 80 % of their word 5-grams (character 5-grams under 20 words).
+    ///
+    /// The split is written beside DIR and put in place in one step: a crash leaves the old
+    /// split or the new one, never a mix, and a failed split leaves nothing. A split already in
+    /// DIR is replaced only with --force.
     ///
     /// A new version of the data splits with `--from` the old split: every old sample keeps its
     /// partition, a new near-copy of one follows it (or is dropped when it resembles samples of
@@ -77,6 +86,13 @@ pub enum DataCommand {
         /// data); without it that is an error, since its figures no longer compare.
         #[arg(long, requires = "from")]
         allow_shrink: bool,
+        /// Replace a split already in --out, once the new one is complete (the folder is swapped
+        /// in one step: a crash leaves the old split or the new one, never a mix).
+        #[arg(long)]
+        force: bool,
+        /// With --force: keep the replaced split as <out>.prev.
+        #[arg(long)]
+        keep_previous: bool,
         /// Evaluation sets whose matches are dropped from every partition (see `audit --against`).
         #[command(flatten)]
         against: AgainstArgs,
@@ -137,6 +153,14 @@ pub struct InputArgs {
     /// A CSV/TSV file without a header row: its columns' names, in order (e.g. label,text).
     #[arg(long, value_delimiter = ',')]
     columns: Vec<String>,
+    /// A CSV quoted field spanning more lines than this is taken for a quote never closed: an
+    /// error at the line where it opened (with --skip-bad that row is skipped and counted), and
+    /// the rows after it are read.
+    #[arg(long, value_name = "LINES", default_value_t = QuotedField::default().lines)]
+    max_field_lines: u64,
+    /// The same for a quoted field holding more bytes than this.
+    #[arg(long, value_name = "BYTES", default_value_t = QuotedField::default().bytes)]
+    max_field_bytes: u64,
     #[command(flatten)]
     fields: FieldArgs,
 }
@@ -178,9 +202,15 @@ pub struct FieldArgs {
     /// Skip and count malformed rows instead of stopping at the first one.
     #[arg(long)]
     skip_bad: bool,
-    /// Jaccard similarity at or above which two texts are near-duplicates [default: 0.8].
+    /// Jaccard similarity of shingles (word 5-grams; character 5-grams under 20 words) at or
+    /// above which two texts are near-copies [default: 0.8].
     #[arg(long)]
     threshold: Option<f64>,
+    /// Texts whose words differ by at most this share of the longer one's are near-copies too:
+    /// words replaced, inserted or deleted, at least one, for texts of 8 words or more
+    /// [default: 0.05, one word in 20; 0 turns this rule off].
+    #[arg(long, value_name = "SHARE")]
+    edit_share: Option<f64>,
     /// MinHash permutations [default: 256].
     #[arg(long)]
     num_perm: Option<usize>,
@@ -200,7 +230,13 @@ impl InputArgs {
             return Ok(demo::generate(DemoConfig::default()).source());
         }
         let path = self.path.clone().context("give a data file or --demo")?;
-        Ok(Source::file(path, self.format)?.headerless(&self.columns)?)
+        let limit = QuotedField {
+            lines: self.max_field_lines,
+            bytes: self.max_field_bytes,
+        };
+        Ok(Source::file(path, self.format)?
+            .headerless(&self.columns)?
+            .quoted_field(limit))
     }
 }
 
@@ -216,10 +252,16 @@ impl FieldArgs {
         };
         let (index, fields) = (&base.index, &base.fields);
         AuditConfig {
-            index: IndexConfig {
-                threshold: self.threshold.unwrap_or(index.threshold),
-                num_perm: self.num_perm.unwrap_or(index.num_perm),
-                ..*index
+            index: {
+                let given = IndexConfig {
+                    threshold: self.threshold.unwrap_or(index.threshold),
+                    num_perm: self.num_perm.unwrap_or(index.num_perm),
+                    ..*index
+                };
+                match self.edit_share {
+                    Some(share) => given.with_edit_share(share),
+                    None => given,
+                }
             },
             fields: FieldSpec {
                 text: self.text.clone().unwrap_or_else(|| fields.text.clone()),
@@ -299,6 +341,8 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
             dedup,
             from,
             allow_shrink,
+            force,
+            keep_previous,
             against,
             json,
         } => {
@@ -317,14 +361,19 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
                 allow_shrink,
                 against: Vec::new(),
                 ngram: against.ngram,
+                existing: match (force, keep_previous) {
+                    (_, true) => Existing::KeepPrevious,
+                    (true, false) => Existing::Replace,
+                    (false, false) => Existing::Refuse,
+                },
             };
             let cfg = SplitConfig {
                 against: against.sets(&cfg.audit.fields.text)?,
                 ..cfg
             };
             let outcome = split(input.source()?, &out, &cfg, &Bars::default())?;
-            for f in &outcome.leftovers {
-                eprintln!("{}", contrai_base::lock::removed_note(f));
+            for note in &outcome.leftovers {
+                eprintln!("{note}");
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&outcome.manifest)?);
@@ -416,6 +465,21 @@ fn print_split(m: &contrai_data::split::Manifest, out: &std::path::Path) {
             "  version {} of {} (version {}): kept {:?}, new {:?}, gone {:?} (train, val, holdout); {} new placed with their near-copies, {} dropped between partitions",
             m.version, p.manifest, p.version, p.kept, p.added, p.lost, p.pulled, p.bridges
         );
+    }
+    if !m.locked_conflicts.is_empty() {
+        println!(
+            "  {} new rows conflict with a locked sample of the parent (another label on the same text or a near-copy): dropped, the parent's kept",
+            m.locked_conflicts.len()
+        );
+        for c in m.locked_conflicts.iter().take(5) {
+            println!("    {} ({}) ~ {} in {}", c.id, c.label, c.parent_id, c.partition);
+        }
+        if m.locked_conflicts.len() > 5 {
+            println!(
+                "    … {} more (--json lists them all)",
+                m.locked_conflicts.len() - 5
+            );
+        }
     }
     println!(
         "  guard: {} shared texts, {} cross-partition near-duplicate pairs: {}",

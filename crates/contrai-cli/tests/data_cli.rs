@@ -2,6 +2,7 @@
 
 mod util;
 
+use serde_json::Value;
 use util::{TempDir, contrai, read_json, read_to_string};
 
 #[test]
@@ -18,7 +19,9 @@ fn audit_json_lists_every_cluster() {
     let clusters = v["clusters"].as_array().unwrap();
     assert_eq!(clusters.len() as u64, v["duplicate_clusters"].as_u64().unwrap());
     assert!(clusters.len() > 10 && clusters[0]["ids"].as_array().unwrap().len() >= 2);
-    assert_eq!(v["params"]["banding"]["bands"], 23);
+    assert_eq!(v["params"]["banding"]["bands"], 32);
+    assert_eq!(v["params"]["edit_banding"]["bands"], 64);
+    assert_eq!(v["params"]["edits"]["share"], 0.05);
 }
 
 #[test]
@@ -99,10 +102,10 @@ fn split_reads_a_headerless_tsv_with_columns_and_clears_leftovers() {
         })
         .collect();
     let corpus = dir.write("SMSSpamCollection", rows);
-    let out = dir.mkdir("d");
-    // What a split killed mid-write left, and a file of the user's.
-    dir.write("d/.contrai-AbC123.tmp", b"partial");
-    dir.write("d/notes.txt", b"mine");
+    let out = dir.join("d");
+    // What a split killed mid-write left beside its output.
+    dir.mkdir(".d.contrai-AbC123.tmp");
+    dir.write(".d.contrai-AbC123.tmp/train.tsv", b"partial");
 
     contrai(["data", "split"])
         .arg(&corpus)
@@ -118,9 +121,20 @@ fn split_reads_a_headerless_tsv_with_columns_and_clears_leftovers() {
         .arg(&out)
         .output()
         .assert_success()
-        .assert_stderr_contains(&["removed", ".contrai-AbC123.tmp"]);
-    assert!(!out.join(".contrai-AbC123.tmp").exists());
-    assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"mine");
+        .assert_stderr_contains(&["removed", ".d.contrai-AbC123.tmp"]);
+    assert!(!dir.join(".d.contrai-AbC123.tmp").exists());
+    // A folder of the user's that is not a split is never replaced, --force or not.
+    dir.mkdir("notes");
+    let mine = dir.write("notes/notes.txt", b"mine");
+    contrai(["data", "split"])
+        .arg(&corpus)
+        .args(["--format", "tsv", "--columns", "label,text", "--force", "--out"])
+        .arg(dir.join("notes"))
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["not a split", "notes.txt"]);
+    assert_eq!(std::fs::read(&mine).unwrap(), b"mine");
+    assert_eq!(std::fs::read_dir(dir.join("notes")).unwrap().count(), 1);
     let manifest = read_json(out.join("manifest.json"));
     let total: u64 = manifest["partitions"]
         .as_array()
@@ -287,4 +301,189 @@ fn audit_against_an_evaluation_set_finds_its_passages_and_split_drops_them() {
         .assert_code(2)
         .assert_stderr_contains(&["bench.xml", "evaluation set"]);
     assert!(!out2.exists(), "nothing written");
+}
+
+/// The file names in a folder, sorted.
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut n: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    n.sort();
+    n
+}
+
+#[test]
+fn a_split_already_in_out_is_replaced_only_with_force_and_whole() {
+    let dir = TempDir::new();
+    let jsonl = dir.join("reviews.jsonl");
+    contrai(["data", "demo", "--base", "300", "--out"])
+        .arg(&jsonl)
+        .output()
+        .assert_success();
+    let out = dir.join("split");
+    contrai(["data", "split"])
+        .arg(&jsonl)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .assert_success();
+    let before = read_to_string(out.join("manifest.json"));
+    // The same data as CSV, into the same folder: refused, naming the split that is there.
+    let csv = dir.join("reviews.csv");
+    let rows: Vec<Value> = read_to_string(&jsonl)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut text = String::from("id,text,label\n");
+    for r in &rows {
+        let q = |k: &str| format!("\"{}\"", r[k].as_str().unwrap().replace('"', "\"\""));
+        text.push_str(&format!("{},{},{}\n", q("id"), q("text"), q("label")));
+    }
+    std::fs::write(&csv, text).unwrap();
+    contrai(["data", "split"])
+        .arg(&csv)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["manifest.json", "a split is already there", "--force"]);
+    assert_eq!(read_to_string(out.join("manifest.json")), before);
+    // With --force the folder is the new split alone: no train.jsonl beside train.csv.
+    contrai(["data", "split"])
+        .arg(&csv)
+        .args(["--force", "--out"])
+        .arg(&out)
+        .output()
+        .assert_success();
+    assert_eq!(
+        names(&out),
+        ["holdout.csv", "manifest.json", "train.csv", "val.csv"]
+    );
+    // --keep-previous keeps the replaced one beside it.
+    contrai(["data", "split"])
+        .arg(&jsonl)
+        .args(["--keep-previous", "--out"])
+        .arg(&out)
+        .output()
+        .assert_success();
+    assert_eq!(
+        read_to_string(out.join("manifest.json")),
+        before,
+        "the same input, the same bytes"
+    );
+    assert_eq!(
+        names(&dir.join("split.prev")),
+        ["holdout.csv", "manifest.json", "train.csv", "val.csv"]
+    );
+    let beside: Vec<String> = names(dir.path())
+        .into_iter()
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(beside.is_empty(), "nothing left beside it: {beside:?}");
+}
+
+/// What a split folder holds, checked against its manifest: the input it was made from, when
+/// its files are exactly the manifest's and match their checksums.
+fn whole_split(out: &std::path::Path) -> Result<String, String> {
+    let m = read_json(out.join("manifest.json"));
+    let mut want = vec!["manifest.json".to_string()];
+    for p in m["partitions"].as_array().unwrap() {
+        if p["count"].as_u64().unwrap() > 0 {
+            let file = p["file"].as_str().unwrap();
+            let bytes = std::fs::read(out.join(file)).map_err(|e| format!("{file}: {e}"))?;
+            let sum = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&bytes));
+            if sum != p["file_xxh3"].as_str().unwrap() {
+                return Err(format!("{file} does not match the manifest"));
+            }
+            want.push(file.to_string());
+        }
+    }
+    want.sort();
+    let got = names(out);
+    if got != want {
+        return Err(format!("files {got:?}, the manifest names {want:?}"));
+    }
+    Ok(m["source"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn a_split_killed_at_any_point_of_its_commit_leaves_the_old_split_or_the_new_one() {
+    let dir = TempDir::new();
+    let old_data = dir.join("old.jsonl");
+    contrai(["data", "demo", "--base", "400", "--seed", "1", "--out"])
+        .arg(&old_data)
+        .output()
+        .assert_success();
+    let new_data = dir.join("new.jsonl");
+    contrai(["data", "demo", "--base", "500", "--seed", "2", "--out"])
+        .arg(&new_data)
+        .output()
+        .assert_success();
+    let out = dir.join("split");
+    let fresh = |out: &std::path::Path| {
+        if out.exists() {
+            std::fs::remove_dir_all(out).unwrap();
+        }
+        contrai(["data", "split"])
+            .arg(&old_data)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .assert_success();
+    };
+    // Each step of the commit waits 150 ms, so that kills land between its steps.
+    let replace = || {
+        contrai(["data", "split"])
+            .arg(&new_data)
+            .args(["--force", "--out"])
+            .arg(&out)
+            .env("CONTRAI_SLOW_COMMIT_MS", "150")
+    };
+    // The commit starts once the new split's manifest is written in its folder beside `out`.
+    let committing = || {
+        names(dir.path())
+            .iter()
+            .any(|n| n.starts_with(".split.contrai-") && dir.join(n).join("manifest.json").exists())
+    };
+    let (mut old, mut new) = (0, 0);
+    for i in 0..20u32 {
+        fresh(&out);
+        let mut running = replace().spawn();
+        let waiting = std::time::Instant::now();
+        while !committing() {
+            assert!(
+                waiting.elapsed().as_secs() < 120,
+                "the split never reached its commit"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        // 0 to 380 ms into a commit of two 150 ms waits: before the swap, after it, after the
+        // old split is removed.
+        let at = std::time::Duration::from_millis(u64::from(i) * 20);
+        std::thread::sleep(at);
+        running.kill();
+        running.wait();
+        match whole_split(&out) {
+            Ok(source) if source.ends_with("old.jsonl") => old += 1,
+            Ok(source) if source.ends_with("new.jsonl") => new += 1,
+            other => panic!("killed {at:?} into the commit: {other:?}"),
+        }
+    }
+    eprintln!("20 kills: {old} left the old split, {new} the new one");
+    assert!(
+        old > 0 && new > 0,
+        "the kills straddle the commit ({old} old, {new} new)"
+    );
+    // The next split clears what the killed ones left beside the folder.
+    replace()
+        .env_remove("CONTRAI_SLOW_COMMIT_MS")
+        .output()
+        .assert_success();
+    assert!(whole_split(&out).unwrap().ends_with("new.jsonl"));
+    let beside: Vec<String> = names(dir.path())
+        .into_iter()
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(beside.is_empty(), "{beside:?}");
 }

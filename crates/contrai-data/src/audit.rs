@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::index::{Clustering, Content, Index, IndexConfig, Skipped};
 use crate::minhash::Banding;
+use crate::near::EditRule;
 use crate::progress::Progress;
 use crate::read::{FieldSpec, Source};
 use crate::store::StoreDir;
@@ -115,6 +116,8 @@ impl Audit {
                 banding,
                 recall_at_threshold: banding.candidate_probability(self.config.index.threshold),
                 shingling: self.config.index.shingling,
+                edits: self.config.index.edits,
+                edit_banding: self.config.index.layout().edits.map(|(b, _)| b),
             },
             exact: ExactStats {
                 groups: exact_groups,
@@ -376,6 +379,11 @@ pub struct Params {
     pub recall_at_threshold: f64,
     /// Shingles.
     pub shingling: Shingling,
+    /// Rule 1: texts a few words apart are near-copies too.
+    pub edits: Option<EditRule>,
+    /// Rule 1's LSH bands for texts long enough for several edits (shorter ones are found by
+    /// exact keys).
+    pub edit_banding: Option<Banding>,
 }
 
 /// Exact duplicates.
@@ -500,8 +508,8 @@ impl AuditReport {
         }
         if self.near.clusters > 0 {
             p.push(format!(
-                "{} near-duplicate clusters (Jaccard ≥ {}) cover {} samples",
-                self.near.clusters, self.params.threshold, self.near.samples
+                "{} near-copy clusters cover {} samples",
+                self.near.clusters, self.near.samples
             ));
         }
         if self.conflicts.clusters > 0 {
@@ -573,12 +581,14 @@ impl fmt::Display for AuditReport {
         } else {
             writeln!(
                 f,
-                "near-duplicates: MinHash {} × LSH {} bands × {} rows (P(find) = {:.2} at J = {}), {} candidate pairs, {} verified",
+                "near-copies: shingles' Jaccard ≥ {} (MinHash {} × LSH {} bands × {} rows, P(find) = {:.3} at J = {}), {}; {} candidate pairs, {} verified",
+                self.params.threshold,
                 self.params.num_perm,
                 b.bands,
                 b.rows,
                 self.params.recall_at_threshold,
                 self.params.threshold,
+                EditRule::describe(self.params.edits.as_ref()),
                 self.near.candidate_pairs,
                 self.near.verified_pairs
             )?;

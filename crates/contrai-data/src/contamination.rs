@@ -14,9 +14,10 @@ use serde::Serialize;
 
 use crate::error::{DataError, Result};
 use crate::index::{Index, IndexConfig, Signer, for_each_chunk};
+use crate::near::Fingerprint;
 use crate::progress::Progress;
 use crate::read::{FieldSpec, Source};
-use crate::text::{jaccard, normalize, word_count, word_grams};
+use crate::text::{normalize, word_count, word_grams};
 
 /// Words of the n-grams compared by default.
 pub const NGRAM: usize = 13;
@@ -80,7 +81,7 @@ impl Default for ContaminationConfig {
 pub enum Evidence {
     /// A shared run of words (the words).
     Ngram(String),
-    /// A near-duplicate, with the exact Jaccard similarity of their shingles.
+    /// A near-copy ([`crate::near`]), with the exact Jaccard similarity of their shingles.
     Near(f64),
 }
 
@@ -136,7 +137,7 @@ pub struct Contamination {
 struct EvalSample {
     set: u16,
     id: String,
-    shingles: Vec<u64>,
+    fingerprint: Fingerprint,
 }
 
 /// The evaluation sets in memory.
@@ -146,8 +147,10 @@ struct EvalIndex {
     /// matched whole.
     grams: HashMap<u64, u32>,
     short_lengths: Vec<usize>,
-    /// (band, key) → evaluation samples.
+    /// (group of the key's slot, key) → evaluation samples.
     bands: HashMap<(u16, u64), Vec<u32>>,
+    /// The group of each key slot ([`crate::minhash::KeyLayout::group_of_slots`]).
+    group_of: Vec<usize>,
 }
 
 impl EvalIndex {
@@ -157,6 +160,7 @@ impl EvalIndex {
             grams: HashMap::new(),
             short_lengths: Vec::new(),
             bands: HashMap::new(),
+            group_of: signer.layout().group_of_slots(),
         };
         for (set, e) in sets.iter().enumerate() {
             let fields = FieldSpec {
@@ -183,13 +187,14 @@ impl EvalIndex {
                     }
                 }
                 let signed = signer.sign_normalized(&norm);
-                for (band, key) in signed.keys.into_iter().enumerate() {
-                    index.bands.entry((band as u16, key)).or_default().push(at);
+                for (slot, key) in signed.keys.into_iter().enumerate().filter(|(_, k)| *k != 0) {
+                    let group = index.group_of[slot] as u16;
+                    index.bands.entry((group, key)).or_default().push(at);
                 }
                 index.samples.push(EvalSample {
                     set: set as u16,
                     id: rec.id,
-                    shingles: signed.shingles,
+                    fingerprint: signed.fingerprint.settled(),
                 });
             }
         }
@@ -197,14 +202,14 @@ impl EvalIndex {
     }
 
     /// The first evaluation sample a training text matches, and how; `keys`: its band keys when
-    /// the audit already computed them (else it is signed here). Its shingles are made only when
-    /// a band meets an evaluation sample's.
+    /// the audit already computed them (else it is signed here). Its fingerprint is made only
+    /// when a key meets an evaluation sample's.
     fn check(
         &self,
         norm: &str,
         cfg: &ContaminationConfig,
         signer: &Signer,
-        keys: Option<&[u64]>,
+        keys: Option<Vec<u64>>,
     ) -> Option<(u32, Evidence)> {
         for n in std::iter::once(cfg.ngram).chain(self.short_lengths.iter().copied()) {
             for (h, range) in word_grams(norm, n) {
@@ -216,22 +221,19 @@ impl EvalIndex {
         if word_count(norm) == 0 {
             return None;
         }
-        let signed;
-        let keys = match keys {
-            Some(k) => k,
-            None => {
-                signed = signer.sign_normalized(norm);
-                &signed.keys
-            }
-        };
-        let mut shingles = None;
+        let keys = keys.unwrap_or_else(|| signer.sign_normalized(norm).keys);
+        let near = cfg.index.near_copy();
+        let mut fingerprint = None;
         let mut best: Option<(u32, f64)> = None;
-        for (band, key) in keys.iter().enumerate() {
-            for &at in self.bands.get(&(band as u16, *key)).into_iter().flatten() {
-                let mine = shingles.get_or_insert_with(|| cfg.index.shingling.shingles(norm));
-                let j = jaccard(mine, &self.samples[at as usize].shingles);
-                if j >= cfg.index.threshold && best.is_none_or(|(_, b)| j > b) {
-                    best = Some((at, j));
+        for (slot, key) in keys.iter().enumerate().filter(|(_, k)| **k != 0) {
+            let group = self.group_of[slot] as u16;
+            for &at in self.bands.get(&(group, *key)).into_iter().flatten() {
+                let mine = fingerprint.get_or_insert_with(|| Fingerprint::of(norm, &cfg.index.shingling));
+                let Some(m) = near.judge(mine, &self.samples[at as usize].fingerprint) else {
+                    continue;
+                };
+                if best.is_none_or(|(_, b)| m.jaccard() > b) {
+                    best = Some((at, m.jaccard()));
                 }
             }
         }
@@ -280,7 +282,7 @@ pub fn check(
             .enumerate()
             .map(|(k, rec)| {
                 let norm = normalize(rec.text.as_deref().unwrap_or_default());
-                let keys = audited.and_then(|ix| ix.band_keys(first + k));
+                let keys = audited.and_then(|ix| ix.candidate_keys(first + k));
                 (rec.id, eval.check(&norm, cfg, &signer, keys))
             })
             .collect();

@@ -22,6 +22,14 @@ pub enum DataError {
         /// The directory.
         path: PathBuf,
     },
+    /// A split's output folder holds something it must not replace.
+    #[error("{}: {message}", path.display())]
+    Output {
+        /// The folder, or the manifest of the split in it.
+        path: PathBuf,
+        /// What it holds and what to do.
+        message: String,
+    },
     /// The file holds no bytes, or no rows.
     #[error("{}: the file is empty (no rows to read)", path.display())]
     Empty {
@@ -89,7 +97,7 @@ pub enum DataError {
     },
     /// A new version of a split would hold fewer of its parent's holdout samples.
     #[error(
-        "{}: the new version's holdout holds {lost} fewer of the parent's {parent} holdout samples (e.g. {examples}): they left the data, a new near-copy with another label dropped them, or they match an evaluation set; the holdout's figures would no longer compare with the parent's (pass --allow-shrink to accept)",
+        "{}: the new version's holdout holds {lost} fewer of the parent's {parent} holdout samples (e.g. {examples}): they left the data, or they match an evaluation set; the holdout's figures would no longer compare with the parent's (pass --allow-shrink to accept)",
         path.display()
     )]
     HoldoutShrinks {

@@ -1,9 +1,9 @@
-//! The sample index: content hashes, MinHash-LSH candidates, verified near-duplicate clusters.
+//! The sample index: content hashes, candidate keys, verified near-copy clusters.
 //!
 //! Memory stays proportional to the number of samples: the first streaming pass keeps a few
-//! hashes a sample (content hash, LSH band keys) and, within a fixed budget, the shingle sets;
-//! when those did not fit, a second pass re-reads only the candidates' texts to verify each
-//! candidate pair by its exact Jaccard similarity.
+//! hashes a sample (content hash, candidate keys — [`KeyLayout`]) and, within a fixed budget, the
+//! texts' fingerprints (words and shingles); when those did not fit, a second pass re-reads only
+//! the candidates' texts. Every candidate pair is verified against [`crate::near`]'s definition.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::sync_channel;
@@ -13,17 +13,20 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use crate::cluster::{UnionFind, id_order};
 use crate::error::{DataError, Result};
-use crate::minhash::{Banding, MinHasher};
+use crate::minhash::{Banding, KeyLayout, MinHasher};
+use crate::near::{
+    EDIT_BANDS_AGREEING, EDIT_JACCARD, EDIT_RECALL, EditRule, Fingerprint, NearCopy, one_edit_keys,
+};
 use crate::progress::Progress;
 use crate::read::{FieldSpec, Record, Source};
 use crate::store::{Entry, Store, StoreDir};
-use crate::text::{Shingling, content_hash, jaccard, normalize, word_count};
+use crate::text::{Shingling, content_hash, normalize};
 
 /// Seed of the MinHash family: fixed, so signatures never change between runs or versions.
 pub(crate) const MINHASH_SEED: u64 = 0x00c0_47a1_5eed;
 /// Rows handed to the hashing threads at a time.
 const CHUNK: usize = 1024;
-/// Shingle hashes kept from pass 1 by default (8 bytes each: 64 MiB).
+/// Hashes of fingerprints (words and shingles) kept from pass 1 by default (8 bytes each: 64 MiB).
 pub const SHINGLE_CACHE: usize = 8 << 20;
 /// Characters kept of each text for reports.
 const SNIPPET_CHARS: usize = 80;
@@ -46,22 +49,26 @@ impl Content {
     }
 }
 
-/// How near-duplicates are found.
+/// What a near-copy is and how candidates are found.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IndexConfig {
     /// What the text field holds (written into manifests only when not text).
     #[serde(default, skip_serializing_if = "Content::is_text")]
     pub content: Content,
-    /// Verified Jaccard similarity at or above which two texts are near-duplicates.
+    /// Verified Jaccard similarity at or above which two texts are near-copies (rule 2).
     pub threshold: f64,
+    /// Texts a few words apart are near-copies (rule 1). A manifest written before the rule
+    /// existed has none, and a new version of that split keeps its parent's definition.
+    #[serde(default)]
+    pub edits: Option<EditRule>,
     /// MinHash functions a signature.
     pub num_perm: usize,
     /// Probability of finding a pair right at the threshold, used to choose the banding.
     pub recall_at_threshold: f64,
     /// Shingling.
     pub shingling: Shingling,
-    /// Shingle hashes kept from pass 1: while all fit, pass 2 (re-reading candidates' texts) is
-    /// skipped; beyond it the cache is dropped, so memory stays proportional to the samples.
+    /// Fingerprint hashes kept from pass 1: while all fit, pass 2 (re-reading candidates' texts)
+    /// is skipped; beyond it the cache is dropped, so memory stays proportional to the samples.
     #[serde(skip, default = "default_cache")]
     pub shingle_cache: usize,
 }
@@ -75,8 +82,9 @@ impl Default for IndexConfig {
         IndexConfig {
             content: Content::Text,
             threshold: 0.8,
+            edits: Some(EditRule::default()),
             num_perm: 256,
-            recall_at_threshold: 0.85,
+            recall_at_threshold: 0.99,
             shingling: Shingling::default(),
             shingle_cache: SHINGLE_CACHE,
         }
@@ -101,22 +109,58 @@ impl IndexConfig {
         if self.shingling.word_ngram == 0 || self.shingling.char_ngram == 0 {
             return Err(DataError::Param("shingle sizes must be at least 1".into()));
         }
+        if let Some(rule) = &self.edits {
+            rule.validate().map_err(DataError::Param)?;
+        }
         Ok(())
     }
 
-    /// The LSH banding this configuration uses.
+    /// Rule 1 with words changing at most at `share` of the longer text's (0: no rule 1).
+    pub fn with_edit_share(self, share: f64) -> IndexConfig {
+        IndexConfig {
+            edits: (share > 0.0).then(|| EditRule {
+                share,
+                ..self.edits.unwrap_or_default()
+            }),
+            ..self
+        }
+    }
+
+    /// Rule 2's LSH banding.
     pub fn banding(&self) -> Banding {
         Banding::for_recall(self.num_perm, self.threshold, self.recall_at_threshold)
     }
+
+    /// Every candidate key a text has.
+    pub fn layout(&self) -> KeyLayout {
+        KeyLayout {
+            jaccard: self.banding(),
+            edits: self.edits.map(|rule| (edit_banding(self.num_perm), rule)),
+        }
+    }
+
+    /// The definition candidates are verified against.
+    pub fn near_copy(&self) -> NearCopy {
+        NearCopy {
+            threshold: self.threshold,
+            shingling: self.shingling,
+            edits: self.edits,
+        }
+    }
+}
+
+/// Rule 1's banding for `num_perm` permutations.
+fn edit_banding(num_perm: usize) -> Banding {
+    Banding::for_recall_agreeing(num_perm, EDIT_JACCARD, EDIT_RECALL, EDIT_BANDS_AGREEING)
 }
 
 /// What pass 1 computes of a text, the same wherever it runs (the audit, the decontamination, a
-/// Ray worker): the normalised text's hash and words, its shingles and LSH band keys.
+/// Ray worker): the normalised text's hash and words, its fingerprint and candidate keys.
 #[derive(Debug, Clone)]
 pub struct Signer {
     shingling: Shingling,
     hasher: MinHasher,
-    banding: Banding,
+    layout: KeyLayout,
 }
 
 /// A text as [`Signer::sign`] sees it.
@@ -126,10 +170,11 @@ pub struct Signed {
     pub content: u128,
     /// Its words.
     pub words: u32,
-    /// Its band keys (zeros for an empty text, which is never a candidate).
+    /// Its candidate keys, laid out as [`KeyLayout`] says (0: a key it does not have; all 0 for
+    /// an empty text, which is never a candidate).
     pub keys: Vec<u64>,
-    /// Its sorted shingle hashes.
-    pub shingles: Vec<u64>,
+    /// Its words and shingles, for verification (unsettled: [`Fingerprint::settled`] first).
+    pub fingerprint: Fingerprint,
 }
 
 impl Signer {
@@ -138,13 +183,13 @@ impl Signer {
         Signer {
             shingling: cfg.shingling,
             hasher: MinHasher::new(cfg.num_perm, MINHASH_SEED),
-            banding: cfg.banding(),
+            layout: cfg.layout(),
         }
     }
 
-    /// The banding its keys follow.
-    pub fn banding(&self) -> Banding {
-        self.banding
+    /// The layout its keys follow.
+    pub fn layout(&self) -> KeyLayout {
+        self.layout
     }
 
     /// Signs a text (raw, as read).
@@ -154,18 +199,28 @@ impl Signer {
 
     /// Signs an already normalised text.
     pub fn sign_normalized(&self, norm: &str) -> Signed {
-        let words = word_count(norm);
-        let shingles = self.shingling.shingles(norm);
-        let keys = if words == 0 {
-            vec![0; self.banding.bands]
+        let fingerprint = Fingerprint::unsettled(norm, &self.shingling);
+        let words = fingerprint.words.len();
+        let mut keys = Vec::with_capacity(self.layout.len());
+        if words == 0 {
+            keys.resize(self.layout.len(), 0);
         } else {
-            self.banding.keys(&self.hasher.signature(&shingles))
-        };
+            let signature = self.hasher.signature(&fingerprint.shingles);
+            self.layout.jaccard.keys_into(&signature, &mut keys);
+            if let Some((banding, rule)) = &self.layout.edits {
+                if words >= rule.many_edits_from() {
+                    banding.keys_into(&signature, &mut keys);
+                } else {
+                    keys.resize(keys.len() + banding.bands, 0);
+                }
+                keys.extend(one_edit_keys(&fingerprint.words, rule));
+            }
+        }
         Signed {
             content: content_hash(norm),
             words: words as u32,
             keys,
-            shingles,
+            fingerprint,
         }
     }
 }
@@ -221,10 +276,12 @@ pub struct Index {
     pub stores: Vec<String>,
     /// Why a store could not be written, when it could not.
     pub store_note: Option<String>,
-    band_keys: Vec<u64>,
-    banding: Option<Banding>,
-    /// Each sample's shingles, while they fit in the configured cache.
-    shingle_cache: Option<Vec<Vec<u64>>>,
+    /// Each key slot's keys, a sample after another (slot-major: the candidate search reads one
+    /// slot of every sample at a time).
+    keys_by_slot: Vec<Vec<u64>>,
+    layout: Option<KeyLayout>,
+    /// Each sample's fingerprint, while they fit in the configured cache.
+    fingerprints: Option<Vec<Fingerprint>>,
     cached: usize,
     cache_limit: usize,
 }
@@ -250,7 +307,7 @@ struct Hashed {
     sample: Sample,
     label: Option<String>,
     keys: Vec<u64>,
-    shingles: Vec<u64>,
+    fingerprint: Fingerprint,
     /// Its hashes came from the persisted store.
     reused: bool,
 }
@@ -267,11 +324,12 @@ impl Index {
     ) -> Result<Index> {
         cfg.validate()?;
         let signer = Signer::new(cfg);
-        let banding = signer.banding();
+        let layout = signer.layout();
         let mut index = Index {
             // Numeric samples are compared for equality only.
-            banding: cfg.content.is_text().then_some(banding),
-            shingle_cache: Some(Vec::new()),
+            layout: cfg.content.is_text().then_some(layout),
+            keys_by_slot: vec![Vec::new(); if cfg.content.is_text() { layout.len() } else { 0 }],
+            fingerprints: Some(Vec::new()),
             cache_limit: cfg.shingle_cache,
             ..Index::default()
         };
@@ -283,7 +341,7 @@ impl Index {
             let mut store = store_dir
                 .filter(|_| cfg.content.is_text())
                 .and_then(|d| Store::path_for(source, d, cfg))
-                .map(|p| Store::open(p, banding.bands));
+                .map(|p| Store::open(p, layout.len()));
             for_each_chunk(source, fields, skip_bad, &mut index, progress, |chunk, index| {
                 let known = store.as_ref();
                 let hashed: Vec<Result<Hashed>> = chunk
@@ -314,8 +372,8 @@ impl Index {
                     });
                     if h.reused {
                         index.reused += 1;
-                        // Stored texts come without shingles: pass 2 re-reads the candidates.
-                        index.shingle_cache = None;
+                        // Stored texts come without fingerprints: pass 2 re-reads the candidates.
+                        index.fingerprints = None;
                     } else {
                         index.hashed += 1;
                         if let Some(s) = store.as_mut() {
@@ -328,8 +386,10 @@ impl Index {
                         }
                     }
                     index.samples.push(Sample { label, ..h.sample });
-                    index.band_keys.extend(h.keys);
-                    index.cache(h.shingles);
+                    for (slot, key) in index.keys_by_slot.iter_mut().zip(h.keys) {
+                        slot.push(key);
+                    }
+                    index.cache(h.fingerprint);
                 }
             })?;
             progress.finish();
@@ -346,20 +406,23 @@ impl Index {
         Ok(index)
     }
 
-    /// The LSH band keys of sample `i` (none for numeric samples, which have no banding).
-    pub fn band_keys(&self, i: usize) -> Option<&[u64]> {
-        let bands = self.banding?.bands;
-        self.band_keys.get(i * bands..(i + 1) * bands)
+    /// The candidate keys of sample `i` (none for numeric samples, which have no near-copies).
+    pub fn candidate_keys(&self, i: usize) -> Option<Vec<u64>> {
+        self.layout?;
+        self.keys_by_slot
+            .iter()
+            .map(|slot| slot.get(i).copied())
+            .collect()
     }
 
-    /// Keeps a sample's shingles while the cache has room; drops the whole cache once it is full.
-    fn cache(&mut self, shingles: Vec<u64>) {
-        self.cached += shingles.len();
+    /// Keeps a sample's fingerprint while the cache has room; drops the whole cache once it is full.
+    fn cache(&mut self, fingerprint: Fingerprint) {
+        self.cached += fingerprint.len();
         if self.cached > self.cache_limit {
-            self.shingle_cache = None;
+            self.fingerprints = None;
         }
-        if let Some(c) = self.shingle_cache.as_mut() {
-            c.push(shingles);
+        if let Some(c) = self.fingerprints.as_mut() {
+            c.push(fingerprint);
         }
     }
 
@@ -381,12 +444,14 @@ impl Index {
             }
             n
         };
-        let shingles = self.collect_shingles(sources, fields, cfg, &group_of, &groups, &needed, progress)?;
+        let prints =
+            self.collect_fingerprints(sources, fields, cfg, &group_of, &groups, &needed, progress)?;
+        let near = cfg.near_copy();
         let verified: Vec<(u32, u32, f64)> = candidates
             .par_iter()
             .filter_map(|&(a, b)| {
-                let j = jaccard(&shingles[&a], &shingles[&b]);
-                (j >= cfg.threshold).then_some((groups[a as usize][0], groups[b as usize][0], j))
+                let m = near.judge(&prints[&a], &prints[&b])?;
+                Some((groups[a as usize][0], groups[b as usize][0], m.jaccard()))
             })
             .collect();
         let mut uf = UnionFind::new(groups.len());
@@ -417,40 +482,48 @@ impl Index {
         (group_of, groups)
     }
 
-    /// Pairs of groups that share at least one LSH band, sorted and deduplicated.
+    /// Pairs of groups that share a key of one group of slots ([`KeyLayout::groups`]), sorted and
+    /// deduplicated; rule 1's bands pair only texts within their edit budget, and count when
+    /// [`EDIT_BANDS_AGREEING`] of them agree.
     fn candidates(&self, groups: &[Vec<u32>]) -> Vec<(u32, u32)> {
-        let Some(banding) = self.banding else {
+        let Some(layout) = self.layout else {
             return Vec::new();
         };
-        let nb = banding.bands;
         let live: Vec<u32> = (0..groups.len() as u32)
             .filter(|&g| self.samples[groups[g as usize][0] as usize].words > 0)
             .collect();
-        let mut pairs: Vec<(u32, u32)> = (0..nb)
-            .into_par_iter()
-            .flat_map_iter(|band| {
-                let mut keyed: Vec<(u64, u32)> = live
-                    .iter()
-                    .map(|&g| (self.band_keys[groups[g as usize][0] as usize * nb + band], g))
-                    .collect();
-                keyed.sort_unstable();
-                let mut out = Vec::new();
-                for run in keyed.chunk_by(|x, y| x.0 == y.0).filter(|r| r.len() > 1) {
-                    for (i, &(_, a)) in run.iter().enumerate() {
-                        out.extend(run[i + 1..].iter().map(|&(_, b)| (a.min(b), a.max(b))));
+        // (a, b, votes): a key of rule 2 or an exact key is enough alone, a band of rule 1 a vote.
+        let enough = EDIT_BANDS_AGREEING as u32;
+        let all = layout.groups();
+        let mut pairs: Vec<(u32, u32, u32)> = all
+            .par_iter()
+            .flat_map_iter(|(slots, window)| {
+                let keyed = sort_hashed(live.len() * slots.len(), |push| {
+                    for &g in &live {
+                        let first = groups[g as usize][0] as usize;
+                        let words = self.samples[first].words;
+                        for &s in slots {
+                            let key = self.keys_by_slot[s][first];
+                            if key != 0 {
+                                push((key, words, g));
+                            }
+                        }
                     }
-                }
-                out
+                });
+                bucket_pairs(keyed, *window, enough)
             })
             .collect();
         pairs.par_sort_unstable();
-        pairs.dedup();
         pairs
+            .chunk_by(|x, y| (x.0, x.1) == (y.0, y.1))
+            .filter(|run| run.iter().map(|p| p.2).sum::<u32>() >= enough)
+            .map(|run| (run[0].0, run[0].1))
+            .collect()
     }
 
-    /// Pass 2: the shingle sets of the groups that take part in a candidate pair.
+    /// Pass 2: the fingerprints of the groups that take part in a candidate pair.
     #[allow(clippy::too_many_arguments)]
-    fn collect_shingles(
+    fn collect_fingerprints(
         &self,
         sources: &[Source],
         fields: &FieldSpec,
@@ -459,14 +532,14 @@ impl Index {
         groups: &[Vec<u32>],
         needed: &[bool],
         progress: &dyn Progress,
-    ) -> Result<HashMap<u32, Vec<u64>>> {
+    ) -> Result<HashMap<u32, Fingerprint>> {
         let mut out = HashMap::new();
         if !needed.iter().any(|&n| n) {
             return Ok(out);
         }
-        if let Some(cache) = &self.shingle_cache {
+        if let Some(cache) = &self.fingerprints {
             for (g, members) in groups.iter().enumerate().filter(|(g, _)| needed[*g]) {
-                out.insert(g as u32, cache[members[0] as usize].clone());
+                out.insert(g as u32, cache[members[0] as usize].clone().settled());
             }
             return Ok(out);
         }
@@ -483,9 +556,9 @@ impl Index {
                     }
                     next += 1;
                 }
-                let sets: Vec<(u32, Vec<u64>)> = wanted
+                let sets: Vec<(u32, Fingerprint)> = wanted
                     .into_par_iter()
-                    .map(|(g, text)| (g, cfg.shingling.shingles(&normalize(&text))))
+                    .map(|(g, text)| (g, Fingerprint::of(&normalize(&text), &cfg.shingling)))
                     .collect();
                 out.extend(sets);
             })?;
@@ -539,6 +612,60 @@ impl Index {
     }
 }
 
+/// The pairs of texts that share a key, from `(key, words, group)` sorted by key then length:
+/// within rule 1's `window` only texts within the budget, each pair with one vote; elsewhere
+/// `enough` votes.
+fn bucket_pairs(keyed: Vec<(u64, u32, u32)>, window: Option<EditRule>, enough: u32) -> Vec<(u32, u32, u32)> {
+    let votes = if window.is_some() { 1 } else { enough };
+    let mut out = Vec::new();
+    for run in keyed.chunk_by(|x, y| x.0 == y.0).filter(|r| r.len() > 1) {
+        let texts: Vec<(u32, u32)> = run.iter().map(|&(_, words, g)| (words, g)).collect();
+        out.extend(pairs_within(&texts, window).map(|(a, b)| (a.min(b), a.max(b), votes)));
+    }
+    out
+}
+
+/// The pairs among texts that share one key, `(words, id)` sorted by words: all of them, or in a
+/// band of rule 1 (`window`) only those whose lengths are within the edit budget.
+pub fn pairs_within(texts: &[(u32, u32)], window: Option<EditRule>) -> impl Iterator<Item = (u32, u32)> + '_ {
+    texts.iter().enumerate().flat_map(move |(i, &(short, a))| {
+        texts[i + 1..]
+            .iter()
+            .take_while(move |&&(long, _)| {
+                window.is_none_or(|rule| (long - short) as usize <= rule.budget(long as usize))
+            })
+            .filter(move |&&(_, b)| a != b)
+            .map(move |&(_, b)| (a, b))
+    })
+}
+
+/// The items `each` gives (at most `capacity`, each at most twice), sorted, in linear time: their
+/// first field is a uniform hash, so a counting pass on its top bits leaves buckets of a few items
+/// each to sort. `each` is called twice, to count and to place.
+fn sort_hashed(capacity: usize, each: impl Fn(&mut dyn FnMut((u64, u32, u32)))) -> Vec<(u64, u32, u32)> {
+    // About four items a bucket: few enough to sort at once, buckets few enough to stay cached.
+    let bits = (usize::BITS - (capacity / 4).leading_zeros()).clamp(1, 20);
+    let bucket = |x: &(u64, u32, u32)| (x.0 >> (64 - bits)) as usize;
+    let mut starts = vec![0u32; (1 << bits) + 1];
+    each(&mut |x| starts[bucket(&x) + 1] += 1);
+    for b in 1..starts.len() {
+        starts[b] += starts[b - 1];
+    }
+    let mut next = starts.clone();
+    let mut out = vec![(0u64, 0u32, 0u32); starts[starts.len() - 1] as usize];
+    each(&mut |x| {
+        let b = bucket(&x);
+        out[next[b] as usize] = x;
+        next[b] += 1;
+    });
+    for w in starts.windows(2) {
+        if w[1] - w[0] > 1 {
+            out[w[0] as usize..w[1] as usize].sort_unstable();
+        }
+    }
+    out
+}
+
 /// Hashes one record (pass 1), or takes its hashes from the persisted store when it holds the
 /// text; a numeric sample whose field does not parse is a row error.
 fn hash_record(
@@ -551,11 +678,16 @@ fn hash_record(
     let text = rec.text.unwrap_or_default();
     let raw = xxh3_128(text.as_bytes());
     let known = store.and_then(|s| s.get(raw));
-    let (content, words, keys, shingles) = match (cfg.content, known) {
-        (Content::Text, Some(e)) => (e.content, e.words as usize, e.keys.clone(), Vec::new()),
+    let (content, words, keys, fingerprint) = match (cfg.content, known) {
+        (Content::Text, Some(e)) => (
+            e.content,
+            e.words as usize,
+            e.keys.clone(),
+            Fingerprint::default(),
+        ),
         (Content::Text, None) => {
             let s = signer.sign(&text);
-            (s.content, s.words as usize, s.keys, s.shingles)
+            (s.content, s.words as usize, s.keys, s.fingerprint)
         }
         (Content::Numeric, _) => {
             let values = crate::numeric::parse(&text).map_err(|what| DataError::Row {
@@ -566,7 +698,7 @@ fn hash_record(
                 ),
             })?;
             let hash = crate::numeric::content_hash(&values);
-            (hash, values.len(), Vec::new(), Vec::new())
+            (hash, values.len(), Vec::new(), Fingerprint::default())
         }
     };
     Ok(Hashed {
@@ -582,7 +714,7 @@ fn hash_record(
         },
         label: rec.label,
         keys,
-        shingles,
+        fingerprint,
         reused: known.is_some(),
     })
 }
@@ -663,4 +795,27 @@ pub(crate) fn for_each_chunk(
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn hashed_items_sort_as_any_sort_would() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        for n in [0, 3, 63, 64, 1000, 70_000] {
+            // Few distinct keys as well: equal keys must end up together, sorted by the rest.
+            let items: Vec<(u64, u32, u32)> = (0..n)
+                .map(|_| {
+                    let key = rng.random::<u64>() >> (rng.random_range(0..2u32) * 60);
+                    (key, rng.random(), rng.random())
+                })
+                .collect();
+            let mut want = items.clone();
+            want.sort_unstable();
+            let got = super::sort_hashed(n, |push| items.iter().for_each(|&x| push(x)));
+            assert_eq!(got, want);
+        }
+    }
 }

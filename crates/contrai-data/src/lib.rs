@@ -3,12 +3,14 @@
 
 pub mod audit;
 pub mod cluster;
+pub mod commit;
 pub mod contamination;
 pub mod demo;
 pub mod drift;
 pub mod error;
 pub mod index;
 pub mod minhash;
+pub mod near;
 pub mod numeric;
 pub mod parent;
 pub mod progress;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_128;
 
 use crate::error::{DataError, Result};
+use crate::near::EditRule;
 use crate::read::Source;
 use crate::split::{Manifest, SplitConfig};
 use crate::text::hash_hex;
@@ -127,6 +128,11 @@ impl Parent {
             "num_perm",
             p.index.num_perm.to_string(),
             mine.index.num_perm.to_string(),
+        )?;
+        differ(
+            "near-copy rule",
+            EditRule::describe(p.index.edits.as_ref()),
+            EditRule::describe(mine.index.edits.as_ref()),
         )?;
         differ(
             "content",

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 use crate::audit::{Audit, AuditConfig, AuditReport};
+use crate::commit::{Existing, Staging};
 use crate::contamination::{self, Contamination, ContaminationConfig, EvalSet};
 use crate::error::{DataError, Result};
 use crate::index::for_each_chunk;
@@ -41,13 +42,16 @@ pub struct SplitConfig {
     /// The split this one is a new version of (its directory or manifest): every sample of it
     /// keeps its partition, and new near-copies of them follow them or are dropped.
     pub parent: Option<PathBuf>,
-    /// A version may hold fewer of its parent's holdout samples (they left the data, or a new
-    /// conflicting near-copy dropped them); without it, that is an error.
+    /// A version may hold fewer of its parent's holdout samples (they left the data, or match an
+    /// evaluation set); without it, that is an error. A new row never takes a sample out: it is
+    /// the one dropped when it conflicts with one.
     pub allow_shrink: bool,
     /// Evaluation sets: samples sharing a long n-gram or a near-duplicate with any are dropped.
     pub against: Vec<EvalSet>,
     /// Words of the n-grams compared with the evaluation sets.
     pub ngram: usize,
+    /// What happens to a split already at the output.
+    pub existing: Existing,
 }
 
 impl Default for SplitConfig {
@@ -62,6 +66,7 @@ impl Default for SplitConfig {
             allow_shrink: false,
             against: Vec::new(),
             ngram: crate::contamination::NGRAM,
+            existing: Existing::Refuse,
         }
     }
 }
@@ -121,6 +126,10 @@ pub struct Manifest {
     pub dropped: BTreeMap<String, u64>,
     /// Ids dropped for label conflicts.
     pub dropped_conflict_ids: Vec<String>,
+    /// New rows dropped because they conflict with a locked sample of the parent (a near-copy,
+    /// or the same text, with another label).
+    #[serde(default)]
+    pub locked_conflicts: Vec<LockedConflict>,
     /// The evaluation sets the data was checked against (samples matching one are dropped).
     #[serde(default)]
     pub contamination: Option<ContaminationRecord>,
@@ -154,14 +163,7 @@ impl Manifest {
             .take(3)
             .enumerate()
             .filter(|(_, info)| info.count > 0)
-            .map(|(p, info)| {
-                let source = Source::File {
-                    path: dir.join(&info.file),
-                    format: self.format,
-                    columns: None,
-                };
-                (p as u8, source)
-            })
+            .map(|(p, info)| (p as u8, Source::of_format(dir.join(&info.file), self.format)))
             .collect()
     }
 
@@ -214,6 +216,7 @@ impl Manifest {
             "missing_text" => "without a text value".into(),
             "bad_rows" => "malformed".into(),
             "bridge" => "new near-copies of the parent's samples in two partitions".into(),
+            "locked" => "new rows whose label conflicts with a locked sample of the parent".into(),
             "contaminated" => "sharing text with an evaluation set (--against)".into(),
             other => other.into(),
         };
@@ -230,6 +233,19 @@ impl Manifest {
             reasons.join("; ")
         ))
     }
+}
+
+/// A new row that conflicts with a locked sample of the parent, and was dropped for it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LockedConflict {
+    /// The new row's id.
+    pub id: String,
+    /// Its label.
+    pub label: String,
+    /// A parent sample of its cluster, and that sample's partition.
+    pub parent_id: String,
+    /// The partition the parent's samples hold.
+    pub partition: String,
 }
 
 /// What a split records of its decontamination.
@@ -333,8 +349,8 @@ pub struct SplitOutcome {
     pub manifest: Manifest,
     /// The audit of the input.
     pub report: AuditReport,
-    /// Temporary files of an interrupted earlier write into `out`, removed before writing.
-    pub leftovers: Vec<PathBuf>,
+    /// What an interrupted earlier split into `out` left, and what became of it.
+    pub leftovers: Vec<String>,
 }
 
 /// Why a sample is not written.
@@ -347,6 +363,9 @@ enum Drop {
     Bridge,
     /// It shares a long n-gram or a near-duplicate with an evaluation set.
     Contaminated,
+    /// A new row whose label the parent's samples of its cluster do not carry: the parent's
+    /// samples are locked, so the new row is the one dropped.
+    Locked,
 }
 
 /// Splits `source` into `out/{train,val,holdout}.<ext>` and `out/manifest.json`.
@@ -357,7 +376,7 @@ pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progr
         p.check(cfg)?;
     }
     let source_xxh3 = source.file_digest()?.map(hash_hex);
-    let dir_lock = crate::DirLock::acquire(out)?;
+    let mut staging = Staging::open(out, cfg.existing)?;
     let anchors = parent.as_ref().map(Parent::anchors).unwrap_or_default();
     let mut sources = vec![source.clone()];
     sources.extend(anchors.iter().map(|(_, s)| s.clone()));
@@ -379,7 +398,7 @@ pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progr
     {
         return Err(shrinks(p, l, &audit, &hashes[2], &anchor_partition));
     }
-    let files = write_partitions(&source, out, &audit, &plan, cfg, progress)?;
+    let files = write_partitions(&source, staging.path(), &audit, &plan, cfg, progress)?;
     let guard = guard(&files, &source, &cfg.audit, progress)?;
     let manifest = Manifest {
         version: parent.as_ref().map_or(1, |p| p.manifest.version + 1),
@@ -392,11 +411,13 @@ pub fn split(source: Source, out: &Path, cfg: &SplitConfig, progress: &dyn Progr
         f.file.commit()?;
     }
     let json = serde_json::to_vec_pretty(&manifest).map_err(|e| DataError::Param(e.to_string()))?;
-    write_atomic(out.join("manifest.json"), &json)?;
+    write_atomic(staging.path().join("manifest.json"), &json)?;
+    let leftovers = std::mem::take(&mut staging.notes);
+    staging.commit()?;
     Ok(SplitOutcome {
         manifest,
         report: audit.report(),
-        leftovers: dir_lock.removed().to_vec(),
+        leftovers,
     })
 }
 
@@ -477,11 +498,23 @@ struct Plan {
     pulled: u64,
     /// New samples dropped as near-copies of the parent's samples in two partitions.
     bridges: u64,
+    /// New rows dropped for a conflict with a locked sample: (row, a parent sample, partition).
+    locked: Vec<(u32, u32, u8)>,
+}
+
+/// How an input row stands to the parent: its own row (same id and text), another row with a
+/// parent sample's text, or new. Parent rows come first, so deduplication keeps their ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Standing {
+    ParentRow,
+    ParentText,
+    New,
 }
 
 impl Plan {
-    /// Places every cluster: with the parent's samples it holds (a version moves none of them),
-    /// else by its hash. `anchors` gives the partition of each anchor source (sources 1..).
+    /// Places every cluster: with the parent's samples it holds (a version moves none of them,
+    /// and a new row that conflicts with them is the one dropped), else by its hash. `anchors`
+    /// gives the partition of each anchor source (sources 1..).
     fn new(
         audit: &Audit,
         cfg: &SplitConfig,
@@ -495,6 +528,7 @@ impl Plan {
             fate: vec![Err(Drop::Empty); inputs],
             pulled: 0,
             bridges: 0,
+            locked: Vec::new(),
         };
         // The parent's partition of a sample: an anchor's file, or the parent's content hashes.
         let old = |m: u32| -> Option<u8> {
@@ -502,6 +536,21 @@ impl Plan {
             match s.source {
                 0 => parent?.partition.get(&s.content).copied(),
                 a => Some(anchors[a as usize - 1]),
+            }
+        };
+        let parent_rows: HashSet<(&str, u128)> = samples
+            .iter()
+            .filter(|s| s.source != 0)
+            .map(|s| (s.id.as_str(), s.content))
+            .collect();
+        let standing = |m: u32| {
+            let s = &samples[m as usize];
+            if parent_rows.contains(&(s.id.as_str(), s.content)) {
+                Standing::ParentRow
+            } else if old(m).is_some() {
+                Standing::ParentText
+            } else {
+                Standing::New
             }
         };
         for members in &audit.clustering.clusters {
@@ -512,12 +561,28 @@ impl Plan {
                 .min()
                 .unwrap_or(0);
             let placed = place(cfg.seed, key, &cfg.ratios);
-            let inputs: Vec<u32> = members
+            let mut inputs: Vec<u32> = members
                 .iter()
                 .copied()
                 .filter(|&m| samples[m as usize].source == 0)
                 .collect();
-            for (m, kept) in keep(audit, &inputs, cfg) {
+            // The labels the parent's samples carry (its files, and its rows as they are now).
+            let anchored: Vec<u32> = members
+                .iter()
+                .copied()
+                .filter(|&m| samples[m as usize].source != 0)
+                .collect();
+            let locked: Option<BTreeSet<u32>> = (!olds.is_empty()).then(|| {
+                anchored
+                    .iter()
+                    .chain(inputs.iter().filter(|&&m| standing(m) == Standing::ParentRow))
+                    .filter_map(|&m| samples[m as usize].label)
+                    .collect()
+            });
+            inputs.sort_by_key(|&m| standing(m));
+            for (m, kept) in keep(audit, &inputs, cfg, locked.as_ref(), |m| {
+                standing(m) == Standing::ParentRow
+            }) {
                 let kept = if tainted.contains(&u64::from(m)) {
                     Err(Drop::Contaminated)
                 } else {
@@ -531,6 +596,10 @@ impl Plan {
                 if kept.is_ok() && old(m).is_none() {
                     plan.pulled += u64::from(olds.len() == 1 && part != Ok(placed));
                     plan.bridges += u64::from(part == Err(Drop::Bridge));
+                }
+                if kept == Err(Drop::Locked) {
+                    let with = anchored.first().copied().unwrap_or(m);
+                    plan.locked.push((m, with, old(with).unwrap_or(0)));
                 }
                 plan.fate[m as usize] = kept.and(part);
             }
@@ -582,6 +651,7 @@ impl Plan {
             ("empty", Drop::Empty),
             ("bridge", Drop::Bridge),
             ("contaminated", Drop::Contaminated),
+            ("locked", Drop::Locked),
         ] {
             dropped.insert(
                 name.into(),
@@ -606,6 +676,22 @@ impl Plan {
                 .filter(|&i| self.fate[i] == Err(Drop::Conflict))
                 .map(|i| samples[i].id.clone())
                 .collect(),
+            locked_conflicts: self
+                .locked
+                .iter()
+                .map(|&(m, with, p)| {
+                    let s = &samples[m as usize];
+                    LockedConflict {
+                        id: s.id.clone(),
+                        label: s
+                            .label
+                            .map(|l| audit.index.labels[l as usize].clone())
+                            .unwrap_or_default(),
+                        parent_id: samples[with as usize].id.clone(),
+                        partition: PARTITIONS[p as usize].into(),
+                    }
+                })
+                .collect(),
             guard,
         }
     }
@@ -626,8 +712,17 @@ pub fn place(seed: u64, key: u128, ratios: &[f64; 3]) -> u8 {
     }
 }
 
-/// Which members of one cluster are written (`Ok`) or dropped, after conflicts and dedup.
-fn keep(audit: &Audit, members: &[u32], cfg: &SplitConfig) -> Vec<(u32, std::result::Result<(), Drop>)> {
+/// Which members of one cluster are written (`Ok`) or dropped, after conflicts and dedup, in the
+/// order given (the first kept of each text, or cluster, stays). With `locked` (the labels the
+/// parent's samples of the cluster carry) the parent's rows are kept whatever their labels, and a
+/// row whose label they do not carry is dropped as [`Drop::Locked`] (unless conflicts are kept).
+fn keep(
+    audit: &Audit,
+    members: &[u32],
+    cfg: &SplitConfig,
+    locked: Option<&BTreeSet<u32>>,
+    parent_row: impl Fn(u32) -> bool,
+) -> Vec<(u32, std::result::Result<(), Drop>)> {
     let samples = &audit.index.samples;
     let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
     for &m in members {
@@ -642,17 +737,24 @@ fn keep(audit: &Audit, members: &[u32], cfg: &SplitConfig) -> Vec<(u32, std::res
         .map(|(l, _)| *l)
         .collect();
     let conflict = counts.len() > 1;
-    let label_ok = |m: u32| -> bool {
-        if !conflict {
-            return true;
+    let label_ok = |m: u32| -> std::result::Result<(), Drop> {
+        let label = samples[m as usize].label;
+        if let Some(locked) = locked {
+            let fits = parent_row(m) || label.is_none_or(|l| locked.is_empty() || locked.contains(&l));
+            return if fits || cfg.on_conflict == OnConflict::Keep {
+                Ok(())
+            } else {
+                Err(Drop::Locked)
+            };
         }
-        match cfg.on_conflict {
-            OnConflict::Keep => true,
-            OnConflict::Drop => false,
-            OnConflict::Majority => winners.len() == 1 && samples[m as usize].label == Some(winners[0]),
-        }
+        let fits = !conflict
+            || match cfg.on_conflict {
+                OnConflict::Keep => true,
+                OnConflict::Drop => false,
+                OnConflict::Majority => winners.len() == 1 && label == Some(winners[0]),
+            };
+        if fits { Ok(()) } else { Err(Drop::Conflict) }
     };
-    // Members are sorted by id, so the first kept of each text (or cluster) is the smallest id.
     let mut seen_text = HashSet::new();
     let mut seen_cluster = false;
     members
@@ -661,15 +763,15 @@ fn keep(audit: &Audit, members: &[u32], cfg: &SplitConfig) -> Vec<(u32, std::res
             let s = &samples[m as usize];
             let fate = if s.words == 0 {
                 Err(Drop::Empty)
-            } else if !label_ok(m) {
-                Err(Drop::Conflict)
             } else {
-                let dup = match cfg.dedup {
-                    Dedup::None => false,
-                    Dedup::Exact => !seen_text.insert(s.content),
-                    Dedup::Near => std::mem::replace(&mut seen_cluster, true),
-                };
-                if dup { Err(Drop::Duplicate) } else { Ok(()) }
+                label_ok(m).and_then(|()| {
+                    let dup = match cfg.dedup {
+                        Dedup::None => false,
+                        Dedup::Exact => !seen_text.insert(s.content),
+                        Dedup::Near => std::mem::replace(&mut seen_cluster, true),
+                    };
+                    if dup { Err(Drop::Duplicate) } else { Ok(()) }
+                })
             };
             (m, fate)
         })
@@ -769,11 +871,7 @@ fn guard(
                 (
                     p,
                     // Read as written: in the input's format, under a header row.
-                    Source::File {
-                        path: w.file.temp_path().to_path_buf(),
-                        format: source.format(),
-                        columns: None,
-                    },
+                    Source::of_format(w.file.temp_path(), source.format()),
                 )
             })
         })

@@ -34,7 +34,7 @@ pub struct Entry {
     pub content: u128,
     /// Words of the normalised text.
     pub words: u32,
-    /// Its LSH band keys.
+    /// Its candidate keys ([`crate::minhash::KeyLayout`]).
     pub keys: Vec<u64>,
 }
 
@@ -56,10 +56,14 @@ impl Store {
             return None;
         };
         let b = cfg.banding();
-        let params = format!(
+        let mut params = format!(
             "{}/{}x{}/{:?}/{MINHASH_SEED:x}/{:?}",
             cfg.num_perm, b.bands, b.rows, cfg.shingling, cfg.content
         );
+        // Rule 1's keys follow rule 2's (a store of a split made before rule 1 keeps its name).
+        if let Some((banding, rule)) = cfg.layout().edits {
+            params.push_str(&format!("/{}x{}/{rule:?}", banding.bands, banding.rows));
+        }
         let name = format!(
             "{}.{:016x}.sig",
             path.file_name()?.to_string_lossy(),

@@ -83,18 +83,28 @@ impl Default for Shingling {
 impl Shingling {
     /// The sorted, deduplicated 64-bit hashes of a normalised text's shingles.
     pub fn shingles(&self, normalized: &str) -> Vec<u64> {
+        self.shingles_of(normalized, &word_hashes(normalized))
+    }
+
+    /// [`Self::shingles`] from the text's [`word_hashes`] (a word n-gram is a hash of its words'
+    /// hashes, so the words are hashed once for both).
+    pub fn shingles_of(&self, normalized: &str, words: &[u64]) -> Vec<u64> {
+        let mut out = self.unsorted_shingles(normalized, words);
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The shingle hashes in text order, repeats kept: all MinHash needs (a minimum ignores
+    /// repeats), without the sort that only the exact Jaccard similarity needs.
+    pub fn unsorted_shingles(&self, normalized: &str, words: &[u64]) -> Vec<u64> {
         let mut out = Vec::new();
-        if normalized.is_empty() {
+        if words.is_empty() {
             return out;
         }
-        let words = word_count(normalized);
-        if words >= self.short_text_words {
-            let n = self.word_ngram.max(1);
-            if words <= n {
-                out.push(xxh3_64(normalized.as_bytes()));
-            } else {
-                out.extend(word_grams(normalized, n).map(|(h, _)| h));
-            }
+        if words.len() >= self.short_text_words {
+            let n = self.word_ngram.max(1).min(words.len());
+            out.extend(words.windows(n).map(gram_hash));
         } else {
             let n = self.char_ngram.max(1);
             let bounds: Vec<usize> = normalized
@@ -111,10 +121,66 @@ impl Shingling {
                 }
             }
         }
-        out.sort_unstable();
-        out.dedup();
         out
     }
+}
+
+/// A 64-bit hash of each word of a normalised text (words are separated by single spaces), in
+/// order.
+pub fn word_hashes(normalized: &str) -> Vec<u64> {
+    let bytes = normalized.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() / 5 + 1);
+    if bytes.is_empty() {
+        return out;
+    }
+    let mut start = 0;
+    for space in memchr::memchr_iter(b' ', bytes) {
+        out.push(word_hash(&bytes[start..space]));
+        start = space + 1;
+    }
+    out.push(word_hash(&bytes[start..]));
+    out
+}
+
+/// One word's hash: its bytes eight at a time, each multiplied in, then avalanched (words are
+/// short, and a general-purpose hash spends most of its time on set-up for them).
+#[inline]
+fn word_hash(word: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = 0x27d4_eb2f_1656_67c5 ^ (word.len() as u64).wrapping_mul(K);
+    let mut rest = word;
+    while rest.len() >= 8 {
+        let (head, tail) = rest.split_at(8);
+        let mut v = [0u8; 8];
+        v.copy_from_slice(head);
+        h = (h ^ u64::from_le_bytes(v)).wrapping_mul(K).rotate_left(27);
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        let mut v = [0u8; 8];
+        v[..rest.len()].copy_from_slice(rest);
+        h = (h ^ u64::from_le_bytes(v)).wrapping_mul(K).rotate_left(27);
+    }
+    fmix64(h)
+}
+
+/// One hash of a run of word hashes, which depends on their order: each word's hash rotated by
+/// its place (independent operations, which the CPU runs side by side), then mixed once.
+fn gram_hash(words: &[u64]) -> u64 {
+    let mut h = 0x9e37_79b9_7f4a_7c15 ^ words.len() as u64;
+    for &w in words {
+        h = (h ^ w).wrapping_mul(0xbf58_476d_1ce4_e5b9).rotate_left(31);
+    }
+    fmix64(h)
+}
+
+/// MurmurHash3's 64-bit finaliser: a bijection with full avalanche.
+pub(crate) fn fmix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
 /// The number of words of a normalised text.
@@ -155,22 +221,39 @@ pub fn word_grams(normalized: &str, n: usize) -> impl Iterator<Item = (u64, std:
 
 /// Exact Jaccard similarity of two sorted, deduplicated hash sets.
 pub fn jaccard(a: &[u64], b: &[u64]) -> f64 {
-    if a.is_empty() && b.is_empty() {
-        return 1.0;
-    }
-    let (mut i, mut j, mut inter) = (0, 0, 0usize);
+    overlap(a, b).1
+}
+
+/// How many values two sorted, deduplicated sets share, and their Jaccard similarity (1 for
+/// two empty sets).
+pub fn overlap(a: &[u64], b: &[u64]) -> (usize, f64) {
+    let inter = shared(a, b);
+    let union = a.len() + b.len() - inter;
+    (
+        inter,
+        if union == 0 {
+            1.0
+        } else {
+            inter as f64 / union as f64
+        },
+    )
+}
+
+/// The number of values two sorted, deduplicated sets share.
+fn shared(a: &[u64], b: &[u64]) -> usize {
+    let (mut i, mut j, mut n) = (0, 0, 0);
     while i < a.len() && j < b.len() {
         match a[i].cmp(&b[j]) {
             std::cmp::Ordering::Less => i += 1,
             std::cmp::Ordering::Greater => j += 1,
             std::cmp::Ordering::Equal => {
-                inter += 1;
+                n += 1;
                 i += 1;
                 j += 1;
             }
         }
     }
-    inter as f64 / (a.len() + b.len() - inter) as f64
+    n
 }
 
 #[cfg(test)]
@@ -187,13 +270,15 @@ mod tests {
     }
 
     #[test]
-    fn word_shingles_are_slices_of_five_words() {
+    fn word_shingles_are_runs_of_five_words() {
         let s = Shingling::default();
         let text = normalize(&(0..25).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" "));
         let sh = s.shingles(&text);
         assert_eq!(sh.len(), 21);
-        assert!(sh.contains(&xxh3_64(b"w0 w1 w2 w3 w4")));
-        assert!(sh.contains(&xxh3_64(b"w20 w21 w22 w23 w24")));
+        let first = gram_hash(&word_hashes("w0 w1 w2 w3 w4"));
+        assert!(sh.contains(&first));
+        assert!(sh.contains(&gram_hash(&word_hashes("w20 w21 w22 w23 w24"))));
+        assert_ne!(first, gram_hash(&word_hashes("w1 w0 w2 w3 w4")), "order counts");
     }
 
     #[test]

@@ -41,6 +41,7 @@ impl RowWriter {
                     path: input,
                     format,
                     columns,
+                    ..
                 },
                 Format::Csv | Format::Tsv,
             ) => {

@@ -155,6 +155,111 @@ fn csv_rows_of_the_wrong_width_are_named() {
     );
 }
 
+/// 400 rows; row 200 (line 201) opens a quote it never closes.
+fn unclosed_quote_csv() -> String {
+    let mut csv = String::from("id,text,label\n");
+    for i in 1..=400 {
+        if i == 200 {
+            csv.push_str("200,\"a review whose quote never closes,ham\n");
+        } else {
+            csv.push_str(&format!("{i},review number {i} of a kettle that works,ham\n"));
+        }
+    }
+    csv
+}
+
+#[test]
+fn an_unclosed_quote_is_named_at_its_line_and_swallows_no_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = file(dir.path(), "q.csv", unclosed_quote_csv().as_bytes());
+    let err = audit(&p, false).unwrap_err().to_string();
+    assert!(
+        err.contains("q.csv:201:") && err.contains("runs to the end of the file"),
+        "{err}"
+    );
+    let a = audit(&p, true).unwrap();
+    assert_eq!((a.index.samples.len(), a.index.bad_rows.len()), (399, 1));
+    assert!(
+        a.index.bad_rows[0].reason.contains(":201:"),
+        "{:?}",
+        a.index.bad_rows
+    );
+    let ids: Vec<&str> = a.index.samples.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids[198..201], ["199", "201", "202"]);
+    assert_eq!(
+        a.index.samples[399 - 1].line,
+        401,
+        "lines counted through the resumed read"
+    );
+    assert!(
+        a.index.samples.iter().all(|s| s.snippet.len() < 60),
+        "no row holds another"
+    );
+    // A split with --skip-bad writes the 399 rows; without it, nothing.
+    let out = dir.path().join("split");
+    let cfg = SplitConfig {
+        audit: AuditConfig {
+            skip_bad: true,
+            ..AuditConfig::default()
+        },
+        ..SplitConfig::default()
+    };
+    let m = split(Source::file(&p, None).unwrap(), &out, &cfg, &Silent)
+        .unwrap()
+        .manifest;
+    assert_eq!(m.partitions.iter().map(|x| x.count).sum::<u64>(), 399);
+    assert_eq!(m.dropped["bad_rows"], 1);
+    let refused = dir.path().join("refused");
+    assert!(
+        split(
+            Source::file(&p, None).unwrap(),
+            &refused,
+            &SplitConfig::default(),
+            &Silent
+        )
+        .is_err()
+    );
+    assert!(!refused.exists(), "a failed split leaves no folder");
+}
+
+#[test]
+fn a_quoted_field_past_the_line_limit_is_a_broken_quote() {
+    let dir = tempfile::tempdir().unwrap();
+    // Row 10 opens a quote that row 60's stray quote "closes": 50 rows would be one field.
+    let mut csv = String::from("id,text,label\n");
+    for i in 1..=100 {
+        match i {
+            10 => csv.push_str("10,\"opens here,ham\n"),
+            60 => csv.push_str("60,closes\" here,ham\n"),
+            _ => csv.push_str(&format!("{i},row {i},ham\n")),
+        }
+    }
+    let p = file(dir.path(), "l.csv", csv.as_bytes());
+    let limited = |lines| {
+        let limit = contrai_data::read::QuotedField {
+            lines,
+            bytes: 1 << 20,
+        };
+        let cfg = AuditConfig {
+            skip_bad: true,
+            ..AuditConfig::default()
+        };
+        Audit::run(
+            vec![Source::file(&p, None).unwrap().quoted_field(limit)],
+            cfg,
+            &Silent,
+        )
+        .unwrap()
+    };
+    // Within the default limit the quote is taken as closed (a real multi-line field could be).
+    assert_eq!(limited(1000).index.samples.len(), 50);
+    let a = limited(20);
+    assert_eq!((a.index.samples.len(), a.index.bad_rows.len()), (99, 1));
+    assert!(
+        a.index.bad_rows[0].reason.contains(":11:") && a.index.bad_rows[0].reason.contains("past 20 lines")
+    );
+}
+
 #[test]
 fn a_file_that_is_not_parquet_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -328,6 +328,100 @@ fn a_version_whose_holdout_would_shrink_is_refused_unless_allowed() {
     assert_eq!(v2.partitions[2].count, v1.partitions[2].count - 3);
 }
 
+/// The demo's rows as (id, text, label).
+fn demo_rows(set: &DemoSet) -> Vec<(String, String, String)> {
+    set.lines
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| {
+            let f = |k: &str| v[k].as_str().unwrap().to_string();
+            (f("id"), f("text"), f("label"))
+        })
+        .collect()
+}
+
+fn row(id: &str, text: &str, label: &str) -> String {
+    serde_json::json!({"id": id, "text": text, "label": label}).to_string()
+}
+
+#[test]
+fn a_new_row_that_conflicts_with_a_locked_holdout_sample_is_the_one_dropped() {
+    let set = demo(600, 12);
+    let a = tempfile::tempdir().unwrap();
+    let v1 = split(set.source(), a.path(), &SplitConfig::default(), &Silent)
+        .unwrap()
+        .manifest;
+    let labels: HashMap<String, String> = demo_rows(&set).into_iter().map(|r| (r.0, r.2)).collect();
+    let flip = |l: &str| if l == "positive" { "negative" } else { "positive" };
+    // Near-copies (one word added) and an exact copy of holdout samples, each with the other label.
+    let mut grown = set.lines.clone();
+    let holdout: Vec<(usize, String, String)> = written(a.path())
+        .into_iter()
+        .filter(|r| r.0 == 2 && r.2.split(' ').count() >= 8)
+        .take(6)
+        .collect();
+    let mut conflicting = Vec::new();
+    for (k, (_, id, text)) in holdout.iter().enumerate() {
+        let copy = if k == 0 { text.clone() } else { near_copy(text) };
+        let new_id = format!("flip-{k}");
+        grown.push(row(&new_id, &copy, flip(&labels[id])));
+        conflicting.push(new_id);
+    }
+    let b = tempfile::tempdir().unwrap();
+    let v2 = split(memory(grown), &b.path().join("v2"), &versioned(a.path()), &Silent)
+        .expect("the version succeeds: the parent's holdout is kept, the new rows dropped")
+        .manifest;
+    let lineage = v2.parent.unwrap();
+    assert_eq!(lineage.lost, [0, 0, 0]);
+    assert_eq!(
+        v2.partitions[2].content_hashes, v1.partitions[2].content_hashes,
+        "the holdout is what it was"
+    );
+    assert_eq!(v2.dropped["locked"], 6, "{:?}", v2.dropped);
+    let reported: Vec<&str> = v2.locked_conflicts.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(reported, conflicting);
+    for c in &v2.locked_conflicts {
+        assert_eq!(c.partition, "holdout");
+        assert!(holdout.iter().any(|h| h.1 == c.parent_id), "{c:?}");
+    }
+    let ids: HashSet<String> = written(&b.path().join("v2")).into_iter().map(|r| r.1).collect();
+    assert!(conflicting.iter().all(|id| !ids.contains(id)));
+}
+
+#[test]
+fn parent_rows_keep_their_ids_when_their_texts_arrive_again() {
+    let set = demo(500, 13);
+    let a = tempfile::tempdir().unwrap();
+    split(set.source(), a.path(), &SplitConfig::default(), &Silent).unwrap();
+    let old = written(a.path());
+    let labels: HashMap<String, String> = demo_rows(&set).into_iter().map(|r| (r.0, r.2)).collect();
+    // The same texts again under new ids that sort before the parent's ("aaa-" < "rev-").
+    let mut grown = set.lines.clone();
+    for (k, (_, id, text)) in old.iter().enumerate().filter(|(k, _)| k % 5 == 0) {
+        grown.push(row(&format!("aaa-{k:05}"), text, &labels[id]));
+    }
+    let b = tempfile::tempdir().unwrap();
+    let v2 = split(memory(grown), &b.path().join("v2"), &versioned(a.path()), &Silent)
+        .unwrap()
+        .manifest;
+    let new: HashMap<String, usize> = written(&b.path().join("v2"))
+        .into_iter()
+        .map(|r| (r.1, r.0))
+        .collect();
+    for (p, id, _) in &old {
+        assert_eq!(
+            new.get(id),
+            Some(p),
+            "parent row {id} kept, with its id, where it was"
+        );
+    }
+    assert!(
+        new.keys().all(|id| !id.starts_with("aaa-")),
+        "the copies are the ones dropped"
+    );
+    assert_eq!(v2.parent.unwrap().lost, [0, 0, 0]);
+}
+
 #[test]
 fn a_parent_that_does_not_match_its_files_or_parameters_is_refused() {
     let set = demo(400, 2);

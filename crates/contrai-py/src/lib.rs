@@ -353,7 +353,7 @@ fn audit(path: PathBuf, text: &str, label: &str, columns: Option<Vec<String>>) -
 /// new version of that split: old samples stay where they were, its settings are the defaults.
 #[pyfunction]
 #[pyo3(signature = (path, out, ratios = None, seed = None, text = None, label = None, columns = None,
-                    parent = None, allow_shrink = false))]
+                    parent = None, allow_shrink = false, force = false, keep_previous = false))]
 #[allow(clippy::too_many_arguments)]
 fn split(
     path: PathBuf,
@@ -365,6 +365,8 @@ fn split(
     columns: Option<Vec<String>>,
     parent: Option<PathBuf>,
     allow_shrink: bool,
+    force: bool,
+    keep_previous: bool,
 ) -> PyResult<String> {
     use contrai_data::Silent;
     use contrai_data::split::SplitConfig;
@@ -384,40 +386,67 @@ fn split(
     }
     cfg.parent = parent;
     cfg.allow_shrink = allow_shrink;
+    cfg.existing = match (force, keep_previous) {
+        (_, true) => contrai_data::commit::Existing::KeepPrevious,
+        (true, false) => contrai_data::commit::Existing::Replace,
+        (false, false) => contrai_data::commit::Existing::Refuse,
+    };
     let outcome = contrai_data::split::split(source, &out, &cfg, &Silent).map_err(err)?;
     json(&outcome.manifest)
 }
 
+/// The near-copy configuration of the sharded audit: the audit's defaults with these parameters.
+fn near_config(num_perm: usize, threshold: f64, edit_share: f64) -> PyResult<contrai_data::IndexConfig> {
+    let cfg = contrai_data::IndexConfig {
+        num_perm,
+        threshold,
+        ..contrai_data::IndexConfig::default()
+    }
+    .with_edit_share(edit_share);
+    cfg.validate().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(cfg)
+}
+
+/// Salts that keep equal key values of different key groups apart once every group's keys share
+/// one column (a 64-bit coincidence across groups only adds a candidate, which verification drops).
+const GROUP_SALT: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A text's words (hashed, in order) and its sorted shingles: what verification reads.
+type Fingerprint = (Vec<u64>, Vec<u64>);
+
 /// What the audit's first pass computes of each text, for engines that shard it (Ray Data),
 /// exactly as `contrai data audit` computes it, in buffers Arrow takes without a copy a value:
-/// the normalised texts' xxh3-128 (16 little-endian bytes each), their words (u32 LE), their LSH
-/// band keys (u64 LE, `bands` a text), `bands`, and with `shingles` each text's shingle hashes.
+/// the normalised texts' xxh3-128 (16 little-endian bytes each), their words (u32 LE), their
+/// candidate keys (u64 LE, `keys` a text, each salted by its group, 0 where a text has none),
+/// the votes a shared key of each slot gives a pair (a pair needs 2), and with `fingerprints`
+/// each text's words and shingles.
 #[pyfunction]
-#[pyo3(signature = (texts, num_perm = 256, threshold = 0.8, shingles = false))]
+#[pyo3(signature = (texts, num_perm = 256, threshold = 0.8, edit_share = 0.05, fingerprints = false))]
 #[allow(clippy::type_complexity)]
 fn signatures<'py>(
     py: Python<'py>,
     texts: Vec<Option<String>>,
     num_perm: usize,
     threshold: f64,
-    shingles: bool,
+    edit_share: f64,
+    fingerprints: bool,
 ) -> PyResult<(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
-    usize,
-    Vec<Vec<u64>>,
+    Vec<u32>,
+    Vec<Fingerprint>,
 )> {
     use contrai_data::index::Signer;
     use rayon::prelude::*;
-    let cfg = contrai_data::IndexConfig {
-        num_perm,
-        threshold,
-        ..contrai_data::IndexConfig::default()
-    };
-    cfg.validate().map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let signer = Signer::new(&cfg);
-    let bands = signer.banding().bands;
+    let signer = Signer::new(&near_config(num_perm, threshold, edit_share)?);
+    let layout = signer.layout();
+    let group_of = layout.group_of_slots();
+    let groups = layout.groups();
+    let votes: Vec<u32> = group_of
+        .iter()
+        .map(|&g| if groups[g].1.is_some() { 1 } else { 2 })
+        .collect();
     let signed: Vec<_> = py.detach(|| {
         texts
             .par_iter()
@@ -425,30 +454,85 @@ fn signatures<'py>(
             .collect()
     });
     let (mut content, mut words, mut keys) = (Vec::new(), Vec::new(), Vec::new());
-    let mut sets = Vec::new();
+    let mut prints = Vec::new();
     for s in signed {
         content.extend_from_slice(&s.content.to_le_bytes());
         words.extend_from_slice(&s.words.to_le_bytes());
-        keys.extend(s.keys.iter().flat_map(|k| k.to_le_bytes()));
-        sets.push(if shingles { s.shingles } else { Vec::new() });
+        for (key, &g) in s.keys.iter().zip(&group_of) {
+            let salted = if *key == 0 {
+                0
+            } else {
+                (key ^ (g as u64).wrapping_mul(GROUP_SALT)).max(1)
+            };
+            keys.extend_from_slice(&salted.to_le_bytes());
+        }
+        if fingerprints {
+            let f = s.fingerprint.settled();
+            prints.push((f.words, f.shingles));
+        }
     }
     Ok((
         PyBytes::new(py, &content),
         PyBytes::new(py, &words),
         PyBytes::new(py, &keys),
-        bands,
-        sets,
+        votes,
+        prints,
     ))
 }
 
-/// The exact Jaccard similarity of two texts' shingle sets (from `signatures(..., shingles=True)`),
-/// for each pair given: the verification of LSH candidates.
+/// The candidate pairs among the texts that share one key, as the audit pairs them: each later
+/// member of a text with its first (`exact`), the first members of different texts with each
+/// other — for a key of rule 1's bands (`votes` 1) only those within the edit budget. Rows:
+/// (id, id, exact, votes).
 #[pyfunction]
-fn jaccard_pairs(pairs: Vec<(Vec<u64>, Vec<u64>)>) -> Vec<f64> {
-    pairs
+#[pyo3(signature = (ids, contents, words, votes, edit_share = 0.05))]
+fn key_pairs(
+    ids: Vec<String>,
+    contents: Vec<Vec<u8>>,
+    words: Vec<u32>,
+    votes: u32,
+    edit_share: f64,
+) -> PyResult<Vec<(String, String, bool, u32)>> {
+    let cfg = near_config(256, 0.8, edit_share)?;
+    let window = if votes < 2 { cfg.edits } else { None };
+    let mut first: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    let mut reps: Vec<(u32, u32)> = Vec::new();
+    for (i, c) in contents.iter().enumerate() {
+        match first.get(c.as_slice()) {
+            Some(&f) if ids[f] != ids[i] => out.push((ids[f].clone(), ids[i].clone(), true, 2)),
+            Some(_) => {}
+            None => {
+                first.insert(c, i);
+                reps.push((words.get(i).copied().unwrap_or(0), i as u32));
+            }
+        }
+    }
+    reps.sort_unstable();
+    for (a, b) in contrai_data::index::pairs_within(&reps, window) {
+        out.push((ids[a as usize].clone(), ids[b as usize].clone(), false, votes));
+    }
+    Ok(out)
+}
+
+/// Whether each pair of fingerprints (from `signatures(..., fingerprints=True)`) are near-copies
+/// by the audit's definition: the verification of candidates.
+#[pyfunction]
+#[pyo3(signature = (pairs, threshold = 0.8, edit_share = 0.05))]
+fn near_pairs(
+    pairs: Vec<(Fingerprint, Fingerprint)>,
+    threshold: f64,
+    edit_share: f64,
+) -> PyResult<Vec<bool>> {
+    let near = near_config(256, threshold, edit_share)?.near_copy();
+    let print = |(words, shingles): &Fingerprint| contrai_data::near::Fingerprint {
+        words: words.clone(),
+        shingles: shingles.clone(),
+    };
+    Ok(pairs
         .iter()
-        .map(|(a, b)| contrai_data::text::jaccard(a, b))
-        .collect()
+        .map(|(a, b)| near.judge(&print(a), &print(b)).is_some())
+        .collect())
 }
 
 /// The module a weight belongs to, as the conductor names it (`blocks.0.attn.query.weight` →
@@ -742,7 +826,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RunLock>()?;
     m.add_function(wrap_pyfunction!(seal, m)?)?;
     m.add_function(wrap_pyfunction!(signatures, m)?)?;
-    m.add_function(wrap_pyfunction!(jaccard_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(key_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(near_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add("CorruptCheckpoint", m.py().get_type::<CorruptCheckpoint>())?;
     m.add_function(wrap_pyfunction!(recipe_check, m)?)?;

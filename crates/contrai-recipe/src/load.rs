@@ -308,10 +308,17 @@ impl Recipe {
         if s.val <= 0.0 || s.holdout <= 0.0 {
             return err("data.split.val", "val and holdout must both be above 0".into());
         }
-        unit(
-            "data.near_duplicates.threshold",
-            self.data.near_duplicates.threshold,
-        )?;
+        let near = &self.data.near_duplicates;
+        unit("data.near_duplicates.threshold", near.threshold)?;
+        if !(0.0..0.5).contains(&near.edit_share) {
+            return err(
+                "data.near_duplicates.edit_share",
+                format!(
+                    "is {}, expected a share in [0, 0.5) (0.05: one word in 20)",
+                    near.edit_share
+                ),
+            );
+        }
         let m = &self.model;
         for (k, v) in [
             ("model.vocab", m.vocab),

@@ -149,13 +149,19 @@ impl Default for Split {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NearDuplicates {
-    /// Jaccard similarity at or above which two texts are near-duplicates.
+    /// Jaccard similarity of shingles at or above which two texts are near-copies.
     pub threshold: f64,
+    /// Texts whose words differ by at most this share of the longer one's (at least one word,
+    /// from 8 words) are near-copies too; 0 turns that rule off.
+    pub edit_share: f64,
 }
 
 impl Default for NearDuplicates {
     fn default() -> Self {
-        NearDuplicates { threshold: 0.8 }
+        NearDuplicates {
+            threshold: 0.8,
+            edit_share: 0.05,
+        }
     }
 }
 

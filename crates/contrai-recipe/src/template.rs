@@ -141,7 +141,8 @@ val = 0.10
 holdout = 0.05
 
 [data.near_duplicates]
-threshold = 0.8          # Jaccard similarity of word 5-grams that makes two texts near-duplicates
+threshold = 0.8          # Jaccard similarity of word 5-grams (character 5-grams under 20 words) that makes two texts near-copies
+edit_share = 0.05        # or: words changed, inserted or deleted, as a share of the longer text (at least one, from 8 words; 0: off)
 
 [model]
 kind = "transformer"     # @MODEL_KIND@ (mlp: numeric features, standardised on train)

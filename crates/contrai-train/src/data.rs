@@ -105,12 +105,14 @@ pub fn split_config(recipe: &Recipe) -> SplitConfig {
                     _ => Content::Text,
                 },
                 threshold: d.near_duplicates.threshold,
-                ..IndexConfig::default()
+                ..IndexConfig::default().with_edit_share(d.near_duplicates.edit_share)
             },
             fields: fields(recipe),
             skip_bad: false,
             store: None,
         },
+        // The run owns its `data/`: a split left by an attempt that never trained is replaced.
+        existing: contrai_data::commit::Existing::Replace,
         ..SplitConfig::default()
     }
 }
@@ -273,11 +275,7 @@ fn read_manifest(dir: &Path) -> Result<Manifest> {
 /// Reads one partition file; every row needs a text and a label. Rows are numbered when the
 /// partition has no id field (a split of input without ids).
 fn read_partition(path: &Path, format: Format, fields: &FieldSpec) -> Result<Samples> {
-    let source = Source::File {
-        path: path.to_path_buf(),
-        format,
-        columns: None,
-    };
+    let source = Source::of_format(path, format);
     let records = match source.records(fields) {
         Err(contrai_data::DataError::MissingField { role: "id", .. }) => source.records(&FieldSpec {
             id: None,

@@ -153,6 +153,11 @@ impl Running {
         assert!(killed.success(), "kill -TERM {} failed", self.id());
     }
 
+    /// Kills it with SIGKILL: no handler runs, nothing is flushed.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
     /// Waits for it to exit, reading all it wrote.
     pub fn wait(self) -> Output {
         let out = self

@@ -137,6 +137,8 @@ pub enum Source {
         /// A CSV/TSV file without a header row: its columns' names, in order (`None`: the
         /// first line names them).
         columns: Option<Vec<String>>,
+        /// How far a quoted CSV field may run before it is taken for a quote never closed.
+        quoted: QuotedField,
     },
     /// JSONL lines in memory, shown under `name`.
     Memory {
@@ -151,6 +153,17 @@ pub enum Source {
 pub type Records = Box<dyn Iterator<Item = Result<Record>> + Send>;
 
 impl Source {
+    /// A file in a known format, read with the defaults (a header row; quoted fields within
+    /// the default limits): what a split writes.
+    pub fn of_format(path: impl Into<PathBuf>, format: Format) -> Source {
+        Source::File {
+            path: path.into(),
+            format,
+            columns: None,
+            quoted: QuotedField::default(),
+        }
+    }
+
     /// A file source, its format taken from `format` or else from the extension.
     pub fn file(path: impl Into<PathBuf>, format: Option<Format>) -> Result<Source> {
         let path = path.into();
@@ -158,11 +171,25 @@ impl Source {
             Some(f) => f,
             None => detect(&path)?,
         };
-        Ok(Source::File {
-            path,
-            format,
-            columns: None,
-        })
+        Ok(Source::of_format(path, format))
+    }
+
+    /// This source with a quoted CSV field allowed to run as far as `limit` says.
+    pub fn quoted_field(self, limit: QuotedField) -> Source {
+        match self {
+            Source::File {
+                path,
+                format,
+                columns,
+                ..
+            } => Source::File {
+                path,
+                format,
+                columns,
+                quoted: limit,
+            },
+            memory => memory,
+        }
     }
 
     /// This source read as a file without a header row whose columns are named `columns`, in
@@ -172,7 +199,9 @@ impl Source {
             return Ok(self);
         }
         match self {
-            Source::File { path, format, .. } if format.is_delimited() => {
+            Source::File {
+                path, format, quoted, ..
+            } if format.is_delimited() => {
                 let mut seen = std::collections::HashSet::new();
                 if let Some(dup) = columns.iter().find(|c| !seen.insert(c.as_str())) {
                     return Err(DataError::Param(format!(
@@ -183,6 +212,7 @@ impl Source {
                     path,
                     format,
                     columns: Some(columns.to_vec()),
+                    quoted,
                 })
             }
             other => Err(DataError::Param(format!(
@@ -245,6 +275,7 @@ impl Source {
                 path,
                 format,
                 columns,
+                ..
             } => {
                 check_file(path)?;
                 match format {
@@ -294,11 +325,14 @@ impl Source {
                 path,
                 format,
                 columns,
+                quoted,
             } => {
                 check_file(path)?;
                 match format {
                     Format::Jsonl => jsonl::open(path, fields),
-                    Format::Csv | Format::Tsv => csv::open(path, *format, columns.as_deref(), fields),
+                    Format::Csv | Format::Tsv => {
+                        csv::open(path, *format, columns.as_deref(), fields, *quoted)
+                    }
                     Format::Parquet => parquet::open(path, fields),
                 }
             }
@@ -332,5 +366,6 @@ fn row_error(path: &Path, line: u64, message: impl Into<String>) -> DataError {
     }
 }
 
+pub use self::csv::QuotedField;
 pub(crate) use self::csv::{delimiter, header_of};
 pub(crate) use self::parquet::schema_of;

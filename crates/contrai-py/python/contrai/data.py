@@ -157,17 +157,13 @@ class _Skipping(Sampler[Any]):
 
 # ---- the audit's first pass, sharded (Ray Data) ------------------------------------------------
 
-# Salts that keep equal key values of different bands apart when every band's keys share one
-# column (a 64-bit coincidence across bands only adds a candidate, which verification drops).
-_BAND_SALT = 0x9E3779B97F4A7C15
-
-
 def signatures(batch: Any, text: str = "text", id: str = "id", num_perm: int = 256, threshold: float = 0.8,
-               shingles: bool = False) -> Any:
+               edit_share: float = 0.05, fingerprints: bool = False) -> Any:
     """The audit's first pass over one Arrow batch, computed in Rust exactly as ``contrai data
     audit`` computes it: for each row its ``id``, ``content`` (xxh3-128 of the normalised text, 16
-    bytes), ``words``, LSH band keys ``bands`` and, with ``shingles``, its shingle hashes. For
-    ``ray.data``: ``ds.map_batches(contrai.data.signatures, batch_format="pyarrow")``."""
+    bytes), ``words``, candidate ``keys`` (each salted by its group, 0 where the text has none)
+    and, with ``fingerprints``, its hashed ``word_hashes`` and ``shingles`` (what verification
+    reads). For ``ray.data``: ``ds.map_batches(contrai.data.signatures, batch_format="pyarrow")``."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -178,98 +174,95 @@ def signatures(batch: Any, text: str = "text", id: str = "id", num_perm: int = 2
             raise ValueError(f"no {what} field `{field}` in the batch; its fields: "
                              f"{', '.join(batch.column_names)}{hint}")
     texts = batch.column(text).to_pylist()
-    content, words, keys, bands, sh = _core_signatures(texts, num_perm, threshold, shingles)
+    content, words, keys, votes, prints = _core_signatures(texts, num_perm, threshold, edit_share, fingerprints)
     # The Rust buffers become Arrow arrays without a Python object a value.
     columns = {"id": pc.cast(batch.column(id), pa.string()),
                "content": pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(texts),
                                                                [None, pa.py_buffer(content)]),
                "words": pa.array(np.frombuffer(words, dtype="<u4")),
-               "bands": pa.FixedSizeListArray.from_arrays(pa.array(np.frombuffer(keys, dtype="<u8")), bands)}
-    if shingles:
-        columns["shingles"] = pa.array(sh, pa.list_(pa.uint64()))
+               "keys": pa.FixedSizeListArray.from_arrays(pa.array(np.frombuffer(keys, dtype="<u8")), len(votes))}
+    if fingerprints:
+        columns["word_hashes"] = pa.array([w for w, _ in prints], pa.list_(pa.uint64()))
+        columns["shingles"] = pa.array([s for _, s in prints], pa.list_(pa.uint64()))
     return pa.table(columns)
 
 
-def _core_signatures(texts: list[Any], num_perm: int, threshold: float,
-                     shingles: bool) -> tuple[bytes, bytes, bytes, int, list[list[int]]]:
+def _core_signatures(texts: list[Any], num_perm: int, threshold: float, edit_share: float,
+                     fingerprints: bool) -> tuple[bytes, bytes, bytes, list[int], list[tuple[list[int], list[int]]]]:
     from . import _core
 
-    return _core.signatures([t if isinstance(t, str) else None for t in texts], num_perm, threshold, shingles)
+    return _core.signatures([t if isinstance(t, str) else None for t in texts], num_perm, threshold, edit_share,
+                            fingerprints)
 
 
-def _band_rows(batch: Any) -> Any:
-    """One row a band of each non-empty text: (key, id, content); the band's index salted into
-    the key, so that a single ``groupby`` groups every band."""
+def _key_rows(batch: Any, votes: list[int]) -> Any:
+    """One row a candidate key of each non-empty text: (key, id, content, words, votes)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     live = batch.filter(pc.greater(batch["words"], 0))
     n = live.num_rows
-    if n == 0:
-        return pa.table({"key": pa.array([], pa.uint64()), "id": pa.array([], pa.string()),
-                         "content": pa.array([], pa.binary(16))})
-    keys = pc.list_flatten(live["bands"]).to_numpy().astype(np.uint64)
-    bands = len(keys) // n
-    salt = (np.arange(bands, dtype=np.uint64) * np.uint64(_BAND_SALT)).astype(np.uint64)
-    salted = keys ^ np.tile(salt, n)
-    take = pa.array(np.repeat(np.arange(n), bands))
-    return pa.table({"key": pa.array(salted, pa.uint64()), "id": live["id"].take(take),
-                     "content": live["content"].take(take)})
+    keys = pc.list_flatten(live["keys"]).to_numpy().astype(np.uint64) if n else np.array([], np.uint64)
+    slots = len(votes)
+    has = keys != 0
+    take = pa.array(np.repeat(np.arange(n), slots)[has])
+    return pa.table({"key": pa.array(keys[has], pa.uint64()), "id": live["id"].take(take),
+                     "content": live["content"].take(take), "words": live["words"].take(take),
+                     "votes": pa.array(np.tile(np.asarray(votes, np.uint32), n)[has], pa.uint32())})
 
 
-def _group_pairs(group: Any) -> Any:
-    """The candidate pairs of one band key's group: members with the same text paired with its
-    first (``exact``), the first members of different texts paired with each other."""
+def _group_pairs(group: Any, edit_share: float) -> Any:
+    """The candidate pairs of one key's group, as the audit pairs them (``_core.key_pairs``)."""
     import pyarrow as pa
 
-    first: dict[bytes, str] = {}
-    out: list[tuple[str, str, bool]] = []
-    for i, c in zip(group["id"].to_pylist(), group["content"].to_pylist()):
-        if c not in first:
-            first[c] = i
-        elif first[c] != i:
-            out.append((first[c], i, True))
-    reps = sorted(first.values())
-    out += [(x, y, False) for k, x in enumerate(reps) for y in reps[k + 1:]]
-    return pa.table({"a": pa.array([p[0] for p in out], pa.string()),
-                     "b": pa.array([p[1] for p in out], pa.string()),
-                     "exact": pa.array([p[2] for p in out], pa.bool_())})
+    from . import _core
+
+    rows = _core.key_pairs(group["id"].to_pylist(), group["content"].to_pylist(), group["words"].to_pylist(),
+                           int(group["votes"][0].as_py()), edit_share)
+    return pa.table({"a": pa.array([r[0] for r in rows], pa.string()),
+                     "b": pa.array([r[1] for r in rows], pa.string()),
+                     "exact": pa.array([r[2] for r in rows], pa.bool_()),
+                     "votes": pa.array([r[3] for r in rows], pa.uint32())})
 
 
 def near_duplicate_clusters(ds: Any, text: str = "text", id: str = "id", num_perm: int = 256,
-                            threshold: float = 0.8) -> list[list[str]]:
+                            threshold: float = 0.8, edit_share: float = 0.05) -> list[list[str]]:
     """The duplicate clusters (two samples or more) of a ``ray.data.Dataset``, the same as
     ``contrai data audit`` finds on the same rows: signatures on every worker
-    (:func:`signatures`), the LSH band keys grouped by Ray (``groupby`` on the key), the candidate
-    pairs' texts verified by their exact Jaccard similarity, and clusters formed on the driver by
-    union-find over the verified pairs only. Each cluster's ids sorted, clusters by first id."""
+    (:func:`signatures`), the candidate keys grouped by Ray (``groupby`` on the key), the
+    candidate pairs' texts verified against the near-copy definition in Rust, and clusters formed
+    on the driver by union-find over the verified pairs only. Each cluster's ids sorted, clusters
+    by first id."""
     from ray.data.expressions import col
 
-    sig = ds.map_batches(signatures, batch_format="pyarrow",
-                         fn_kwargs={"text": text, "id": id, "num_perm": num_perm, "threshold": threshold})
-    keys = sig.map_batches(_band_rows, batch_format="pyarrow").materialize()
+    from . import _core
+
+    params = {"text": text, "id": id, "num_perm": num_perm, "threshold": threshold, "edit_share": edit_share}
+    votes = _core_signatures(["a"], num_perm, threshold, edit_share, False)[3]
+    sig = ds.map_batches(signatures, batch_format="pyarrow", fn_kwargs=params)
+    keys = sig.map_batches(_key_rows, batch_format="pyarrow", fn_kwargs={"votes": votes}).materialize()
     # Most keys are one text's alone: count them first (a vectorised aggregation), so that the
-    # Python pairing runs only on the keys texts share, brought back to their rows by a join.
+    # pairing runs only on the keys texts share, brought back to their rows by a join.
     shared = keys.groupby("key").count().filter(expr=col("count()") > 1).select_columns(["key"])
     found = (keys.join(shared, "inner", num_partitions=max(1, keys.num_blocks()), on=("key",))
-             .groupby("key").map_groups(_group_pairs, batch_format="pyarrow").take_all())
-    pairs: dict[tuple[str, str], bool] = {}
+             .groupby("key").map_groups(_group_pairs, batch_format="pyarrow",
+                                        fn_kwargs={"edit_share": edit_share}).take_all())
+    pairs: dict[tuple[str, str], tuple[bool, int]] = {}
     for r in found:
         a, b = sorted((r["a"], r["b"]))
-        pairs[a, b] = pairs.get((a, b), False) or bool(r["exact"])
-    unsure = sorted(p for p, exact in pairs.items() if not exact)
+        exact, n = pairs.get((a, b), (False, 0))
+        pairs[a, b] = (exact or bool(r["exact"]), n + int(r["votes"]))
+    # A band of the edit rule alone is one vote: a pair needs two, as in the audit.
+    unsure = sorted(p for p, (exact, n) in pairs.items() if not exact and n >= 2)
     needed = {i for pair in unsure for i in pair}
-    shingles: dict[str, list[int]] = {}
+    prints: dict[str, tuple[list[int], list[int]]] = {}
     if needed:
         wanted = ds.filter(lambda row: str(row[id]) in needed)
         for r in wanted.map_batches(signatures, batch_format="pyarrow",
-                                    fn_kwargs={"text": text, "id": id, "num_perm": num_perm,
-                                               "threshold": threshold, "shingles": True}).take_all():
-            shingles[r["id"]] = list(r["shingles"])
-    from . import _core
-
-    similar = _core.jaccard_pairs([(shingles[a], shingles[b]) for a, b in unsure])
+                                    fn_kwargs={**params, "fingerprints": True}).take_all():
+            prints[r["id"]] = (list(r["word_hashes"]), list(r["shingles"]))
+    similar = _core.near_pairs([(prints[a], prints[b]) for a, b in unsure], threshold, edit_share)
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -278,7 +271,7 @@ def near_duplicate_clusters(ds: Any, text: str = "text", id: str = "id", num_per
             x = parent[x]
         return x
 
-    joined = [p for p, exact in pairs.items() if exact] + [p for p, j in zip(unsure, similar) if j >= threshold]
+    joined = [p for p, (exact, _) in pairs.items() if exact] + [p for p, ok in zip(unsure, similar) if ok]
     for a, b in joined:
         parent[find(a)] = find(b)
     clusters: dict[str, list[str]] = {}

@@ -64,17 +64,21 @@ def split(
     columns: list[str] | None = None,
     parent: str | os.PathLike[str] | None = None,
     allow_shrink: bool = False,
+    force: bool = False,
+    keep_previous: bool = False,
 ) -> dict[str, Any]:
     """Splits a file into train/val/holdout under ``out`` with no leak; returns the manifest.
 
     ``ratios`` default to (0.85, 0.10, 0.05), ``seed`` to 42, the fields to ``text`` and
     ``label``. ``columns`` names the columns of a CSV/TSV file without a header row; the
     partitions are written with that header. ``parent`` (an earlier split's directory) makes this
-    a new version of it: every old sample keeps its partition, new near-copies follow them, its
-    settings are the defaults, and a holdout that would lose old samples is refused unless
-    ``allow_shrink``.
+    a new version of it: every old sample keeps its partition, new near-copies follow them, a new
+    row that conflicts with a parent's sample is the one dropped, its settings are the defaults,
+    and a holdout that would lose old samples is refused unless ``allow_shrink``. The split is
+    written beside ``out`` and put in place in one step; a split already in ``out`` is replaced
+    only with ``force`` (and kept as ``<out>.prev`` with ``keep_previous``).
     """
     manifest: dict[str, Any] = json.loads(_core.split(
         os.fspath(path), os.fspath(out), ratios, seed, text, label, columns,
-        None if parent is None else os.fspath(parent), allow_shrink))
+        None if parent is None else os.fspath(parent), allow_shrink, force, keep_previous))
     return manifest
