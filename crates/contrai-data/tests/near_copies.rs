@@ -219,6 +219,54 @@ fn one_word_and_five_percent_edits_are_found_at_every_length_and_never_split() {
 }
 
 #[test]
+fn in_a_version_one_word_copies_of_short_texts_follow_their_originals() {
+    let Some(path) = corpus() else { return };
+    let planted = plant(&mails(&path));
+    // Version 1: the originals of 15 to 60 words (one row each). Version 2: they and their copies.
+    let pairs: Vec<_> = planted.pairs.iter().filter(|p| p.0 == 1 || p.0 == 2).collect();
+    let originals: Vec<String> = pairs
+        .iter()
+        .step_by(2)
+        .map(|p| planted.rows[p.2].clone())
+        .collect();
+    let mut grown = originals.clone();
+    grown.extend(pairs.iter().step_by(2).map(|p| planted.rows[p.3].clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = split(
+        source(&originals),
+        &dir.path().join("v1"),
+        &SplitConfig::default(),
+        &Silent,
+    )
+    .unwrap()
+    .manifest;
+    let cfg = SplitConfig {
+        parent: Some(dir.path().join("v1")),
+        ..SplitConfig::default()
+    };
+    let v2 = split(source(&grown), &dir.path().join("v2"), &cfg, &Silent)
+        .unwrap()
+        .manifest;
+    let where_in = |m: &contrai_data::split::Manifest, text: &str| {
+        let h = contrai_data::text::hash_hex(contrai_data::text::content_hash(&normalize(text)));
+        m.partitions.iter().position(|p| p.content_hashes.contains(&h))
+    };
+    let n = originals.len();
+    let held = (0..n)
+        .filter(|&i| where_in(&v1, &originals[i]) == Some(2))
+        .count();
+    assert!(held > 5, "{held} originals in the holdout");
+    for i in 0..n {
+        let (was, copy) = (where_in(&v1, &originals[i]), where_in(&v2, &grown[n + i]));
+        assert_eq!(where_in(&v2, &originals[i]), was, "an original moved");
+        assert!(
+            copy.is_none() || copy == was,
+            "copy {i} in {copy:?}, its original in {was:?}"
+        );
+    }
+}
+
+#[test]
 fn the_banded_edit_distance_agrees_with_the_full_one() {
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     for _ in 0..3000 {
