@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use contrai_doctor::{
-    Detail, DoctorConfig, Finding, Format, Live, Report, Run, Series, diagnose, read_path, report_of,
-};
+use contrai_doctor::{Detail, DoctorConfig, Finding, Format, Live, Report, Run, Series, diagnose, read_path};
 
 /// Arguments of `contrai doctor`.
 #[derive(clap::Args)]
@@ -231,7 +229,7 @@ fn watch(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         emit(args.json, &run, &f, &mut prints)?;
     }
     let runs: Vec<Run> = live.runs().iter().map(|r| r.run.clone()).collect();
-    let reports: Vec<Report> = live.runs().iter().map(|r| report_of(&r.run, &r.doctor)).collect();
+    let reports: Vec<Report> = live.runs().iter().map(|r| r.report.clone()).collect();
     if reports.is_empty() {
         anyhow::bail!(
             "no readable training log appeared under {} within {} s",

@@ -326,9 +326,11 @@ fn in_a_browser_points_a_decision_and_a_finding_appear_within_2_s() {
     trainer.steps(151, 160, |s| if s > 155 { f32::NAN } else { falling(s) });
     let took = browser.wait_for(&shows("nonfinite"), limit);
     assert!(took.is_ok(), "finding: {took:?}");
-    // With its recommendation (the live finding: the value the loss became, and where).
+    // With its recommendation: what `contrai doctor` says of the log as it stands.
     assert_eq!(
-        browser.eval(&shows("train_loss became NaN at step 156")).unwrap(),
+        browser
+            .eval(&shows("train_loss first became non-finite at step 156"))
+            .unwrap(),
         true
     );
     assert_eq!(

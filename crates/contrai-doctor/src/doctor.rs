@@ -210,7 +210,12 @@ impl Doctor {
         for f in fresh {
             let confidence = self.confidence(&f);
             if let Some(old) = self.findings.iter_mut().find(|g| g.label == f.label) {
-                // Already reported live: keep its start step, refresh the numbers to the end.
+                // Already reported live: keep its start step, refresh the numbers to the end —
+                // unless the best evaluation it starts from came later (an onset before the
+                // best checkpoint it names would be no onset).
+                if f.evidence.get("best_step").is_some_and(|&b| b >= old.step as f64) {
+                    old.step = f.step;
+                }
                 old.severity = old.severity.max(f.severity);
                 old.evidence = f.evidence;
                 old.recommendation = f.recommendation;

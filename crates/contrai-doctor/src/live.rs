@@ -1,21 +1,33 @@
-//! Logs followed as they grow, each run with a live doctor that has seen every point so far: what
+//! Logs followed as they grow, each run with what the doctor says of it so far: what
 //! `contrai doctor --watch` prints and `contrai watch` shows.
+//!
+//! One doctor: a followed run's report is `contrai doctor`'s on the log as it stands
+//! ([`diagnose`] of the run read so far), so a finding shown live at step t is what the doctor
+//! after the fact says of the log cut at t, and the last report is `contrai doctor`'s. A report
+//! that took long spaces the next one (at most a tenth of a core on a log that keeps growing).
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use crate::doctor::{Report, diagnose, report_of};
 use crate::read::{Format, Tail};
-use crate::{Doctor, DoctorConfig, Finding, Run};
+use crate::{DoctorConfig, Finding, Run};
 
-/// A run of a followed log, with its live doctor.
+/// Time between two reports of a run, in multiples of the last one's cost.
+const SPACING: u32 = 9;
+
+/// A run of a followed log, with the doctor's report of it.
 pub struct LiveRun {
     /// Which followed path it is under (its index).
     pub path: usize,
     /// The run as read so far.
     pub run: Run,
-    /// The doctor that has seen its points.
-    pub doctor: Doctor,
-    /// Points fed to the doctor, per series.
-    seen: [usize; 6],
+    /// The doctor's report of the run as it stood when last diagnosed.
+    pub report: Report,
+    /// Points read since that report.
+    stale: bool,
+    /// When the next report may be made.
+    next: Instant,
 }
 
 /// Paths followed with a live doctor per run found under them.
@@ -47,12 +59,12 @@ impl Live {
         self
     }
 
-    /// Reads what was written since the last poll and feeds the new points to the runs' doctors.
-    /// Returns whether anything changed and the findings newly raised, each with its run's name
-    /// (not its place in [`Live::runs`], which a run whose log went leaves).
+    /// Reads what was written since the last poll and diagnoses the runs that grew (a run whose
+    /// last report was costly waits its turn). Returns whether anything changed and the findings
+    /// newly raised, each with its run's name (not its place in [`Live::runs`], which a run whose
+    /// log went leaves).
     pub fn poll(&mut self) -> (bool, Vec<(String, Finding)>) {
         let mut changed = false;
-        let mut fresh = Vec::new();
         for i in 0..self.tails.len() {
             let tail = &mut self.tails[i];
             let runs = match tail.poll().and_then(|c| c.then(|| tail.runs()).transpose()) {
@@ -74,20 +86,22 @@ impl Live {
                         .any(|n| n.name == r.run.name || n.source == r.run.source)
             });
             let logs: Vec<String> = runs.iter().map(|r| r.source.clone()).collect();
+            let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
             for mut run in runs {
                 if self.clip_norm.is_some() {
                     run.hints.clip_norm = self.clip_norm;
                 }
-                fresh.extend(self.update(i, run, &logs));
+                self.update(i, run, (&logs, &names));
             }
         }
-        (changed, fresh)
+        (changed, self.diagnose(false))
     }
 
-    /// Feeds a run read again to its doctor (a new one for a run not seen before). A run is
-    /// known by its log and name, or by its name alone once its log moved (a Trainer's newest
-    /// checkpoint holds its state, and no run read now comes from its old log).
-    fn update(&mut self, path: usize, run: Run, logs: &[String]) -> Vec<(String, Finding)> {
+    /// Takes a run read again (a new one for a run not seen before). A run is known by its log
+    /// and name; by its name alone once its log moved (a Trainer's newest checkpoint holds its
+    /// state, and no run read now comes from its old log); by its log alone once its name
+    /// changed (a name file read while it was being written, then whole).
+    fn update(&mut self, path: usize, run: Run, (logs, names): (&[String], &[String])) {
         let named = |r: &LiveRun| r.path == path && r.run.name == run.name;
         let known = (self
             .runs
@@ -97,32 +111,58 @@ impl Live {
             self.runs
                 .iter()
                 .position(|r| named(r) && !logs.contains(&r.run.source))
+        })
+        .or_else(|| {
+            self.runs
+                .iter()
+                .position(|r| r.path == path && r.run.source == run.source && !names.contains(&r.run.name))
         });
-        let k = known.unwrap_or_else(|| {
-            let mut doctor = Doctor::new(self.cfg.clone());
-            doctor.set_hints(run.hints.clone());
-            self.runs.push(LiveRun {
+        match known {
+            Some(k) => {
+                self.runs[k].run = run;
+                self.runs[k].stale = true;
+            }
+            None => self.runs.push(LiveRun {
                 path,
-                run: run.clone(),
-                doctor,
-                seen: [0; 6],
-            });
-            self.runs.len() - 1
-        });
-        let r = &mut self.runs[k];
-        let found = r.doctor.feed_new_points(&run, &mut r.seen);
-        let named = found.into_iter().map(|f| (run.name.clone(), f)).collect();
-        r.run = run;
-        named
+                // No finding yet: the first diagnosis comes in this very poll.
+                report: report_of(&run, &crate::Doctor::default()),
+                run,
+                stale: true,
+                next: Instant::now(),
+            }),
+        }
     }
 
-    /// The end of the logs: the findings only a whole run shows.
-    pub fn finish(&mut self) -> Vec<(String, Finding)> {
-        let mut out = Vec::new();
-        for r in &mut self.runs {
-            out.extend(r.doctor.finish().into_iter().map(|f| (r.run.name.clone(), f)));
+    /// Diagnoses the runs read since their last report — all of them with `now`, else those
+    /// whose turn has come; the findings their reports hold that the ones before did not.
+    fn diagnose(&mut self, now: bool) -> Vec<(String, Finding)> {
+        let mut fresh = Vec::new();
+        for r in self
+            .runs
+            .iter_mut()
+            .filter(|r| r.stale && (now || Instant::now() >= r.next))
+        {
+            let started = Instant::now();
+            let report = diagnose(&r.run, &self.cfg);
+            r.next = Instant::now() + started.elapsed().max(Duration::from_millis(1)) * SPACING;
+            r.stale = false;
+            let had = |f: &Finding| r.report.findings.iter().any(|g| g.label == f.label);
+            fresh.extend(
+                report
+                    .findings
+                    .iter()
+                    .filter(|f| !had(f))
+                    .map(|f| (r.run.name.clone(), f.clone())),
+            );
+            r.report = report;
         }
-        out
+        fresh
+    }
+
+    /// The end of the logs: every run's report brought up to its last point; the findings that
+    /// adds.
+    pub fn finish(&mut self) -> Vec<(String, Finding)> {
+        self.diagnose(true)
     }
 
     /// The runs found so far, in the order they were found.

@@ -121,6 +121,34 @@ fn overfitting_and_control() {
     assert!(!labels(&run(healthy_series(1), XUnit::Step)).contains(&Label::Overfitting));
 }
 
+/// The smoothed curve's best is early, its lowest raw evaluation later (one low evaluation among
+/// rising ones): the stop named is never before the best checkpoint named.
+#[test]
+fn an_overfitting_stop_is_never_before_its_best_checkpoint() {
+    let val: Vec<(u64, f64)> = (1..=TOTAL / 50)
+        .map(|i| i * 50)
+        .map(|s| {
+            let x = s as f64;
+            let v = 0.8 + 0.5 * (-x / 300.0).exp() + 0.0002 * (x - 1000.0).max(0.0);
+            (s, if s == 1300 { 0.7 } else { v })
+        })
+        .collect();
+    let r = run(with(healthy_series(1), Series::ValLoss, val), XUnit::Step);
+    let rep = diagnose(&r, &DoctorConfig::default());
+    let f = rep
+        .findings
+        .iter()
+        .find(|f| f.label == Label::Overfitting)
+        .unwrap_or_else(|| panic!("no overfitting in {:?}", rep.findings));
+    assert_eq!(f.evidence["best_step"], 1300.0, "the raw best");
+    assert!(f.step > 1300, "stop at {} before the best, 1300", f.step);
+    assert!(
+        f.recommendation.starts_with(&format!("stop at step {}:", f.step)),
+        "{}",
+        f.recommendation
+    );
+}
+
 #[test]
 fn plateau_and_control() {
     let mut n = Noise(5);

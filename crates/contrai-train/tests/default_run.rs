@@ -44,6 +44,22 @@ fn the_default_reaches_the_stated_holdout_accuracy() {
     assert_eq!(phases("metrics.jsonl"), all);
     assert_eq!(phases("decisions.jsonl"), all);
     compare_with_golden(&run);
+    // One doctor: the live page's reading of the run (its log followed) is `contrai doctor`'s.
+    let cfg = contrai_doctor::DoctorConfig::default();
+    let after: Vec<String> = contrai_doctor::read_path(&run, None)
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::to_string(&contrai_doctor::diagnose(r, &cfg).findings).unwrap())
+        .collect();
+    let mut live = contrai_doctor::Live::new(std::slice::from_ref(&run), None, cfg);
+    live.poll();
+    live.finish();
+    let followed: Vec<String> = live
+        .runs()
+        .iter()
+        .map(|r| serde_json::to_string(&r.report.findings).unwrap())
+        .collect();
+    assert_eq!(followed, after, "the live page and contrai doctor");
     // A newcomer's first report: nothing in this run needs action, so no banner says it does.
     let html = contrai_report::render(&run, None).unwrap();
     let verdict = html.split("class=\"verdict").nth(1).expect("a verdict line");

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use contrai_doctor::{DoctorConfig, Format, Live, LiveRun, Run, Series, XUnit, report_of};
+use contrai_doctor::{DoctorConfig, Format, Live, LiveRun, Run, Series, XUnit};
 use contrai_report::chart::esc;
 use contrai_report::page::Page;
 use contrai_report::{RunExtras, compared, is_run_dir, run_dir_extras, run_section};
@@ -145,12 +145,7 @@ impl Board {
         for (k, r) in self.live.runs().iter().enumerate() {
             page.raw(&format!("<section data-run=\"{k}\">"));
             page.para(&self.progress_line(k));
-            run_section(
-                &mut page,
-                &r.run,
-                report_of(&r.run, &r.doctor),
-                &self.extras[r.path],
-            );
+            run_section(&mut page, &r.run, r.report.clone(), &self.extras[r.path]);
             page.raw("</section>");
         }
         Snapshot {

@@ -205,6 +205,13 @@ fn finding(
     last_val: f64,
 ) -> Finding {
     let gl = 100.0 * (last_val / best.value - 1.0);
+    // The stop is never before the best checkpoint it names: at the first evaluation after it.
+    let after_best = finite(ctx.st.points(Series::ValLoss))
+        .iter()
+        .map(|p| p.step)
+        .find(|&s| s > best.step)
+        .unwrap_or(best.step);
+    let start = start.max(after_best);
     let (resume, saved) = resume_from(&ctx.st.hints.checkpoints, best.step);
     let rec = format!(
         "stop at step {start}: the best checkpoint was step {} (val loss {}); {why}. Resume \
