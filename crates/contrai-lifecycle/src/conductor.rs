@@ -203,12 +203,14 @@ impl Conductor {
                     last_loss,
                     val_loss,
                     no_gradient,
+                    losses,
                 },
             ) => self.on_pipeline(Checked {
                 first: first_loss,
                 last: last_loss,
                 val_loss,
                 no_gradient,
+                losses,
             }),
             (
                 Await::RoundTrip,

@@ -115,7 +115,7 @@ fn effective_batch(phase: Phase, recipe: &Recipe) -> u64 {
 fn purpose(phase: Phase) -> &'static str {
     match phase {
         Phase::Validate => {
-            "prove the pipeline: overfit one batch (loss −90 %), one eval, one checkpoint round trip"
+            "prove the pipeline: one batch's loss must fall beyond its noise (−90 % expected), one eval, one checkpoint round trip"
         }
         Phase::Main => "the main training, watched by the live doctor",
         Phase::Diagnose => "doctor's findings; per-module pruning sensitivity; sparsity caps",

@@ -329,6 +329,10 @@ pub enum Observation {
         /// adapter on a path the loss does not reach, a detached head), by name.
         #[serde(default)]
         no_gradient: Vec<String>,
+        /// The batch's loss at every step (what its noise is judged on; an engine that sends
+        /// none is judged on the first and last).
+        #[serde(default)]
+        losses: Vec<f32>,
     },
     /// The checkpoint round trip.
     RoundTripped {

@@ -2,7 +2,7 @@
 //!
 //! | from | ends when | then |
 //! | --- | --- | --- |
-//! | validate | one batch overfitted (loss −`validate.min_fall`; an adapter job, at `adapter_lr`: −`adapter_min_fall`), an adapter job's every trainable parameter given a gradient, and a checkpoint round-tripped; else the run stops | main |
+//! | validate | one batch's loss fell beyond its own noise (short of −`validate.min_fall` — an adapter job's, at `adapter_lr`: −`adapter_min_fall` — with a warning), an adapter job's every trainable parameter given a gradient, and a checkpoint round-tripped; a loss that rose, did not move, or is not finite stops the run ([`validated`]) | main |
 //! | main | **stable**: the validation loss changed by < `contract.stable_delta` at `contract.stable_checkpoints` checkpoints in a row ([`stability`]); **overfitting** found by the live doctor ([`crate::watch`]; the best checkpoint is restored); or its planned steps are done | diagnose, if the recipe runs it |
 //! | diagnose | the doctor's reading and the sensitivity caps are recorded ([`crate::diagnose`]) | contract |
 //! | main's planned end | contraction is **forced** unless main never stabilised and was still improving at each of the last `stable_checkpoints` checkpoints, when it is **skipped** ([`force_or_skip`]); an early end always contracts | contract, or refine |
@@ -37,15 +37,74 @@ pub struct Checked {
     pub val_loss: f32,
     /// Trainable parameters no step gave a gradient.
     pub no_gradient: Vec<String>,
+    /// The batch's loss at every step (empty when the engine sent only the ends).
+    pub losses: Vec<f32>,
 }
 
 /// Names listed in a decision's reason before "and N more".
 const NAMES_SAID: usize = 5;
+/// The smallest fall (or rise) of the batch's loss that counts, as a share of where it started:
+/// a move smaller than this is no learning, however smooth.
+const MIN_MOVE: f64 = 0.02;
+/// How many of its own noise units the batch's loss must move by to have moved.
+const NOISE_UNITS: f64 = 4.0;
+/// Losses at each end of the check whose median is its level there.
+const ENDS: usize = 3;
 
-/// The validate check's verdict: in an adapter job every trainable parameter received a gradient; the batch's loss
-/// fell by more than `validate.min_fall` (`adapter_min_fall` when the job trains adapters on a
-/// frozen model, which cannot memorise a batch as a whole model can) and the fresh model's
-/// evaluation is finite.
+/// How the batch's loss moved: its level at the start and at the end (medians of the first and
+/// last few steps), the relative fall, and the noise of one step's loss.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Movement {
+    /// Level at the start.
+    pub start: f64,
+    /// Level at the end.
+    pub end: f64,
+    /// `1 − end / start`.
+    pub fall: f64,
+    /// One step's noise, relative to the start: the robust spread of the losses' second
+    /// differences (a steady trend cancels out), as the sigma of one point.
+    pub noise: f64,
+    /// The move is larger than the noise and [`MIN_MOVE`].
+    pub clear: bool,
+}
+
+impl Movement {
+    /// The movement of a check's losses (or of its first and last, when that is all there is).
+    pub fn of(c: &Checked) -> Movement {
+        let losses: Vec<f64> = if c.losses.len() >= 2 * ENDS {
+            c.losses.iter().map(|&l| f64::from(l)).collect()
+        } else {
+            vec![f64::from(c.first), f64::from(c.last)]
+        };
+        let ends = ENDS.min(losses.len() / 2).max(1);
+        let level = |v: &[f64]| contrai_stats::median(v).unwrap_or(f64::NAN);
+        let start = level(&losses[..ends]);
+        let end = level(&losses[losses.len() - ends..]);
+        let second: Vec<f64> = losses.windows(3).map(|w| w[2] - 2.0 * w[1] + w[0]).collect();
+        let noise = match contrai_stats::median(&second) {
+            // A second difference carries the noise of three points: variance 6 sigma^2.
+            Some(m) => 1.4826 * contrai_stats::mad(&second, m) / 6f64.sqrt() / start.abs().max(1e-12),
+            None => 0.0,
+        };
+        let fall = 1.0 - end / start;
+        // The difference of two medians of `ends` points carries about one point's noise.
+        let clear = fall.abs() > MIN_MOVE.max(NOISE_UNITS * noise);
+        Movement {
+            start,
+            end,
+            fall,
+            noise,
+            clear,
+        }
+    }
+}
+
+/// The validate check's verdict. It refuses only a broken pipeline: an adapter job's trainable
+/// parameter that no step gave a gradient; a loss or evaluation that is not finite; a batch
+/// loss that rose, or did not move beyond its own noise (and [`MIN_MOVE`]). A loss that fell
+/// clearly passes — past `validate.min_fall` (`adapter_min_fall` when the job trains adapters on
+/// a frozen model, which cannot memorise a batch as a whole model can) as it should, short of it
+/// with a warning naming the figures.
 pub fn validated(step: u64, c: &Checked, adapters: bool, recipe: &Recipe) -> (bool, Decision) {
     let v = &recipe.validate;
     let (first, last, val_loss) = (c.first, c.last, c.val_loss);
@@ -53,11 +112,10 @@ pub fn validated(step: u64, c: &Checked, adapters: bool, recipe: &Recipe) -> (bo
         true => (v.adapter_lr, v.adapter_min_fall),
         false => (v.lr, v.min_fall),
     };
-    let fall = 1.0 - f64::from(last) / f64::from(first);
-    let evidence = json!({"first_loss": first, "last_loss": last, "fall": fall, "min_fall": min_fall,
-                          "batch": v.batch, "steps": v.steps, "lr": lr, "val_loss": val_loss,
-                          "adapters": adapters, "no_gradient": c.no_gradient});
-    let learned = fall.is_finite() && fall > min_fall;
+    let m = Movement::of(c);
+    let evidence = json!({"first_loss": first, "last_loss": last, "fall": m.fall, "min_fall": min_fall,
+                          "noise": m.noise, "batch": v.batch, "steps": v.steps, "lr": lr,
+                          "val_loss": val_loss, "adapters": adapters, "no_gradient": c.no_gradient});
     let what = if adapters { "the adapters" } else { "the model" };
     let decision = |kind, reason| Decision::new(step, Phase::Validate, kind, reason, evidence.clone());
     // A whole model may hold parameters its loss does not use (a BERT pooler under mean
@@ -74,18 +132,40 @@ pub fn validated(step: u64, c: &Checked, adapters: bool, recipe: &Recipe) -> (bo
         );
         return (false, decision(DecisionKind::ValidateFailed, reason));
     }
-    if !learned || !val_loss.is_finite() {
-        let at = if adapters {
-            format!(" at LR {lr:e}")
-        } else {
-            String::new()
-        };
+    let at = if adapters {
+        format!(" at LR {lr:e}")
+    } else {
+        String::new()
+    };
+    let went = format!(
+        "its loss went {first:.4} → {last:.4} (level {:.4} → {:.4}, {:+.1} %, one step's noise {:.2} %) in {} steps{at}",
+        m.start,
+        m.end,
+        -100.0 * m.fall,
+        100.0 * m.noise,
+        v.steps
+    );
+    let finite = c.losses.iter().all(|l| l.is_finite()) && m.fall.is_finite() && val_loss.is_finite();
+    let broken = if !finite {
+        Some(format!(
+            "the loss or the evaluation was not finite ({went}; val loss {val_loss})"
+        ))
+    } else if !m.clear {
+        Some(format!(
+            "{what} did not move the loss of one batch of {} beyond its own noise: {went}",
+            v.batch
+        ))
+    } else if m.fall < 0.0 {
+        Some(format!(
+            "the loss of one batch of {} rose under {what}: {went}",
+            v.batch
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = broken {
         let reason = format!(
-            "{what} could not overfit one batch of {}: its loss went {first:.4} → {last:.4} (−{:.1} %, needs −{:.0} %) in {} steps{at}, or the evaluation was not finite ({val_loss}); check the labels, the learning rate and the model before spending the main compute",
-            v.batch,
-            100.0 * fall,
-            100.0 * min_fall,
-            v.steps
+            "{why}; check the labels (shuffled, or all masked), that the model's weights train (not frozen, LR above 0) and the model before spending the main compute"
         );
         return (false, decision(DecisionKind::ValidateFailed, reason));
     }
@@ -94,12 +174,20 @@ pub fn validated(step: u64, c: &Checked, adapters: bool, recipe: &Recipe) -> (bo
     } else {
         String::new()
     };
-    let reason = format!(
-        "overfitting one batch of {}{through} took its loss {first:.4} → {last:.4} (−{:.1} %) in {} steps; one evaluation ran (val loss {val_loss:.4}); main starts from the fresh model",
-        v.batch,
-        100.0 * fall,
-        v.steps
-    );
+    let reason = if m.fall > min_fall {
+        format!(
+            "overfitting one batch of {}{through} took its loss {first:.4} → {last:.4} (−{:.1} %) in {} steps; one evaluation ran (val loss {val_loss:.4}); main starts from the fresh model",
+            v.batch,
+            100.0 * m.fall,
+            v.steps
+        )
+    } else {
+        format!(
+            "warning: one batch of {}{through} learned, short of the −{:.0} % a check expects: {went}; one evaluation ran (val loss {val_loss:.4}); main trains on — should its loss stay high, a higher LR, more adapter rank or targets, or a cleaner batch are what to try",
+            v.batch,
+            100.0 * min_fall
+        )
+    };
     (true, decision(DecisionKind::ValidatePassed, reason))
 }
 
@@ -514,14 +602,74 @@ mod tests {
             last,
             val_loss,
             no_gradient: Vec::new(),
+            losses: Vec::new(),
+        }
+    }
+
+    /// A check whose loss falls by `fall` in `steps` steps (exponentially) with `noise` of one
+    /// step's loss (a fixed pseudo-random pattern).
+    fn curve(first: f32, fall: f32, noise: f32, steps: usize) -> Checked {
+        let losses: Vec<f32> = (0..steps)
+            .map(|i| {
+                let t = i as f32 / (steps - 1) as f32;
+                let trend = first * (1.0 - fall).powf(t);
+                let wiggle = ((i * 7919 % 13) as f32 / 6.0 - 1.0) * noise;
+                trend * (1.0 + wiggle)
+            })
+            .collect();
+        Checked {
+            first: losses[0],
+            last: losses[steps - 1],
+            val_loss: first,
+            no_gradient: Vec::new(),
+            losses,
         }
     }
 
     #[test]
-    fn validate_passes_only_when_the_batch_loss_falls_far_enough() {
+    fn validate_refuses_only_a_pipeline_that_does_not_learn() {
         let r = Recipe::default();
-        assert!(validated(30, &checked(0.7, 0.05, 0.69), false, &r).0);
+        // The SFT job of issue 49: a small Llama pretrained from scratch, LoRA r 8, 3.99 → 3.71.
+        let (ok, d) = validated(30, &curve(3.9943, 0.072, 0.002, 30), true, &r);
+        assert!(ok, "{}", d.reason);
+        assert!(
+            d.reason
+                .starts_with("warning: one batch of 8 through the adapters"),
+            "{}",
+            d.reason
+        );
+        assert!(d.reason.contains("short of the −50 %"), "{}", d.reason);
+        // Flat within its noise (shuffled labels, a zero LR), rising, not finite: refused.
+        let flat = curve(2.3, 0.01, 0.02, 30);
+        let (ok, d) = validated(30, &flat, false, &r);
+        assert!(!ok && d.reason.contains("beyond its own noise"), "{}", d.reason);
+        let (ok, d) = validated(30, &curve(2.3, -0.3, 0.01, 30), false, &r);
+        assert!(!ok && d.reason.contains("rose"), "{}", d.reason);
+        let mut nan = curve(2.3, 0.5, 0.01, 30);
+        nan.losses[20] = f32::NAN;
+        let (ok, d) = validated(30, &nan, false, &r);
+        assert!(!ok && d.reason.contains("not finite"), "{}", d.reason);
+        // A smooth but tiny fall is no learning either (an LR of 1e-7).
+        assert!(!validated(30, &curve(2.3, 0.005, 0.0, 30), false, &r).0);
+        // A fall that a noisy loss makes by chance is not a fall.
+        assert!(!validated(30, &curve(2.3, 0.05, 0.08, 30), false, &r).0);
+        // A model that memorises the batch passes without a warning.
+        let (ok, d) = validated(30, &curve(0.7, 0.95, 0.01, 30), false, &r);
+        assert!(
+            ok && d.reason.starts_with("overfitting one batch of 8"),
+            "{}",
+            d.reason
+        );
+    }
+
+    #[test]
+    fn validate_passes_a_batch_loss_that_falls_and_warns_when_it_falls_short() {
+        let r = Recipe::default();
+        let (ok, d) = validated(30, &checked(0.7, 0.05, 0.69), false, &r);
+        assert!(ok && !d.reason.starts_with("warning"), "{}", d.reason);
         let (ok, d) = validated(30, &checked(0.7, 0.2, 0.69), false, &r);
+        assert!(ok && d.reason.starts_with("warning"), "{}", d.reason);
+        let (ok, d) = validated(30, &checked(0.7, 0.69, 0.69), false, &r);
         assert!(!ok);
         assert_eq!(d.kind, DecisionKind::ValidateFailed);
         assert!(
@@ -535,7 +683,11 @@ mod tests {
         let r = Recipe::default();
         // SmolLM2-135M with LoRA r 8 on q/v went 3.795 → 1.649 at 1e-3: not a whole model's −90 %.
         let lora = checked(3.795, 1.649, 3.9);
-        assert!(!validated(30, &lora, false, &r).0);
+        let (_, whole) = validated(30, &lora, false, &r);
+        assert!(
+            whole.reason.starts_with("warning"),
+            "short of a whole model's −90 %"
+        );
         let (ok, d) = validated(30, &lora, true, &r);
         assert!(ok, "{}", d.reason);
         assert!(
@@ -544,19 +696,15 @@ mod tests {
             d.reason
         );
         assert_eq!(d.evidence["min_fall"], 0.5);
-        let (ok, d) = validated(30, &checked(3.99, 3.93, 4.0), true, &r);
+        let (ok, d) = validated(30, &checked(3.99, 3.98, 4.0), true, &r);
         assert!(!ok);
         assert!(
             d.reason
-                .starts_with("the adapters could not overfit one batch of 8"),
+                .starts_with("the adapters did not move the loss of one batch of 8 beyond its own noise"),
             "{}",
             d.reason
         );
-        assert!(
-            d.reason.contains("needs −50 %) in 30 steps at LR 5e-3"),
-            "{}",
-            d.reason
-        );
+        assert!(d.reason.contains("in 30 steps at LR 5e-3"), "{}", d.reason);
         let mut dead = lora.clone();
         dead.no_gradient = (0..7).map(|i| format!("layers.{i}.v_proj.lora_A")).collect();
         let (ok, d) = validated(30, &dead, true, &r);

@@ -138,6 +138,7 @@ impl Sim {
                     last_loss: 0.01,
                     val_loss: 0.69,
                     no_gradient: Vec::new(),
+                    losses: Vec::new(),
                 }
             }
             Request::RoundTrip => Observation::RoundTripped {

@@ -162,7 +162,7 @@ dropout = 0.1
 steps = 30               # steps of overfitting one batch ...
 batch = 8                # ... of this many samples, dropout off
 lr = 1e-3                # constant LR of the check (mlp: 3e-3)
-min_fall = 0.9           # the batch's loss must fall by more than this share
+min_fall = 0.9           # the fall expected of the batch's loss (short of it, a warning; no fall beyond its noise stops the run)
 adapter_lr = 5e-3        # a job that trains adapters on a frozen model (LoRA): the check's LR ...
 adapter_min_fall = 0.5   # ... and the fall it must reach; every adapter must receive a gradient
 

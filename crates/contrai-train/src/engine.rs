@@ -600,6 +600,7 @@ impl<'a> Engine<'a> {
             last_loss: losses.last().copied().unwrap_or(f32::NAN),
             val_loss,
             no_gradient: missing.unwrap_or_default().into_iter().collect(),
+            losses,
         })
     }
 

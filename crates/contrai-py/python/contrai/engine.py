@@ -767,13 +767,13 @@ class Engine:
                 loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
                 missing = {n for n in missing if (g := named[n].grad) is None or not bool(g.any())}
                 opt.step()
-                losses.append(float(loss))
+                losses.append(float(loss.detach()))
                 self.step += 1
-                self.metric({"step": self.step, "phase": "validate", "validate_loss": float(loss)})
+                self.metric({"step": self.step, "phase": "validate", "validate_loss": losses[-1]})
             del opt
         val, _, _ = self.evaluation(self.job.model, self.job.eval_batches())
         return {"PipelineChecked": {"first_loss": losses[0], "last_loss": losses[-1], "val_loss": val,
-                                    "no_gradient": sorted(missing)}}
+                                    "no_gradient": sorted(missing), "losses": losses}}
 
     def round_trip(self, _: Any) -> dict[str, Any]:
         """A checkpoint of the fresh model written and read back into it by the checkpoints' own

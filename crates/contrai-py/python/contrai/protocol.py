@@ -176,6 +176,7 @@ class LrSegment(TypedDict):
 class ObservationPipelineCheckedFields(TypedDict):
     first_loss: float
     last_loss: float
+    losses: NotRequired[list[float]]
     no_gradient: NotRequired[list[str]]
     val_loss: float
 
