@@ -5,6 +5,7 @@
 //! | finding | when | severity | fix |
 //! | --- | --- | --- | --- |
 //! | `fp16_on_bf16_model` | fp16 training (autocast or fp16 weights) of a model whose config says bfloat16 | error | bf16 |
+//! | `bf16_not_native` | bf16 training on a device that has no native bf16 matrix multiply (a CPU without AVX-512 or AMX, a GPU before Ampere): every matmul takes a slow fallback | warning | fp32 |
 //! | `checkpointing_without_input_grads` | PEFT adapters, reentrant gradient checkpointing, and the input embeddings' output needs no grad: the checkpointed blocks' adapters get no gradient | error | `enable_input_require_grads()`, or `use_reentrant=False` |
 //! | `reentrant_checkpointing_with_lora` | PEFT adapters under reentrant gradient checkpointing (input gradients on or unknown) | warning | `use_reentrant=False` |
 //! | `loss_not_normalised` | accumulation > 1 and a token-level loss averaged per micro-batch, not over the window's tokens | warning | normalise over the window (`num_items_in_batch`) |
@@ -131,6 +132,9 @@ pub struct JobFacts {
     pub precision: Option<Precision>,
     /// The format the model's config says it was trained in (`torch_dtype` / `dtype`).
     pub model_dtype: Option<Precision>,
+    /// The device the job trains on multiplies bf16 matrices natively (PyTorch's oneDNN bf16
+    /// path on a CPU, bf16 tensor cores on a GPU); read only when the job trains in bf16.
+    pub native_bf16: Option<bool>,
     /// Full fine-tuning, LoRA or another PEFT method.
     pub tuning: Option<Tuning>,
     /// Gradient (activation) checkpointing is on, or the job turns it on.
@@ -252,6 +256,8 @@ impl Severity {
 pub enum FindingKind {
     /// fp16 training of a model whose config says bfloat16.
     Fp16OnBf16Model,
+    /// bf16 training on a device without native bf16 matrix multiplies.
+    Bf16NotNative,
     /// PEFT under reentrant checkpointing with no input gradients: adapters get no gradient.
     CheckpointingWithoutInputGrads,
     /// PEFT under reentrant checkpointing.
@@ -279,6 +285,7 @@ impl FindingKind {
     pub fn as_str(self) -> &'static str {
         match self {
             FindingKind::Fp16OnBf16Model => "fp16_on_bf16_model",
+            FindingKind::Bf16NotNative => "bf16_not_native",
             FindingKind::CheckpointingWithoutInputGrads => "checkpointing_without_input_grads",
             FindingKind::ReentrantCheckpointingWithLora => "reentrant_checkpointing_with_lora",
             FindingKind::LossNotNormalised => "loss_not_normalised",
@@ -299,7 +306,8 @@ impl FindingKind {
             | FindingKind::CheckpointingWithoutInputGrads
             | FindingKind::SeedArticleFailure
             | FindingKind::NoEvalSplit => Severity::Error,
-            FindingKind::ReentrantCheckpointingWithLora
+            FindingKind::Bf16NotNative
+            | FindingKind::ReentrantCheckpointingWithLora
             | FindingKind::LossNotNormalised
             | FindingKind::WarmupOutsideRange
             | FindingKind::DecayNotCosine
@@ -347,6 +355,7 @@ pub fn check(facts: &JobFacts) -> Vec<Finding> {
     };
     [
         fp16_on_bf16_model(facts),
+        bf16_not_native(facts),
         checkpointing_with_adapters(facts),
         loss_not_normalised(facts),
     ]
@@ -403,6 +412,28 @@ fn fp16_on_bf16_model(f: &JobFacts) -> Option<Finding> {
             "the model's config says bfloat16 but the job trains in fp16, whose range its activations can outgrow (intermittent NaN, huge gradient norms): {fix}."
         ),
         json!({"precision": "fp16", "model_dtype": "bf16"}),
+    ))
+}
+
+/// bf16 on a device that cannot multiply bf16 matrices natively: PyTorch falls back to a
+/// reference kernel (36 times slower than fp32 for SmolLM2-135M under LoRA on an AMD Zen 3).
+fn bf16_not_native(f: &JobFacts) -> Option<Finding> {
+    if f.precision? != Precision::Bf16 || f.native_bf16? {
+        return None;
+    }
+    let fix = setting(
+        f.source,
+        "train in fp32",
+        "set bf16=False (TRL's SFTConfig turns it on by default)",
+        "set precision=\"32-true\"",
+        "train in fp32",
+    );
+    Some(Finding::new(
+        FindingKind::Bf16NotNative,
+        format!(
+            "the job trains in bf16 on a device with no native bf16 matrix multiply (a CPU without AVX-512 or AMX, a GPU before Ampere), where every matmul takes a fallback kernel tens of times slower than fp32: {fix}."
+        ),
+        json!({"precision": "bf16", "native_bf16": false}),
     ))
 }
 
@@ -693,6 +724,7 @@ mod tests {
             source: Some(Source::Hf),
             precision: Some(Precision::Bf16),
             model_dtype: Some(Precision::Bf16),
+            native_bf16: Some(true),
             tuning: Some(Tuning::Lora),
             gradient_checkpointing: Some(true),
             reentrant: Some(false),
@@ -740,6 +772,37 @@ mod tests {
             ..f
         };
         assert_eq!(kinds(&fp16_model), vec![]);
+    }
+
+    #[test]
+    fn bf16_where_it_is_not_native_is_a_warning_and_fp32_there_is_not() {
+        let slow = JobFacts {
+            native_bf16: Some(false),
+            ..clean()
+        };
+        let found = check(&slow);
+        assert_eq!(kinds(&slow), vec![FindingKind::Bf16NotNative]);
+        assert_eq!(found[0].severity, Severity::Warning);
+        assert!(
+            found[0].message.contains("set bf16=False"),
+            "{}",
+            found[0].message
+        );
+        let lightning = JobFacts {
+            source: Some(Source::Lightning),
+            ..slow.clone()
+        };
+        assert!(check(&lightning)[0].message.contains("precision=\"32-true\""));
+        let fp32 = JobFacts {
+            precision: Some(Precision::Fp32),
+            ..slow.clone()
+        };
+        assert_eq!(check(&fp32), vec![]);
+        let unknown = JobFacts {
+            native_bf16: None,
+            ..slow
+        };
+        assert_eq!(check(&unknown), vec![]);
     }
 
     #[test]

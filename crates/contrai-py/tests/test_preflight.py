@@ -25,6 +25,16 @@ from contrai.preflight import Finding
 peft = pytest.importorskip("peft")
 
 STEPS = 400
+# The detector itself, before the fixture below replaces it.
+NATIVE_BF16 = preflight.native_bf16
+
+
+@pytest.fixture(autouse=True)
+def bf16_is_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every device multiplies bf16 natively here, so no finding follows the CPU the tests run on
+    (an AMD Zen 3 has no native bf16, an AVX-512 Xeon has); the tests of ``bf16_not_native`` say
+    otherwise."""
+    monkeypatch.setattr(preflight, "native_bf16", lambda device: True)
 
 
 def kinds(findings: list[Finding]) -> list[str]:
@@ -106,6 +116,27 @@ def test_fp16_on_a_model_whose_config_says_bf16(tmp_path: Path) -> None:
     assert found[0]["severity"] == "error" and "bf16=True" in found[0]["message"]
     assert preflight.check_hf(args(tmp_path, bf16=True), model) == []
     assert preflight.check_hf(args(tmp_path, fp16=True), llama()) == []
+
+
+def test_bf16_on_a_cpu_without_native_bf16_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(preflight, "native_bf16", lambda device: device.type != "cpu")
+    found = preflight.check_hf(args(tmp_path, bf16=True), llama())
+    assert kinds(found) == ["bf16_not_native"]
+    assert found[0]["severity"] == "warning" and "set bf16=False" in found[0]["message"]
+    assert preflight.facts_hf(args(tmp_path, bf16=True), llama())["native_bf16"] is False
+    assert preflight.check_hf(args(tmp_path), llama()) == []
+    assert "native_bf16" not in preflight.facts_hf(args(tmp_path), llama())
+
+
+def test_the_cpus_bf16_is_native_where_it_has_avx512_or_amx() -> None:
+    """PyTorch's oneDNN bf16 matmul needs AVX-512 (BW, VL, DQ), AVX-NE-CONVERT or AMX: the
+    detector follows the CPU's own flags (an AMD Zen 3 has none of them)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists() or "flags" not in cpuinfo.read_text():
+        pytest.skip("no x86 /proc/cpuinfo to compare with")
+    flags = set(next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")).split())
+    avx512 = {"avx512bw", "avx512vl", "avx512dq"} <= flags
+    assert NATIVE_BF16(torch.device("cpu")) == (avx512 or bool({"avx_ne_convert", "amx_bf16"} & flags)), flags
 
 
 def vit() -> ViTForImageClassification:
@@ -338,6 +369,15 @@ def test_lightning_fp16_on_a_bf16_model() -> None:
     assert 'precision="bf16-mixed"' in found[0]["message"]
     assert preflight.check_lightning(trainer(precision="bf16-mixed"), module, rows, rows,
                                      loss_over_window=True) == []
+
+
+def test_lightning_bf16_on_a_cpu_without_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(preflight, "native_bf16", lambda device: False)
+    rows = DataLoader(dataset(lm_rows(64)), batch_size=16)
+    found = preflight.check_lightning(trainer(precision="bf16-mixed"), CausalLm(llama()), rows, rows,
+                                      loss_over_window=True)
+    assert kinds(found) == ["bf16_not_native"]
+    assert 'precision="32-true"' in found[0]["message"]
 
 
 def test_lightning_accumulates_a_token_loss_per_micro_batch() -> None:

@@ -141,6 +141,7 @@ def facts_hf(args: TrainingArguments, model: torch.nn.Module | None, trainer: Tr
         facts.update(_hf_loss(model, trainer))
     elif precision is not None:
         facts["precision"] = precision
+    facts.update(_device_facts(facts, args.device))
     cadence = _hf_cadence(args, epoch_steps, total)
     if cadence is not None:
         facts["checkpoint_every"] = cadence
@@ -273,6 +274,7 @@ def facts_lightning(trainer: pl.Trainer, module: pl.LightningModule, train_datal
     if isinstance(batch, int):
         facts["per_device_batch"] = batch
     facts.update(_model_facts(module, _lightning_precision(str(trainer.precision))))
+    facts.update(_device_facts(facts, trainer.strategy.root_device))
     facts.update(_lightning_model(module, loss_over_window))
     facts.update(_lightning_schedule(trainer, module, total))
     cadence = _lightning_cadence(trainer, epoch_steps)
@@ -453,6 +455,26 @@ def _model_facts(model: torch.nn.Module, autocast: Precision | None) -> JobFacts
     if said is not None:
         facts["model_dtype"] = said
     return facts
+
+
+def _device_facts(facts: JobFacts, device: torch.device) -> JobFacts:
+    """Whether ``device`` multiplies bf16 matrices natively, read when the job trains in bf16."""
+    if facts.get("precision") != "bf16":
+        return {}
+    native = native_bf16(device)
+    return {} if native is None else {"native_bf16": native}
+
+
+def native_bf16(device: torch.device) -> bool | None:
+    """Whether ``device`` multiplies bf16 matrices natively: PyTorch's oneDNN bf16 path on a CPU
+    (AVX-512 or AMX; without it every bf16 matmul takes a reference kernel), bf16 tensor cores on a
+    GPU (Ampere on); ``None`` for a device PyTorch cannot tell of."""
+    if device.type == "cpu":
+        supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+        return None if supported is None else bool(supported())
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    return None
 
 
 def _weights_precision(model: torch.nn.Module) -> Precision | None:
