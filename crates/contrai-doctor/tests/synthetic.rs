@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use contrai_doctor::{
-    Doctor, DoctorConfig, Label, Point, Run, RunHints, Series, SeriesData, XUnit, diagnose,
+    Doctor, DoctorConfig, Finding, Label, Point, Run, RunHints, Series, SeriesData, XUnit, diagnose,
 };
 use contrai_testkit::Noise;
 
@@ -40,6 +40,16 @@ fn labels(r: &Run) -> Vec<Label> {
         .iter()
         .map(|f| f.label)
         .collect()
+}
+
+/// The overfitting finding of `r` (the test fails without one).
+fn overfitting(r: &Run) -> Finding {
+    let found = diagnose(r, &DoctorConfig::default()).findings;
+    let said: Vec<Label> = found.iter().map(|f| f.label).collect();
+    found
+        .into_iter()
+        .find(|f| f.label == Label::Overfitting)
+        .unwrap_or_else(|| panic!("no overfitting in {said:?}"))
 }
 
 const TOTAL: u64 = 3000;
@@ -109,13 +119,7 @@ fn overfitting_and_control() {
             )
         })
         .collect();
-    let r = run(with(healthy_series(1), Series::ValLoss, val), XUnit::Step);
-    let rep = diagnose(&r, &DoctorConfig::default());
-    let f = rep
-        .findings
-        .iter()
-        .find(|f| f.label == Label::Overfitting)
-        .unwrap_or_else(|| panic!("no overfitting in {:?}", rep.findings));
+    let f = overfitting(&run(with(healthy_series(1), Series::ValLoss, val), XUnit::Step));
     assert!(f.evidence.contains_key("generalisation_loss_gl"));
     assert!(f.recommendation.contains("stop at step"));
     assert!(!labels(&run(healthy_series(1), XUnit::Step)).contains(&Label::Overfitting));
@@ -133,13 +137,7 @@ fn an_overfitting_stop_is_never_before_its_best_checkpoint() {
             (s, if s == 1300 { 0.7 } else { v })
         })
         .collect();
-    let r = run(with(healthy_series(1), Series::ValLoss, val), XUnit::Step);
-    let rep = diagnose(&r, &DoctorConfig::default());
-    let f = rep
-        .findings
-        .iter()
-        .find(|f| f.label == Label::Overfitting)
-        .unwrap_or_else(|| panic!("no overfitting in {:?}", rep.findings));
+    let f = overfitting(&run(with(healthy_series(1), Series::ValLoss, val), XUnit::Step));
     assert_eq!(f.evidence["best_step"], 1300.0, "the raw best");
     assert!(f.step > 1300, "stop at {} before the best, 1300", f.step);
     assert!(

@@ -45,7 +45,7 @@ pub struct Checked {
 const NAMES_SAID: usize = 5;
 /// The smallest fall (or rise) of the batch's loss that counts, as a share of where it started:
 /// a move smaller than this is no learning, however smooth.
-const MIN_MOVE: f64 = 0.02;
+const MIN_MOVE: f64 = 0.01;
 /// How many of its own noise units the batch's loss must move by to have moved.
 const NOISE_UNITS: f64 = 4.0;
 /// Losses at each end of the check whose median is its level there.
@@ -99,6 +99,28 @@ impl Movement {
     }
 }
 
+/// Why the batch's loss shows a broken pipeline: not finite, not moved beyond its noise, or
+/// risen; `None` when it fell clearly.
+fn broken_loss(c: &Checked, m: &Movement, what: &str, batch: usize, went: &str) -> Option<String> {
+    let finite = c.losses.iter().all(|l| l.is_finite()) && m.fall.is_finite() && c.val_loss.is_finite();
+    if !finite {
+        Some(format!(
+            "the loss or the evaluation was not finite ({went}; val loss {})",
+            c.val_loss
+        ))
+    } else if !m.clear {
+        Some(format!(
+            "{what} did not move the loss of one batch of {batch} beyond its own noise: {went}"
+        ))
+    } else if m.fall < 0.0 {
+        Some(format!(
+            "the loss of one batch of {batch} rose under {what}: {went}"
+        ))
+    } else {
+        None
+    }
+}
+
 /// The validate check's verdict. It refuses only a broken pipeline: an adapter job's trainable
 /// parameter that no step gave a gradient; a loss or evaluation that is not finite; a batch
 /// loss that rose, or did not move beyond its own noise (and [`MIN_MOVE`]). A loss that fell
@@ -118,20 +140,6 @@ pub fn validated(step: u64, c: &Checked, adapters: bool, recipe: &Recipe) -> (bo
                           "val_loss": val_loss, "adapters": adapters, "no_gradient": c.no_gradient});
     let what = if adapters { "the adapters" } else { "the model" };
     let decision = |kind, reason| Decision::new(step, Phase::Validate, kind, reason, evidence.clone());
-    // A whole model may hold parameters its loss does not use (a BERT pooler under mean
-    // pooling); an adapter job exists to train what it added, so each must get a gradient.
-    if adapters && !c.no_gradient.is_empty() {
-        let n = c.no_gradient.len();
-        let mut names = c.no_gradient[..n.min(NAMES_SAID)].join(", ");
-        if n > NAMES_SAID {
-            names += &format!(" and {} more", n - NAMES_SAID);
-        }
-        let reason = format!(
-            "{n} trainable parameter(s) received no gradient in validate's {} steps ({names}): the loss does not reach them, so they would never train; check which modules the adapters target and that nothing between them and the loss is detached",
-            v.steps
-        );
-        return (false, decision(DecisionKind::ValidateFailed, reason));
-    }
     let at = if adapters {
         format!(" at LR {lr:e}")
     } else {
@@ -145,27 +153,31 @@ pub fn validated(step: u64, c: &Checked, adapters: bool, recipe: &Recipe) -> (bo
         100.0 * m.noise,
         v.steps
     );
-    let finite = c.losses.iter().all(|l| l.is_finite()) && m.fall.is_finite() && val_loss.is_finite();
-    let broken = if !finite {
-        Some(format!(
-            "the loss or the evaluation was not finite ({went}; val loss {val_loss})"
-        ))
-    } else if !m.clear {
-        Some(format!(
-            "{what} did not move the loss of one batch of {} beyond its own noise: {went}",
-            v.batch
-        ))
-    } else if m.fall < 0.0 {
-        Some(format!(
-            "the loss of one batch of {} rose under {what}: {went}",
-            v.batch
-        ))
-    } else {
-        None
-    };
-    if let Some(why) = broken {
+    // A whole model may hold parameters its loss does not use (a BERT pooler under mean
+    // pooling); an adapter job exists to train what it added, so each must get a gradient.
+    let unreached = (adapters && !c.no_gradient.is_empty()).then(|| {
+        let n = c.no_gradient.len();
+        let mut names = c.no_gradient[..n.min(NAMES_SAID)].join(", ");
+        if n > NAMES_SAID {
+            names += &format!(" and {} more", n - NAMES_SAID);
+        }
+        (n, names)
+    });
+    // The loss first: a loss that never moved leaves every adapter without a gradient (a mask
+    // that hides every label), and the labels are then what to check, not the targets.
+    if let Some(why) = broken_loss(c, &m, what, v.batch, &went) {
+        let none = unreached.map_or(String::new(), |(n, _)| {
+            format!(" ({n} trainable parameter(s) received no gradient)")
+        });
         let reason = format!(
-            "{why}; check the labels (shuffled, or all masked), that the model's weights train (not frozen, LR above 0) and the model before spending the main compute"
+            "{why}{none}; check the labels (shuffled, or all masked), that the model's weights train (not frozen, LR above 0) and the model before spending the main compute"
+        );
+        return (false, decision(DecisionKind::ValidateFailed, reason));
+    }
+    if let Some((n, names)) = unreached {
+        let reason = format!(
+            "{n} trainable parameter(s) received no gradient in validate's {} steps ({names}): the loss does not reach them, so they would never train; check which modules the adapters target and that nothing between them and the loss is detached",
+            v.steps
         );
         return (false, decision(DecisionKind::ValidateFailed, reason));
     }
@@ -607,14 +619,18 @@ mod tests {
     }
 
     /// A check whose loss falls by `fall` in `steps` steps (exponentially) with `noise` of one
-    /// step's loss (a fixed pseudo-random pattern).
+    /// step's loss (uniform in ±`noise`, from a fixed xorshift sequence).
     fn curve(first: f32, fall: f32, noise: f32, steps: usize) -> Checked {
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
         let losses: Vec<f32> = (0..steps)
             .map(|i| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let uniform = (state >> 40) as f32 / (1u64 << 24) as f32;
                 let t = i as f32 / (steps - 1) as f32;
                 let trend = first * (1.0 - fall).powf(t);
-                let wiggle = ((i * 7919 % 13) as f32 / 6.0 - 1.0) * noise;
-                trend * (1.0 + wiggle)
+                trend * (1.0 + (2.0 * uniform - 1.0) * noise)
             })
             .collect();
         Checked {
@@ -651,6 +667,9 @@ mod tests {
         assert!(!ok && d.reason.contains("not finite"), "{}", d.reason);
         // A smooth but tiny fall is no learning either (an LR of 1e-7).
         assert!(!validated(30, &curve(2.3, 0.005, 0.0, 30), false, &r).0);
+        // LoRA r 2 on the value projections of a Llama of random weights: 10.82 → 10.62, smooth.
+        let (ok, d) = validated(30, &curve(10.8167, 0.018, 0.0005, 30), true, &r);
+        assert!(ok && d.reason.starts_with("warning"), "{}", d.reason);
         // A fall that a noisy loss makes by chance is not a fall.
         assert!(!validated(30, &curve(2.3, 0.05, 0.08, 30), false, &r).0);
         // A model that memorises the batch passes without a warning.
@@ -669,7 +688,7 @@ mod tests {
         assert!(ok && !d.reason.starts_with("warning"), "{}", d.reason);
         let (ok, d) = validated(30, &checked(0.7, 0.2, 0.69), false, &r);
         assert!(ok && d.reason.starts_with("warning"), "{}", d.reason);
-        let (ok, d) = validated(30, &checked(0.7, 0.69, 0.69), false, &r);
+        let (ok, d) = validated(30, &checked(0.7, 0.697, 0.69), false, &r);
         assert!(!ok);
         assert_eq!(d.kind, DecisionKind::ValidateFailed);
         assert!(
