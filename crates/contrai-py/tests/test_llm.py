@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Trainer, TrainingArguments
 
 from conftest import decisions
 from contrai.adapters import is_adapter, plain, unprefixed
@@ -136,7 +136,7 @@ def sft_job(tmp_path: Path, detach: str | None = None, scratch: bool = False, ra
         cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
                           pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
-        base = LlamaForCausalLM(cfg)
+        base: PreTrainedModel = LlamaForCausalLM(cfg)
     else:
         base = AutoModelForCausalLM.from_pretrained(path)
     model = peft.get_peft_model(base, peft.LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(targets),
