@@ -416,7 +416,7 @@ fn fp16_on_bf16_model(f: &JobFacts) -> Option<Finding> {
 }
 
 /// bf16 on a device that cannot multiply bf16 matrices natively: PyTorch falls back to a
-/// reference kernel (36 times slower than fp32 for SmolLM2-135M under LoRA on an AMD Zen 3).
+/// reference kernel (37 times slower than fp32 for SmolLM2-135M under LoRA on an AMD Zen 3).
 fn bf16_not_native(f: &JobFacts) -> Option<Finding> {
     if f.precision? != Precision::Bf16 || f.native_bf16? {
         return None;

@@ -146,7 +146,7 @@ def sft_job(tmp_path: Path, detach: str | None = None, scratch: bool = False, ra
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(SFT_RECIPE)
     # SFTConfig's bf16 is on by default: on a CPU without native bf16 (AMD Zen 3) every matmul then
-    # takes PyTorch's reference kernel, 36 times slower than f32 for this model.
+    # takes PyTorch's reference kernel, 37 times slower than f32 for this model.
     args = trl.SFTConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, per_device_eval_batch_size=8,
                          max_steps=4, max_length=32, report_to=[], save_strategy="no", use_cpu=True, seed=0,
                          disable_tqdm=True, learning_rate=2e-4, bf16=False)

@@ -125,7 +125,7 @@ def sft_run(tmp_path: Path, final: float = 0.25, patience: int = 1000, validate:
     recipe.write_text(RECIPE.format(final=final, patience=patience, phases='"validate", ' if validate else "",
                                     quantize=quantize, max_drop=max_drop))
     # SFTConfig's bf16 is on by default: on a CPU without native bf16 (AMD Zen 3) every matmul then
-    # takes PyTorch's reference kernel, 36 times slower than f32 for this model.
+    # takes PyTorch's reference kernel, 37 times slower than f32 for this model.
     args = trl.SFTConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, per_device_eval_batch_size=8,
                          max_steps=planned_steps(recipe.read_text(), str(recipe)), report_to=[],
                          save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, learning_rate=1e-3,
