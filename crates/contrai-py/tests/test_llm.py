@@ -199,12 +199,14 @@ def test_validate_trains_adapters_of_small_capacity_on_with_a_warning(
 
 def test_validate_refuses_a_batch_whose_labels_are_all_hidden(tmp_path: Path) -> None:
     """A broken collator that masks every label (-100): the loss is not finite, or does not move;
-    the job stops in validate before any main step."""
+    the job stops in validate before any main step, naming the labels as what to check (a Llama
+    of random weights: the pipeline is under test, not the model)."""
     with pytest.raises(Exception, match="not finite|beyond its own noise"):
-        sft_job(tmp_path, masked=True)
+        sft_job(tmp_path, scratch=True, masked=True)
     failed = [x for x in decisions(tmp_path / "run") if x["kind"] == "validate_failed"]
     assert len(failed) == 1, decisions(tmp_path / "run")
     assert "not finite" in failed[0]["reason"] or "beyond its own noise" in failed[0]["reason"], failed[0]["reason"]
+    assert "check the labels (shuffled, or all masked)" in failed[0]["reason"], failed[0]["reason"]
 
 
 def test_validate_names_the_adapters_that_never_get_a_gradient(tmp_path: Path) -> None:
