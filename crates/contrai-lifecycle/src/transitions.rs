@@ -80,12 +80,7 @@ impl Movement {
         let level = |v: &[f64]| contrai_stats::median(v).unwrap_or(f64::NAN);
         let start = level(&losses[..ends]);
         let end = level(&losses[losses.len() - ends..]);
-        let second: Vec<f64> = losses.windows(3).map(|w| w[2] - 2.0 * w[1] + w[0]).collect();
-        let noise = match contrai_stats::median(&second) {
-            // A second difference carries the noise of three points: variance 6 sigma^2.
-            Some(m) => 1.4826 * contrai_stats::mad(&second, m) / 6f64.sqrt() / start.abs().max(1e-12),
-            None => 0.0,
-        };
+        let noise = contrai_stats::point_noise(&losses).unwrap_or(0.0) / start.abs().max(1e-12);
         let fall = 1.0 - end / start;
         // The difference of two medians of `ends` points carries about one point's noise.
         let clear = fall.abs() > MIN_MOVE.max(NOISE_UNITS * noise);

@@ -36,6 +36,15 @@ pub fn mad(values: &[f64], center: f64) -> f64 {
     median_in_place(&mut d)
 }
 
+/// Robust noise of one point of a series: the MAD of its second differences (a steady trend
+/// cancels out), as a normal sigma, over √6 (a second difference carries three points' noise);
+/// `None` for fewer than 3 values.
+pub fn point_noise(values: &[f64]) -> Option<f64> {
+    let d: Vec<f64> = values.windows(3).map(|w| w[2] - 2.0 * w[1] + w[0]).collect();
+    let m = median(&d)?;
+    Some(1.4826 * mad(&d, m) / 6f64.sqrt())
+}
+
 /// Median of consecutive blocks so that at most `max_blocks` values remain.
 pub fn block_medians(values: &[f64], max_blocks: usize) -> Vec<f64> {
     if values.len() <= max_blocks || max_blocks == 0 {
@@ -182,5 +191,25 @@ mod tests {
         let s = theil_sen(&[0.0, 1.0, 2.0, 3.0, 4.0], &[0.0, 2.0, 4.0, 6.0, 100.0]).unwrap_or(0.0);
         assert_eq!(s, 2.0);
         assert_eq!(median_gap(&[0, 50, 100, 150]), 50.0);
+    }
+
+    #[test]
+    fn point_noise_ignores_a_trend_and_finds_the_wiggle() {
+        let trend: Vec<f64> = (0..20).map(|i| 5.0 - 0.1 * f64::from(i)).collect();
+        assert!(point_noise(&trend).unwrap() < 1e-12);
+        // A pseudo-random ±0.1 wiggle on the trend: about its sigma, 0.1 / √3.
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        let noisy: Vec<f64> = (0..2000)
+            .map(|i| {
+                let t = 5.0 - 0.001 * f64::from(i);
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                t + 0.2 * ((state >> 11) as f64 / (1u64 << 53) as f64 - 0.5)
+            })
+            .collect();
+        let sigma = point_noise(&noisy).unwrap();
+        assert!((0.04..0.08).contains(&sigma), "{sigma}");
+        assert_eq!(point_noise(&[1.0, 2.0]), None);
     }
 }

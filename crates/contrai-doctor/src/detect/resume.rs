@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 use super::{Ctx, main_loss, num};
 use crate::finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
 use crate::series::{Cut, LogOrder, Marker, Point, Series};
-use crate::stats::{mad, median};
+use crate::stats::{median, point_noise};
 
 /// Points of the segment before whose median is its end level.
 const END_POINTS: usize = 5;
@@ -249,9 +249,7 @@ fn log_noise(points: &[Point]) -> f64 {
     if logs.len() < 5 {
         return 0.05;
     }
-    let d: Vec<f64> = logs.windows(3).map(|w| w[2] - 2.0 * w[1] + w[0]).collect();
-    let m = median(&d).unwrap_or(0.0);
-    (1.4826 * mad(&d, m) / 6f64.sqrt()).max(0.01)
+    point_noise(&logs).unwrap_or(0.0).max(0.01)
 }
 
 /// The course of a series across a boundary; `take` points of the segment after make its level
