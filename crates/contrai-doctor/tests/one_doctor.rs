@@ -1,6 +1,8 @@
 //! One doctor: every labelled log of `../shared/eval/doctor/` and `../shared/eval/doctor-real/`,
-//! written again a quarter at a time and followed live, ends with the findings `contrai doctor`
-//! gives the whole log — the same labels, steps, recommendations and evidence.
+//! written again an eighth at a time (cut anywhere, mid-line and mid-record) and followed live:
+//! at every cut the live report is what `contrai doctor` says of the log as it then stands, and
+//! the last is what it says of the whole log — the same labels, steps, recommendations and
+//! evidence.
 
 use std::path::{Path, PathBuf};
 
@@ -46,6 +48,18 @@ fn findings(reports: &[Report]) -> Vec<(String, String)> {
     v
 }
 
+/// The first `eighth` eighths of a log: a text log up to the end of its last whole line (the
+/// line being written is no point yet live, while after the fact a last line is taken whole, as
+/// files often end without a newline); a binary one anywhere.
+fn cut(bytes: &[u8], eighth: usize) -> &[u8] {
+    let at = bytes.len() * eighth / 8;
+    if eighth == 8 || std::str::from_utf8(bytes).is_err() {
+        return &bytes[..at];
+    }
+    let line_end = bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    &bytes[..line_end]
+}
+
 #[test]
 fn a_log_followed_as_it_grows_ends_with_the_findings_of_the_whole_log() {
     let cases = cases();
@@ -57,22 +71,35 @@ fn a_log_followed_as_it_grows_ends_with_the_findings_of_the_whole_log() {
     for case in &cases {
         let Ok(runs) = read_path(case, None) else { continue };
         let whole: Vec<Report> = runs.iter().map(|r| diagnose(r, &cfg)).collect();
-        // The same files, written again: each grows by a quarter between two polls.
+        // The same files, written again: each grows by an eighth between two polls.
         let tmp = tempfile::tempdir().unwrap();
         let copy = tmp.path().join(case.file_name().unwrap());
         let mut rel = Vec::new();
         files(case, Path::new(""), &mut rel);
         let mut live = Live::new(std::slice::from_ref(&copy), None, cfg.clone());
-        for quarter in 1..=4 {
+        for eighth in 1..=8 {
             for r in &rel {
                 let bytes = std::fs::read(case.join(r)).unwrap();
                 let to = copy.join(r);
                 std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-                std::fs::write(&to, &bytes[..bytes.len() * quarter / 4]).unwrap();
+                std::fs::write(&to, cut(&bytes, eighth)).unwrap();
             }
             live.poll();
+            // Every run's report brought up to what was read (a poll spaces costly reports).
+            live.finish();
+            if eighth < 8
+                && let Ok(cut) = read_path(&copy, None)
+            {
+                let now: Vec<Report> = cut.iter().map(|r| diagnose(r, &cfg)).collect();
+                let followed: Vec<Report> = live.runs().iter().map(|r| r.report.clone()).collect();
+                assert_eq!(
+                    findings(&followed),
+                    findings(&now),
+                    "{}: followed live, then after the fact on the log cut at {eighth}/8",
+                    case.display()
+                );
+            }
         }
-        live.finish();
         let followed: Vec<Report> = live.runs().iter().map(|r| r.report.clone()).collect();
         assert_eq!(
             findings(&followed),
