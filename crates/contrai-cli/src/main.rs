@@ -97,6 +97,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Data(cmd) => data_cmd::run(cmd),
@@ -112,11 +113,43 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(err) if closed_pipe(&err) => ExitCode::from(CLOSED_PIPE),
         Err(err) => {
             eprintln!("error: {}", message(&err));
             ExitCode::from(2)
         }
     }
+}
+
+/// The status of a program a closed pipe ended (128 + SIGPIPE), as a shell reports it.
+const CLOSED_PIPE: u8 = 141;
+
+/// Output piped into a reader that stops early (`contrai plan | head -1`) ends the program
+/// quietly with [`CLOSED_PIPE`], as Unix tools end, not with a panic and a backtrace: Rust
+/// ignores SIGPIPE (the live page's sockets need that), so `println!` into the closed pipe
+/// panics, and this hook turns that one panic into the exit.
+fn quiet_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(CLOSED_PIPE.into());
+        }
+        default(info)
+    }));
+}
+
+/// Whether an error is a write into a closed pipe (output written with `?`, not `println!`).
+fn closed_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// An error and its causes, each cause left out when the message before already says it (the

@@ -103,6 +103,15 @@ impl Contrai {
         self.spawn().wait()
     }
 
+    /// Runs it to the end with its stdout closed before it writes a byte (a reader that stopped
+    /// early, as `| head -1`): its exit code (`None` when a signal ended it) and its stderr.
+    pub fn with_stdout_closed(self) -> (Option<i32>, String) {
+        let mut running = self.spawn();
+        drop(running.child.stdout.take());
+        let out = running.wait();
+        (out.code(), out.stderr.clone())
+    }
+
     /// Starts it in the background with stdout and stderr piped (stdin closed unless given), for
     /// tests that act on it while it runs; [`Running::wait`] collects its output.
     pub fn spawn(mut self) -> Running {
