@@ -54,11 +54,16 @@ impl Served {
     }
 
     fn connect(&self, path: &str) -> TcpStream {
+        self.connect_as(path, "127.0.0.1")
+    }
+
+    /// A GET of `path` sent with `Host: host`.
+    fn connect_as(&self, path: &str, host: &str) -> TcpStream {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         write!(
             s,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
         )
         .unwrap();
         s
@@ -66,8 +71,13 @@ impl Served {
 
     /// The status code and body of a GET.
     fn get(&self, path: &str) -> (u16, String) {
+        self.get_as(path, "127.0.0.1")
+    }
+
+    /// The status code and body of a GET sent with `Host: host`.
+    fn get_as(&self, path: &str, host: &str) -> (u16, String) {
         let mut text = String::new();
-        self.connect(path).read_to_string(&mut text).unwrap();
+        self.connect_as(path, host).read_to_string(&mut text).unwrap();
         let code = text
             .split_whitespace()
             .nth(1)
@@ -219,6 +229,33 @@ fn beyond_loopback_a_request_without_the_token_is_refused() {
     }
     assert_eq!(served.get(&format!("/?token={token}")).0, 200);
     assert_eq!(served.get(&format!("/values?x=1&token={token}")).0, 200);
+}
+
+#[test]
+fn on_loopback_a_request_by_a_foreign_host_name_is_refused() {
+    let dir = TempDir::new();
+    std::fs::write(dir.join("metrics.csv"), "step,train_loss\n1,0.9\n2,0.7\n").unwrap();
+    let served = Served::start(&[], dir.path());
+    let port = served.port;
+    for foreign in [
+        "attacker.example",
+        &format!("attacker.example:{port}"),
+        "localhost.attacker.example",
+    ] {
+        for path in ["/", "/events", "/values?x=1"] {
+            let (code, body) = served.get_as(path, foreign);
+            assert_eq!(code, 403, "{foreign} {path}");
+            assert!(body.contains("loopback"), "{body}");
+        }
+    }
+    for own in [
+        "127.0.0.1",
+        &format!("127.0.0.1:{port}"),
+        &format!("localhost:{port}"),
+        &format!("[::1]:{port}"),
+    ] {
+        assert_eq!(served.get_as("/", own).0, 200, "{own}");
+    }
 }
 
 #[test]

@@ -157,8 +157,34 @@ fn header(name: &str, value: &str) -> Header {
     Header::from_bytes(name.as_bytes(), value.as_bytes()).unwrap_or_else(|()| unreachable!("ASCII header"))
 }
 
+/// Whether a `Host` header names this machine's loopback (`localhost`, `127.0.0.1`, `[::1]`,
+/// with or without a port). A page on loopback answers only such requests: a web page the user
+/// visits can point a name it controls at 127.0.0.1 (DNS rebinding), but its requests then
+/// carry that name.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or(v6, |(a, _)| a),
+        None => host.rsplit_once(':').map_or(host, |(a, _)| a),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 fn answer(req: Request, shared: &Shared, token: Option<&str>) {
     let url = req.url().to_string();
+    // On loopback (no token) a request must come by a loopback name; with a token, the token
+    // is the check (the page is reached by whatever name the network gives the machine).
+    let host = req
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Host"))
+        .map(|h| h.value.as_str().trim().to_string());
+    if token.is_none() && !host.as_deref().is_some_and(loopback_host) {
+        let msg = "403: this page answers only requests to localhost or 127.0.0.1 (Host was not a \
+                   loopback name); to reach it from elsewhere use --host with its access token\n";
+        let _ = req.respond(Response::from_string(msg).with_status_code(403));
+        return;
+    }
     if let Some(t) = token
         && !query(&url, "token").is_some_and(|q| same_secret(q, t))
     {
@@ -190,6 +216,37 @@ fn answer(req: Request, shared: &Shared, token: Option<&str>) {
         }
         _ => req.respond(Response::from_string("404: no such page\n").with_status_code(404)),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loopback_host;
+
+    #[test]
+    fn only_loopback_names_are_loopback_hosts() {
+        for ok in [
+            "localhost",
+            "LOCALHOST:8765",
+            "127.0.0.1",
+            "127.0.0.1:80",
+            "[::1]:8765",
+            "[::1]",
+            "127.1.2.3",
+        ] {
+            assert!(loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "attacker.example",
+            "attacker.example:8765",
+            "localhost.attacker.example",
+            "10.0.0.1:8765",
+            "",
+            "[::2]:1",
+            "0.0.0.0",
+        ] {
+            assert!(!loopback_host(bad), "{bad}");
+        }
+    }
 }
 
 /// Streams the page's renderings: the newest at once, then one per change.
