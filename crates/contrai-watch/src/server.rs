@@ -218,37 +218,6 @@ fn answer(req: Request, shared: &Shared, token: Option<&str>) {
     };
 }
 
-#[cfg(test)]
-mod tests {
-    use super::loopback_host;
-
-    #[test]
-    fn only_loopback_names_are_loopback_hosts() {
-        for ok in [
-            "localhost",
-            "LOCALHOST:8765",
-            "127.0.0.1",
-            "127.0.0.1:80",
-            "[::1]:8765",
-            "[::1]",
-            "127.1.2.3",
-        ] {
-            assert!(loopback_host(ok), "{ok}");
-        }
-        for bad in [
-            "attacker.example",
-            "attacker.example:8765",
-            "localhost.attacker.example",
-            "10.0.0.1:8765",
-            "",
-            "[::2]:1",
-            "0.0.0.0",
-        ] {
-            assert!(!loopback_host(bad), "{bad}");
-        }
-    }
-}
-
 /// Streams the page's renderings: the newest at once, then one per change.
 fn events(req: Request, shared: &Shared) {
     let mut out = req.into_writer();
@@ -278,6 +247,37 @@ fn events(req: Request, shared: &Shared) {
         };
         if out.write_all(msg.as_bytes()).and_then(|()| out.flush()).is_err() {
             return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loopback_host;
+
+    #[test]
+    fn only_loopback_names_are_loopback_hosts() {
+        for ok in [
+            "localhost",
+            "LOCALHOST:8765",
+            "127.0.0.1",
+            "127.0.0.1:80",
+            "[::1]:8765",
+            "[::1]",
+            "127.1.2.3",
+        ] {
+            assert!(loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "attacker.example",
+            "attacker.example:8765",
+            "localhost.attacker.example",
+            "10.0.0.1:8765",
+            "",
+            "[::2]:1",
+            "0.0.0.0",
+        ] {
+            assert!(!loopback_host(bad), "{bad}");
         }
     }
 }
