@@ -35,7 +35,7 @@ fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
     if rel_drop(start, end) > 0.02 || rel_drop(initial, min) > 0.05 || end <= 0.0 {
         return None;
     }
-    let classes = classes(ctx, end)?;
+    let classes = classes(ctx, end).or_else(|| dead_output(ctx, &vals))?;
     let chance = classes.ln();
     let dist = (end - chance).abs() / chance;
     if dist > ctx.cfg.chance_tolerance || accuracy_above_chance(ctx, Series::TrainAccuracy, classes, false) {
@@ -98,6 +98,21 @@ fn classes(ctx: &Ctx, level: f64) -> Option<f64> {
         _ => return None,
     };
     (2.0..=1000.0).contains(&k).then_some(k)
+}
+
+/// How close (relative) to ln K every point of a dead output's loss lies.
+const DEAD_OUTPUT: f64 = 1e-4;
+
+/// K for a loss that equals ln K at every point (to [`DEAD_OUTPUT`]), K from 2 to 100, in a run
+/// not known to model language: only exactly uniform predictions give exactly ln K, whatever
+/// the task's files say (none, often); a loss that never moves from it is a dead output layer.
+fn dead_output(ctx: &Ctx, vals: &[f64]) -> Option<f64> {
+    if ctx.st.hints.task == Task::LanguageModel {
+        return None;
+    }
+    let k = median(vals)?.exp().round();
+    let at = |v: &f64| (v - k.ln()).abs() <= DEAD_OUTPUT * k.ln();
+    ((2.0..=100.0).contains(&k) && vals.iter().all(at)).then_some(k)
 }
 
 /// Whether the run is known to classify: its files say so, or it logs accuracy.

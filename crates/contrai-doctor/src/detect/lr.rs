@@ -3,7 +3,7 @@
 
 use super::{Ctx, finite, num};
 use crate::finding::{Detail, Finding, Label, Severity};
-use crate::series::Series;
+use crate::series::{Point, Series};
 use crate::setup::{LrSchedule, SCHEDULE_KEYS, Setting};
 
 /// Reviews the LR series; `final_` is true at the end of the run.
@@ -25,7 +25,7 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
     let last = pts[pts.len() - 1];
     let total = planned_total(ctx, last.step).max(1) as f64;
     let has_warmup = first.value < 0.5 * peak && peak_i > 0;
-    let warmup_steps = pts[peak_i].step.saturating_sub(first.step.min(pts[peak_i].step)) as f64;
+    let warmup_steps = pts[peak_i].step as f64 - warmup_start(&pts[..=peak_i]);
     // The warmup is known once the LR has stopped rising.
     let warmup_done = peak_i + 2 < pts.len();
     let frac = warmup_steps / total;
@@ -128,6 +128,19 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// Where a warmup logged as `rise` (first log to peak) began: its line taken back to an LR of 0
+/// (a sparse log's first LR is already part-way up: a warmup logged every 500 steps from 1.5e-3
+/// to a 3e-3 peak at step 1000 began at step 0), never before step 0 nor after the first log.
+fn warmup_start(rise: &[Point]) -> f64 {
+    let (first, peak) = (rise[0], rise[rise.len() - 1]);
+    let (x0, x1) = (first.step as f64, peak.step as f64);
+    if peak.value <= first.value || x1 <= x0 {
+        return x0;
+    }
+    let slope = (peak.value - first.value) / (x1 - x0);
+    (x0 - first.value / slope).clamp(0.0, x0)
 }
 
 /// The run's planned steps when the log states them (and reached no further), else its last.

@@ -39,25 +39,30 @@ pub(crate) fn recent_change(ctx: &Ctx, loss: Series) -> Option<(f64, f64, u64, u
     if span < patience {
         return None;
     }
-    let change = slope * span;
-    // Noise: robust sigma of the residuals around the Theil-Sen line; the standard error of the
-    // change over the window is sigma * sqrt(12 / m).
-    let x0 = xs[0];
-    let resid: Vec<f64> = xs.iter().zip(&ys).map(|(x, y)| y - slope * (x - x0)).collect();
-    let centre = median(&resid)?;
-    let sigma = 1.4826 * crate::stats::mad(&resid, centre);
+    let (change, sigma) = fitted_change(&xs, &ys, slope)?;
     let level = if positive {
         1.0
     } else {
         median(&ys)?.abs().max(1e-12)
     };
-    let se = sigma / level * (12.0 / ys.len() as f64).sqrt();
+    let se = sigma / level;
     let rel = if positive {
         change.exp() - 1.0
     } else {
         change / level
     };
     Some((rel, se, win[0].step, w))
+}
+
+/// The change along a Theil-Sen line of `slope` over `xs`, and its standard error: the robust
+/// sigma of the residuals around the line times sqrt(12 / m) (m points).
+fn fitted_change(xs: &[f64], ys: &[f64], slope: f64) -> Option<(f64, f64)> {
+    let span = xs.last()? - xs.first()?;
+    let x0 = xs[0];
+    let resid: Vec<f64> = xs.iter().zip(ys).map(|(x, y)| y - slope * (x - x0)).collect();
+    let centre = median(&resid)?;
+    let sigma = 1.4826 * crate::stats::mad(&resid, centre);
+    Some((slope * span, sigma * (12.0 / ys.len() as f64).sqrt()))
 }
 
 /// True when the LR is being annealed over the steps from `from` (or, with no LR logged, the
@@ -99,6 +104,9 @@ const STALL_GAIN: f64 = 1.0 / 3.0;
 const STALL_MAX: f64 = 0.05;
 /// The least a second epoch improves on the first (relative) in a run that still learns.
 const EPOCH_GAIN: f64 = 0.05;
+
+/// How well (2 standard errors, relative) a window's change must be known to call it flat.
+const FLAT_WITHIN: f64 = 0.10;
 
 /// Reviews the main loss.
 pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
@@ -164,8 +172,11 @@ fn recent(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let improvement = -rel;
     // The noise test needs enough points to estimate the noise (8).
     // Only a small improvement (under 10x the threshold) can be called noise.
-    let noisy = w >= 8 && improvement < 2.0 * se && improvement < 10.0 * ctx.cfg.plateau_rel;
-    if improvement >= ctx.cfg.plateau_rel && !noisy {
+    // Flatness must be shown, not assumed: a window too noisy to know its change within
+    // [`FLAT_WITHIN`] (2 standard errors) says nothing either way.
+    let bounded = 2.0 * se < FLAT_WITHIN;
+    let noisy = w >= 8 && bounded && improvement < 2.0 * se && improvement < 10.0 * ctx.cfg.plateau_rel;
+    if (improvement >= ctx.cfg.plateau_rel || !bounded) && !noisy {
         return None;
     }
     // A window that rose clearly because the loss jumped in it holds a spike, not a plateau.
@@ -211,8 +222,10 @@ fn converged(ctx: &Ctx, loss: Series, start: u64) -> bool {
 }
 
 /// The loss stalled for at least [`STALL_SHARE`] of the run, gaining less than
-/// [`STALL_GAIN`] of what one sudden drop ([`SUDDEN_DROP`]) after it did: an LR cut came late
-/// (a stall during a warmup, the LR rising through it, is the warmup's finding).
+/// [`STALL_GAIN`] of what the fall after it did ([`SUDDEN_DROP`] at least, within the stall's
+/// own length): an LR cut came late, or the run sat on a saddle it escaped only late (a stall
+/// during a warmup, the LR rising through it, is the warmup's finding). The stall reported is
+/// the longest: it ends where the fall begins.
 fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let pts = finite(ctx.st.points(loss));
     if loss != Series::TrainLoss || pts.len() < 30 || pts.iter().any(|p| p.value <= 0.0) {
@@ -227,42 +240,62 @@ fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let swing = median(&swings)?;
     let material = super::material(ctx, loss)?;
     let needed = STALL_SHARE * (xs[m - 1] - xs[0]);
-    for j in 3.max(m / 4)..m.saturating_sub(2) {
+    // A stall ending at block j: its start i, what it gained, the fall after it and where that
+    // fall bottomed out.
+    let stall = |j: usize| -> Option<(usize, f64, f64, usize)> {
         let before = median(&ys[j - 3..j])?;
-        let drop = before - median(&ys[j..(j + 3).min(m)])?;
-        if drop < -SUDDEN_DROP.ln() || drop < 3.0 * swing || before.exp() * (1.0 - (-drop).exp()) < material {
-            continue;
-        }
-        let Some(i) = (0..j).rev().find(|&i| xs[j - 1] - xs[i] >= needed) else {
-            continue;
-        };
-        let gain = median(&ys[i..i + 3])? - before;
+        let i = (0..j).rev().find(|&i| xs[j - 1] - xs[i] >= needed)?;
+        // The way out: the lowest 3-block level reached within the stall's own length after it
+        // (at once, as an LR cut does, or over a few blocks, as an escape from a saddle does).
+        let (out, low) = (j..m.saturating_sub(2))
+            .take_while(|&k| xs[k] - xs[j - 1] <= xs[j - 1] - xs[i])
+            .filter_map(|k| Some((k, median(&ys[k..(k + 3).min(m)])?)))
+            .reduce(|a, b| if b.1 < a.1 { b } else { a })?;
+        let drop = before - low;
+        // What the stall gained along its fitted line, known to within its standard error.
+        let slope = theil_sen(&xs[i..j], &ys[i..j])?;
+        let (change, se) = fitted_change(&xs[i..j], &ys[i..j], slope)?;
+        let gain = -change;
+        let clear = drop >= -SUDDEN_DROP.ln()
+            && drop >= 3.0 * swing
+            && before.exp() * (1.0 - (-drop).exp()) >= material
+            && gain + 2.0 * se < STALL_GAIN * drop
+            && gain.abs() + 2.0 * se < -(1.0 - STALL_MAX).ln();
         let (from, to) = (xs[i] as u64, xs[j - 1] as u64);
-        let after = xs[(j + 2).min(m - 1)] as u64;
-        let stalled = gain < STALL_GAIN * drop && gain.abs() < -(1.0 - STALL_MAX).ln();
-        if !stalled || lr_rose(ctx, from, to) || !lr_cut_or_unknown(ctx, to, after) {
-            continue;
-        }
-        let improvement = 1.0 - (-gain).exp();
-        let rec = format!(
-            "{} stalled from step {from} to {to} ({:.1} % better in {:.0} % of the run) until \
-             it fell {:.0} % at once after step {to} (an LR cut?): cut the LR x 0.3 when the \
-             loss stops improving for 3 evaluations (ReduceLROnPlateau), or decay it from the \
-             start (cosine with 3 % warmup)",
-            loss.name(),
-            100.0 * improvement,
-            100.0 * (to - from) as f64 / (xs[m - 1] - xs[0]).max(1.0),
-            100.0 * (1.0 - (-drop).exp())
-        );
-        return Some(
-            Finding::new(Label::Plateau, Severity::Warning, from, rec)
-                .with("stall_improvement", improvement)
-                .with("window_start_step", from as f64)
-                .with("window_end_step", to as f64)
-                .with("drop_after", 1.0 - (-drop).exp()),
-        );
-    }
-    None
+        let lr_explains =
+            lr_rose(ctx, from, to) || !lr_cut_or_unknown(ctx, to, xs[(out + 2).min(m - 1)] as u64);
+        (clear && !lr_explains).then_some((i, gain, drop, out))
+    };
+    let first = (3.max(m / 4)..m.saturating_sub(2)).find(|&j| stall(j).is_some())?;
+    let j = (first..m.saturating_sub(2))
+        .take_while(|&j| stall(j).is_some())
+        .last()?;
+    let (i, gain, drop, out) = stall(j)?;
+    let (from, to, low) = (xs[i] as u64, xs[j - 1] as u64, xs[out] as u64);
+    let improvement = 1.0 - (-gain).exp();
+    let fell = if out <= j + 1 {
+        "at once".to_string()
+    } else {
+        format!("by step {low}")
+    };
+    let rec = format!(
+        "{} stalled from step {from} to {to} ({:.1} % better in {:.0} % of the run) until it fell \
+         {:.0} % {fell} after step {to} (an LR cut, or a late escape): cut the LR x 0.3 when the \
+         loss stops improving for 3 evaluations (ReduceLROnPlateau), or decay it from the start \
+         (cosine with 3 % warmup); a loss stuck at its trivial level (predicting the mean) first \
+         needs a check of inputs and targets",
+        loss.name(),
+        100.0 * improvement,
+        100.0 * (to - from) as f64 / (xs[m - 1] - xs[0]).max(1.0),
+        100.0 * (1.0 - (-drop).exp())
+    );
+    Some(
+        Finding::new(Label::Plateau, Severity::Warning, from, rec)
+            .with("stall_improvement", improvement)
+            .with("window_start_step", from as f64)
+            .with("window_end_step", to as f64)
+            .with("drop_after", 1.0 - (-drop).exp()),
+    )
 }
 
 /// The logged LR at `step` (the last one logged up to it).
