@@ -64,13 +64,11 @@ fn past_patience(ctx: &Ctx) -> Option<Finding> {
     // up for many evaluations is as clear as a smooth one that rises a little).
     // The noise is the curve's own since its best when that is long enough to tell (the descent
     // before it is trend, not noise).
-    // A noise read off a handful of evaluations can come out small by luck: under 10 since the
-    // best, the whole curve's noise bounds it from below.
     let since_best: Vec<f64> = raw_val(ctx).into_iter().skip(best).collect();
-    let noise = match since_best.len() {
-        10.. => relative_noise(&since_best),
-        5.. => relative_noise(&since_best).max(noise),
-        _ => noise,
+    let noise = if since_best.len() >= 5 {
+        relative_noise(&since_best)
+    } else {
+        noise
     };
     let noise_of_median = noise / (after.len() as f64).sqrt();
     if after_med <= best_p.value * (1.0 + 0.01_f64.max(2.0 * noise_of_median)) {
