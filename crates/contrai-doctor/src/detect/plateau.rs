@@ -110,9 +110,50 @@ const FLAT_WITHIN: f64 = 0.10;
 
 /// Reviews the main loss.
 pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
-    recent(ctx, loss)
+    frozen_validation(ctx)
+        .or_else(|| recent(ctx, loss))
         .or_else(|| stalled_until_a_drop(ctx, loss))
         .or_else(|| second_epoch_no_better(ctx, loss))
+}
+
+/// Evaluations a frozen validation loss must span.
+const FROZEN_EVALS: usize = 5;
+/// How close (relative) to the first every frozen validation loss lies.
+const FROZEN: f64 = 1e-6;
+
+/// The validation loss the same, to [`FROZEN`], at every one of [`FROZEN_EVALS`] evaluations
+/// or more: a model that learns changes its predictions, and a continuous loss shows it in its
+/// last digits. A collapsed model (a constant output) or an evaluation of weights that never
+/// change gives this picture.
+fn frozen_validation(ctx: &Ctx) -> Option<Finding> {
+    let val = finite(ctx.st.points(Series::ValLoss));
+    let first = val.first()?;
+    if val.len() < FROZEN_EVALS
+        || first.value == 0.0
+        || val
+            .iter()
+            .any(|p| (p.value - first.value).abs() > FROZEN * first.value.abs())
+    {
+        return None;
+    }
+    let last = val[val.len() - 1].step;
+    let rec = format!(
+        "the validation loss is {} at every one of its {} evaluations (steps {}-{last}): the \
+         model's predictions do not change. A collapsed model (one output for every input: \
+         check the inputs' and targets' scaling, and lower the peak LR x 0.1 if units died) \
+         or an evaluation of weights that do not train (check that the optimizer holds the \
+         evaluated model's parameters)",
+        num(first.value),
+        val.len(),
+        first.step
+    );
+    Some(
+        Finding::new(Label::Plateau, Severity::Critical, first.step, rec)
+            .with("frozen_val_loss", first.value)
+            .with("evaluations", val.len() as f64)
+            .with("window_start_step", first.step as f64)
+            .with("window_end_step", last as f64),
+    )
 }
 
 /// A second pass over the same data must show: the training loss's median over the second
@@ -224,8 +265,8 @@ fn converged(ctx: &Ctx, loss: Series, start: u64) -> bool {
 /// The loss stalled for at least [`STALL_SHARE`] of the run, gaining less than
 /// [`STALL_GAIN`] of what the fall after it did ([`SUDDEN_DROP`] at least, within the stall's
 /// own length): an LR cut came late, or the run sat on a saddle it escaped only late (a stall
-/// during a warmup, the LR rising through it, is the warmup's finding). The stall reported is
-/// the longest: it ends where the fall begins.
+/// during a warmup, the LR rising through it, is the warmup's finding). The stall reported ends
+/// where the fall begins.
 fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let pts = finite(ctx.st.points(loss));
     if loss != Series::TrainLoss || pts.len() < 30 || pts.iter().any(|p| p.value <= 0.0) {
@@ -267,10 +308,11 @@ fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
         (clear && !lr_explains).then_some((i, gain, drop, out))
     };
     let first = (3.max(m / 4)..m.saturating_sub(2)).find(|&j| stall(j).is_some())?;
-    let j = (first..m.saturating_sub(2))
-        .take_while(|&j| stall(j).is_some())
-        .last()?;
-    let (i, gain, drop, out) = stall(j)?;
+    // Of the stalls that end one after the other there, the one before the deepest fall: it
+    // ends where the fall begins.
+    let (j, (i, gain, drop, out)) = (first..m.saturating_sub(2))
+        .map_while(|j| Some((j, stall(j)?)))
+        .reduce(|a, b| if b.1.2 > a.1.2 { b } else { a })?;
     let (from, to, low) = (xs[i] as u64, xs[j - 1] as u64, xs[out] as u64);
     let improvement = 1.0 - (-gain).exp();
     let fell = if out <= j + 1 {
