@@ -71,7 +71,10 @@ fn past_patience(ctx: &Ctx) -> Option<Finding> {
         noise
     };
     let noise_of_median = noise / (after.len() as f64).sqrt();
-    if after_med <= best_p.value * (1.0 + 0.01_f64.max(2.0 * noise_of_median)) {
+    // The best is the lowest of the evaluations that reached its level: on a noisy level curve
+    // it sits under that level by selection alone (about one sigma for the least of a few
+    // smoothed evaluations), so the evaluations since must clear it by one sigma too.
+    if after_med <= best_p.value * (1.0 + 0.01_f64.max(2.0 * noise_of_median).max(noise)) {
         return None;
     }
     let (at_best, at_end, fall) = train_fall_since(ctx, best_p.step)?;
