@@ -64,7 +64,11 @@ pub fn on_point(ctx: &Ctx, series: Series) -> Vec<Finding> {
     let mut out = Vec::new();
     out.extend(nonfinite::check(ctx, series));
     match series {
-        Series::TrainLoss => out.extend(spike::loss_spike(ctx)),
+        // A spike of the loss the run is judged on: the training loss, or the validation loss
+        // of a log that has no training loss.
+        Series::TrainLoss | Series::ValLoss if series == main_loss(ctx.st) => {
+            out.extend(spike::loss_spike(ctx, series))
+        }
         Series::GradNorm => out.extend(spike::grad_explode(ctx)),
         _ => {}
     }

@@ -110,14 +110,14 @@ pub fn divergence(ctx: &Ctx) -> Option<Finding> {
     None
 }
 
-/// A training-loss point far above its recent median.
-pub fn loss_spike(ctx: &Ctx) -> Option<Finding> {
-    let (z, ratio, med, step) = newest_z(ctx, Series::TrainLoss, ctx.cfg.spike_ratio)?;
+/// A point of the main loss (`loss`) far above its recent median.
+pub fn loss_spike(ctx: &Ctx, loss: Series) -> Option<Finding> {
+    let (z, ratio, med, step) = newest_z(ctx, loss, ctx.cfg.spike_ratio)?;
     if z < ctx.cfg.spike_z || ratio < ctx.cfg.spike_ratio {
         return None;
     }
     // A jump must be material on the loss's own scale (its initial level).
-    if med * (ratio - 1.0) < super::material(ctx, Series::TrainLoss)? {
+    if med * (ratio - 1.0) < super::material(ctx, loss)? {
         return None;
     }
     let lr_part = if let Some(peak_lr) = ctx.peak_lr() {
@@ -126,9 +126,14 @@ pub fn loss_spike(ctx: &Ctx) -> Option<Finding> {
         "peak LR x 0.5".to_string()
     };
     let rec = format!(
-        "loss jumped {:.1}x above its recent median {} at step {step}: lower the {lr_part}, clip \
+        "{} jumped {:.1}x above its recent median {} at step {step}: lower the {lr_part}, clip \
          the global gradient norm at 1.0, keep >= 3 % warmup and an effective batch of 16-64; \
          if it repeats at the same data position, audit that data shard",
+        if loss == Series::ValLoss {
+            "the validation loss"
+        } else {
+            "loss"
+        },
         ratio,
         num(med)
     );
