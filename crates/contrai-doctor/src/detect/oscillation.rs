@@ -119,12 +119,34 @@ pub fn check(ctx: &Ctx, overfitting: bool) -> Option<Finding> {
         w.amp >= ctx.cfg.oscillation_amplitude && w.share >= 0.4 && w.drift < 0.3
             // Under an annealing LR, a noisy flat tail is convergence, not an unstable optimiser.
             && !super::plateau::lr_annealing(ctx, w.start)
+            // A model whose validation still improves learns: its training loss's swings are
+            // the noise of single batches.
+            && !validation_improving(ctx)
     });
     match train {
         Some(w) => Some(finding(s, &w)),
         None if overfitting => None,
         None => validation(ctx),
     }
+}
+
+/// Evaluations a validation loss needs to tell that it still improves.
+const IMPROVING_EVALS: usize = 4;
+
+/// The validation loss, evaluated [`IMPROVING_EVALS`] times or more, falls along its fitted
+/// (Theil-Sen) line by more than twice that fall's standard error: the model still generalises
+/// better, whatever one lucky evaluation says.
+fn validation_improving(ctx: &Ctx) -> bool {
+    let val = finite(ctx.st.points(Series::ValLoss));
+    if val.len() < IMPROVING_EVALS || val.iter().any(|p| p.value <= 0.0) {
+        return false;
+    }
+    let xs: Vec<f64> = val.iter().map(|p| p.step as f64).collect();
+    let ys: Vec<f64> = val.iter().map(|p| p.value.ln()).collect();
+    let Some(slope) = crate::stats::theil_sen(&xs, &ys) else {
+        return false;
+    };
+    super::plateau::fitted_change(&xs, &ys, slope).is_some_and(|(change, se)| change < -2.0 * se)
 }
 
 /// The validation loss swings with no net trend, or jumps up and back down (or down and back

@@ -56,7 +56,7 @@ pub(crate) fn recent_change(ctx: &Ctx, loss: Series) -> Option<(f64, f64, u64, u
 
 /// The change along a Theil-Sen line of `slope` over `xs`, and its standard error: the robust
 /// sigma of the residuals around the line times sqrt(12 / m) (m points).
-fn fitted_change(xs: &[f64], ys: &[f64], slope: f64) -> Option<(f64, f64)> {
+pub(crate) fn fitted_change(xs: &[f64], ys: &[f64], slope: f64) -> Option<(f64, f64)> {
     let span = xs.last()? - xs.first()?;
     let x0 = xs[0];
     let resid: Vec<f64> = xs.iter().zip(ys).map(|(x, y)| y - slope * (x - x0)).collect();
