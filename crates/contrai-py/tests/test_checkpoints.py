@@ -3,6 +3,7 @@ matrix that pruning zeroed comes back from its originals."""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,26 @@ def test_the_envelope_is_the_run_formats_and_old_format_2_checkpoints_still_read
     (old / "model.pt").write_bytes(b"torn")
     with pytest.raises(CorruptCheckpoint, match="does not match its SHA-256"):
         ckpts.read({"Step": 3})
+
+
+class RunsCode:
+    """An object whose unpickling calls ``open(marker, "w")``: what a crafted file would do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("planted", ["model.pt", "optimizer.pt", "masks.pt"])
+def test_a_pickle_that_would_run_code_in_a_run_directory_is_refused(tmp_path: Path, planted: str) -> None:
+    model = lora_like()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
+    ckpts.write(1, model, opt, Masks(), {"step": 1}, [])
+    marker = tmp_path / "ran"
+    torch.save(RunsCode(marker), ckpts.dir(1) / planted)
+    with pytest.raises(pickle.UnpicklingError):
+        ckpts.load(1, "{}", [])
+    assert not marker.exists(), "the crafted pickle ran"

@@ -124,11 +124,17 @@ class Checkpoints:
         originals under its masks."""
         d = self.dir(step)
         record = json.loads(state)
-        weights = torch.load(d / "model.pt", map_location="cpu")
-        optimizer = torch.load(d / "optimizer.pt", map_location="cpu") if (d / "optimizer.pt").exists() else None
+        # weights_only: a run directory is data; a crafted pickle in it must not run code on
+        # resume or rollback (its SHA-256 sums sit beside it and protect nothing against that).
+        weights = torch.load(d / "model.pt", map_location="cpu", weights_only=True)
+        optimizer = (
+            torch.load(d / "optimizer.pt", map_location="cpu", weights_only=True)
+            if (d / "optimizer.pt").exists()
+            else None
+        )
         masks = Masks.load(str(d / "masks.pt")) if (d / "masks.pt").exists() else Masks()
         for name in set(record.get("frozen", [])) & self.originals():
-            original = torch.load(self.original_file(name), map_location="cpu")
+            original = torch.load(self.original_file(name), map_location="cpu", weights_only=True)
             keep = masks.keep.get(plain(name))
             weights[name] = original if keep is None else original * keep.to(original.dtype)
         return Checkpoint(step, record, weights, optimizer, masks, skipped)

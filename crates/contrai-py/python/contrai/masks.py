@@ -189,7 +189,7 @@ class Masks:
     @staticmethod
     def load(path: str) -> "Masks":
         m = Masks()
-        m.keep = torch.load(path, map_location="cpu")
+        m.keep = torch.load(path, map_location="cpu", weights_only=True)
         return m
 
 
