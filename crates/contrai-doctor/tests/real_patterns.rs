@@ -277,6 +277,28 @@ fn every_evaluation_set_of_a_trainer_is_judged_and_named() {
 }
 
 #[test]
+fn a_csv_logger_file_separated_by_semicolons_is_read() {
+    // Keras's CSVLogger(separator=";"): validation turns up at epoch 12 while the loss falls.
+    let rows: Vec<String> = (0..40)
+        .map(|e| {
+            let e = e as f64;
+            let val = 0.3 + 0.002 * (e - 12.0).powi(2) / (1.0 + 0.05 * (e - 12.0).abs());
+            format!("{e};0.9;{};0.8;{val}", 0.6 * (-e / 10.0).exp())
+        })
+        .collect();
+    let rs = reports_of(&[(
+        "training_logs.csv",
+        format!("epoch;acc;loss;val_acc;val_loss\n{}\n", rows.join("\n")),
+    )]);
+    assert_eq!(rs.len(), 1, "{:?}", sources(&rs));
+    assert!(
+        labels(&rs[0]).contains(&Label::Overfitting),
+        "{:?}",
+        labels(&rs[0])
+    );
+}
+
+#[test]
 fn a_csv_logger_file_of_any_name_is_read_and_a_text_log_beside_it_is_passed_over() {
     let rows: Vec<String> = (0..40)
         .map(|e| format!("{e},0.6428571428571429,{}", 5.7939 - 1e-6 * e as f64))

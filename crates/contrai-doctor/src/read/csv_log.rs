@@ -134,6 +134,17 @@ impl Csv {
     }
 }
 
+/// The delimiter a CSV header uses: the most frequent of comma, tab and semicolon (Keras's
+/// `CSVLogger(separator=";")`, a European locale's export), `None` when it has none of them.
+pub(crate) fn delimiter(header: &[u8]) -> Option<u8> {
+    [b',', b'\t', b';']
+        .into_iter()
+        .map(|d| (d, header.iter().filter(|&&b| b == d).count()))
+        .filter(|&(_, n)| n > 0)
+        .max_by_key(|&(d, n)| (n, d == b','))
+        .map(|(d, _)| d)
+}
+
 impl Stream for Csv {
     fn feed(&mut self, run: &mut RawRun, data: &[u8], eof: bool) -> Result<usize, ReadError> {
         let used = complete_lines(data, eof);
@@ -143,11 +154,7 @@ impl Stream for Csv {
         let data = &data[..used];
         let delim = *self.delim.get_or_insert_with(|| {
             let first = data.split(|b| *b == b'\n').next().unwrap_or(&[]);
-            if !first.contains(&b',') && first.contains(&b'\t') {
-                b'\t'
-            } else {
-                b','
-            }
+            delimiter(first).unwrap_or(b',')
         });
         let mut rdr = csv::ReaderBuilder::new()
             .has_headers(false)

@@ -276,7 +276,7 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
     if wandb::is_wandb_header(first_line) {
         return Ok(Format::WandbCsv);
     }
-    if first_line.contains(',') || first_line.contains('\t') {
+    if csv_log::delimiter(first_line.as_bytes()).is_some() {
         return Ok(Format::Csv);
     }
     Err(ReadError::UnknownFormat {
