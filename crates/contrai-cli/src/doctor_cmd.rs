@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use contrai_doctor::{Detail, DoctorConfig, Finding, Format, Live, Report, Run, Series, diagnose, read_path};
+use contrai_doctor::{
+    Detail, DoctorConfig, Finding, Format, Live, Report, Run, Series, Skipped, diagnose, read_path_noting,
+};
 
 /// Arguments of `contrai doctor`.
 #[derive(clap::Args)]
@@ -15,7 +17,8 @@ pub struct DoctorArgs {
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     /// Print JSON: {"runs":[{"name","source","verdict","task","setup","findings":[{"label",
-    /// "severity","step","evidence","recommendation","confidence","detail"}]}]}.
+    /// "severity","step","evidence","recommendation","confidence","detail"}]}],
+    /// "skipped":[{"path","reason"}]} (files under a folder that gave no run).
     #[arg(long)]
     json: bool,
     /// Force the format: tensorboard, hf_trainer_state, csv, wandb_csv, mlflow, burn, jsonl.
@@ -34,13 +37,14 @@ pub struct DoctorArgs {
     clip_norm: Option<f64>,
 }
 
-/// Reads the runs of `path`, with what the command line says about them.
-fn read(args: &DoctorArgs, path: &Path) -> Result<Vec<Run>, contrai_doctor::ReadError> {
-    let mut runs = read_path(path, args.format)?;
+/// Reads the runs of `path`, with what the command line says about them, and the files under
+/// it that gave no run.
+fn read(args: &DoctorArgs, path: &Path) -> Result<(Vec<Run>, Vec<Skipped>), contrai_doctor::ReadError> {
+    let (mut runs, skipped) = read_path_noting(path, args.format)?;
     if let Some(c) = args.clip_norm.filter(|c| c.is_finite() && *c > 0.0) {
         runs.iter_mut().for_each(|r| r.hints.clip_norm = Some(c));
     }
-    Ok(runs)
+    Ok((runs, skipped))
 }
 
 /// Parses `--format` for clap, listing the formats on error.
@@ -56,15 +60,23 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         return watch(&args);
     }
     let cfg = DoctorConfig::default();
-    let mut runs = Vec::new();
+    let (mut runs, mut skipped) = (Vec::new(), Vec::new());
     for p in &args.paths {
-        runs.extend(read(&args, p)?);
+        let (r, s) = read(&args, p)?;
+        runs.extend(r);
+        skipped.extend(s);
     }
     let reports: Vec<Report> = runs.iter().map(|r| diagnose(r, &cfg)).collect();
     if args.json {
-        println!("{}", json_output(&reports)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "runs": reports, "skipped": skipped }))?
+        );
     } else {
         print!("{}", text_report(&runs, &reports));
+        for s in &skipped {
+            println!("skipped {}: {}", s.path.display(), s.reason);
+        }
     }
     Ok(exit_code(&reports))
 }
@@ -75,12 +87,6 @@ fn exit_code(reports: &[Report]) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
-}
-
-fn json_output(reports: &[Report]) -> anyhow::Result<String> {
-    Ok(serde_json::to_string_pretty(
-        &serde_json::json!({ "runs": reports }),
-    )?)
 }
 
 fn fmt_num(x: f64) -> String {

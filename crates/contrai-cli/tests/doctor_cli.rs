@@ -230,3 +230,40 @@ fn watch_follows_a_growing_file() {
         "{text}"
     );
 }
+
+#[test]
+fn a_file_that_is_no_log_is_skipped_and_said_and_a_folder_takes_a_format() {
+    let dir = TempDir::new();
+    let rows: Vec<String> = (0..30)
+        .map(|s| format!("{s},{}", 1.0 / (1.0 + s as f64)))
+        .collect();
+    dir.write("metrics.csv", format!("step,train_loss\n{}\n", rows.join("\n")));
+    dir.write("classes.csv", "cat\ndog\n");
+    let v = contrai(["doctor", "--json"]).arg(dir.path()).output().json();
+    assert_eq!(v["runs"].as_array().unwrap().len(), 1, "{v}");
+    let skipped = v["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{v}");
+    assert!(
+        skipped[0]["path"].as_str().unwrap().ends_with("classes.csv"),
+        "{v}"
+    );
+    assert!(
+        skipped[0]["reason"].as_str().unwrap().contains("unrecognised"),
+        "{v}"
+    );
+    contrai(["doctor"])
+        .arg(dir.path())
+        .output()
+        .assert_stdout_contains(&["skipped ", "classes.csv"]);
+    // A folder with --format is searched for that format (it was "Is a directory").
+    let v = contrai(["doctor", "--json", "--format", "csv"])
+        .arg(dir.path())
+        .output()
+        .json();
+    assert_eq!(v["runs"].as_array().unwrap().len(), 1, "{v}");
+    contrai(["doctor", "--format", "jsonl"])
+        .arg(dir.path())
+        .output()
+        .assert_code(2)
+        .assert_stderr_contains(&["no jsonl log found"]);
+}

@@ -72,6 +72,14 @@ pub enum ReadError {
         /// The file.
         path: PathBuf,
     },
+    /// A folder given with `--format` holds no log of that format.
+    #[error("{path}: no {} log found in this folder (--format {}; leave --format out to read any log)", format.name(), format.name())]
+    NoLogOfFormat {
+        /// The folder.
+        path: PathBuf,
+        /// The format asked for.
+        format: Format,
+    },
 }
 
 /// A log format.
@@ -284,9 +292,24 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
     })
 }
 
-/// Reads a file or run directory into runs. `format` overrides detection.
+/// A file under a folder that gave no run, and why: the runs beside it are read all the same.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Skipped {
+    /// The file.
+    pub path: PathBuf,
+    /// Why it gave no run (the reader's error).
+    pub reason: String,
+}
+
+/// Reads a file or run directory into runs. `format` overrides detection (a directory is then
+/// searched for logs of that format).
 pub fn read_path(path: &Path, format: Option<Format>) -> Result<Vec<Run>, ReadError> {
+    read_path_noting(path, format).map(|(runs, _)| runs)
+}
+
+/// [`read_path`], with the files under a folder that gave no run and why.
+pub fn read_path_noting(path: &Path, format: Option<Format>) -> Result<(Vec<Run>, Vec<Skipped>), ReadError> {
     let mut tail = Tail::once(path, format);
     tail.poll()?;
-    tail.runs()
+    Ok((tail.runs()?, tail.skipped().to_vec()))
 }

@@ -5,8 +5,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::{
-    Format, ReadError, Stream, burn, csv_log, detect_format, file_name, hf, io_err, is_trainer_state, jsonl,
-    mlflow, tensorboard, wandb,
+    Format, ReadError, Skipped, Stream, burn, csv_log, detect_format, file_name, hf, io_err,
+    is_trainer_state, jsonl, mlflow, tensorboard, wandb,
 };
 use crate::series::{RawRun, Run};
 
@@ -71,6 +71,18 @@ impl Source {
             Source::Whole { format, paths } => {
                 (format.name().into(), paths.first().cloned().unwrap_or_default())
             }
+        }
+    }
+
+    /// The format its files are read as.
+    pub fn format(&self) -> Format {
+        match self {
+            Source::Appended { files, .. } => match files.first().map(|f| f.kind) {
+                Some(Kind::Jsonl) => Format::Jsonl,
+                Some(Kind::Csv) => Format::Csv,
+                _ => Format::Tensorboard,
+            },
+            Source::Whole { format, .. } => *format,
         }
     }
 
@@ -177,7 +189,7 @@ fn merged_by_name(runs: Vec<Run>) -> Vec<Run> {
 /// Every log found under a directory: each TensorBoard folder, trainer_state.json, JSONL, CSV,
 /// MLflow run and Burn artifact root is a source. A Contrai run directory is read through its
 /// `metrics.jsonl` alone (its data partitions and decisions are not logs).
-pub(crate) fn in_dir(root: &Path) -> Result<Vec<Source>, ReadError> {
+pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Source>, ReadError> {
     let metrics = root.join("metrics.jsonl");
     if metrics.is_file() {
         let mut source = of_format(&metrics, Format::Jsonl)?;
@@ -191,7 +203,12 @@ pub(crate) fn in_dir(root: &Path) -> Result<Vec<Source>, ReadError> {
     }
     let mut sources = Vec::new();
     let mut stack = vec![(root.to_path_buf(), 0usize)];
+    // Each folder once, however many links lead to it (a link to a folder above makes a loop).
+    let mut seen = std::collections::HashSet::new();
     while let Some((dir, depth)) = stack.pop() {
+        if !seen.insert(fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone())) {
+            continue;
+        }
         if burn::is_burn_root(&dir) || mlflow::is_run_dir(&dir) {
             let format = if burn::is_burn_root(&dir) {
                 Format::Burn
@@ -247,7 +264,12 @@ pub(crate) fn in_dir(root: &Path) -> Result<Vec<Source>, ReadError> {
                     }
                     Ok(_) => {}
                     Err(_) if lower.ends_with(".log") => {}
-                    Err(e) => return Err(e),
+                    // A table that is no log (a class list, an empty file) is passed over,
+                    // said, and the logs beside it are read.
+                    Err(e) => skipped.push(Skipped {
+                        path: p.clone(),
+                        reason: e.to_string(),
+                    }),
                 }
             } else if is_trainer_state(p) {
                 // A Trainer state saved under another name (the content tells, not the name).

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::source::{self, Appended, Source};
-use super::{Format, ReadError, Stream, context, detect_format, io_err};
+use super::{Format, ReadError, Skipped, Stream, context, detect_format, io_err};
 use crate::series::{RawRun, Run};
 
 /// How much of a file one read takes at most (a 100 MB log is read in pieces, not at once).
@@ -27,6 +27,12 @@ pub struct Tail {
     followed: Vec<Followed>,
     /// Bytes read from the logs so far.
     bytes_read: u64,
+    /// Files under the folder that gave no run at the last poll, and why.
+    skipped: Vec<Skipped>,
+    /// Of those, the ones the folder's search passed over (its listing unchanged, kept).
+    passed_over: Vec<Skipped>,
+    /// Their stamps when passed over.
+    passed_over_stamps: Vec<Option<Stamp>>,
 }
 
 /// A file's identity and size as last seen: unchanged, it is not opened.
@@ -264,6 +270,9 @@ impl Tail {
             listing: None,
             followed: Vec::new(),
             bytes_read: 0,
+            skipped: Vec::new(),
+            passed_over: Vec::new(),
+            passed_over_stamps: Vec::new(),
         }
     }
 
@@ -295,16 +304,32 @@ impl Tail {
             return Err(io_err(&self.path, gone));
         }
         let mut changed = self.search()?;
-        let mut first_err = None;
+        let mut errors = Vec::new();
         for f in &mut self.followed {
             match f.update(self.once, &mut self.bytes_read) {
                 Ok(c) => changed |= c,
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
+                Err(e) => errors.push((f.source.key().1, e)),
             }
         }
-        first_err.map_or(Ok(changed), Err)
+        // Under a folder, a log that fails to read is passed over and said while the others
+        // give runs; alone (a file, or the only log there), its error is the answer.
+        let others_read = self.followed.len() > errors.len();
+        self.skipped.clone_from(&self.passed_over);
+        for (path, e) in errors {
+            if !(self.path.is_dir() && others_read) {
+                return Err(e);
+            }
+            self.skipped.push(Skipped {
+                path,
+                reason: e.to_string(),
+            });
+        }
+        Ok(changed)
+    }
+
+    /// Files under the folder that gave no run at the last poll, and why.
+    pub fn skipped(&self) -> &[Skipped] {
+        &self.skipped
     }
 
     /// Finds the sources of the path when it is new or its folder's entries changed.
@@ -321,13 +346,34 @@ impl Tail {
             return Ok(true);
         }
         let now = listing(&self.path);
-        if self.listing.as_ref() == Some(&now) {
+        // A file passed over (empty when first seen, say) is looked at again once it changes.
+        let passed_over_now: Vec<Option<Stamp>> =
+            self.passed_over.iter().map(|s| Stamp::of(&s.path)).collect();
+        if self.listing.as_ref() == Some(&now) && passed_over_now == self.passed_over_stamps {
             return Ok(false);
         }
-        let sources = match self.format {
-            Some(f) => vec![source::of_format(&self.path, f)?],
-            None => source::in_dir(&self.path)?,
-        };
+        let mut passed_over = Vec::new();
+        let mut sources = source::in_dir(&self.path, &mut passed_over)?;
+        // A folder given with a format is searched for logs of that format.
+        if let Some(f) = self.format {
+            sources.retain(|s| s.format() == f);
+            if sources.is_empty() {
+                // A TensorBoard, MLflow or Burn log is a folder itself, whatever its files' names.
+                sources = match f {
+                    Format::Tensorboard | Format::Mlflow | Format::Burn => {
+                        vec![source::of_format(&self.path, f)?]
+                    }
+                    _ => {
+                        return Err(ReadError::NoLogOfFormat {
+                            path: self.path.clone(),
+                            format: f,
+                        });
+                    }
+                };
+            }
+        }
+        self.passed_over_stamps = passed_over.iter().map(|s| Stamp::of(&s.path)).collect();
+        self.passed_over = passed_over;
         let mut old = std::mem::take(&mut self.followed);
         for s in sources {
             let kept = old
