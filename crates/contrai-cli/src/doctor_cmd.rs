@@ -190,6 +190,12 @@ fn text_report(runs: &[Run], reports: &[Report]) -> String {
             out.push_str(&format!("  setup: {setup}\n"));
         }
         out.push_str(&format!("  verdict: {}\n", verdict_line(rep)));
+        for p in &rep.partial {
+            out.push_str(&format!(
+                "  read in part: {} at {}: {} (every finding a notch less sure)\n",
+                p.file, p.at, p.what
+            ));
+        }
         for f in &rep.findings {
             out.push_str(&finding_text(f));
         }

@@ -322,6 +322,9 @@ pub struct Report {
     pub setup: crate::setup::Setup,
     /// Findings, most severe first.
     pub findings: Vec<Finding>,
+    /// What of the log could not be read (the findings rest on the rest, a notch less sure).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partial: Vec<crate::series::Partial>,
 }
 
 impl Report {
@@ -383,6 +386,12 @@ pub fn diagnose(run: &Run, cfg: &DoctorConfig) -> Report {
 pub fn report_of(run: &Run, doctor: &Doctor) -> Report {
     let mut findings = doctor.findings().to_vec();
     findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.step.cmp(&b.step)));
+    // A log read in part: every finding a notch less sure (what was not read may say otherwise).
+    if !run.hints.partial.is_empty() {
+        for f in &mut findings {
+            f.confidence = f.confidence.lowered();
+        }
+    }
     let verdict = if doctor.needs_action() {
         "action needed"
     } else {
@@ -397,5 +406,6 @@ pub fn report_of(run: &Run, doctor: &Doctor) -> Report {
         task_source: run.hints.task_source.clone(),
         setup: run.hints.setup.clone(),
         findings,
+        partial: run.hints.partial.clone(),
     }
 }

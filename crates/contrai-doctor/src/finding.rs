@@ -169,6 +169,16 @@ pub enum Confidence {
     High,
 }
 
+impl Confidence {
+    /// One notch less sure (low stays low).
+    pub fn lowered(self) -> Confidence {
+        match self {
+            Confidence::High => Confidence::Medium,
+            Confidence::Medium | Confidence::Low => Confidence::Low,
+        }
+    }
+}
+
 impl fmt::Display for Confidence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

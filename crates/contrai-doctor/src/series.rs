@@ -170,6 +170,20 @@ pub struct RunHints {
     pub setup: crate::setup::Setup,
     /// The checkpoints the run's folders hold, by step.
     pub checkpoints: Vec<Checkpoint>,
+    /// What of the log could not be read (a truncated record, entries with no usable step):
+    /// the diagnosis rests on the rest, and says so.
+    pub partial: Vec<Partial>,
+}
+
+/// A part of a log that was not read, and where.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Partial {
+    /// The file.
+    pub file: String,
+    /// Where in it: `byte 1234`, `log_history[17]`.
+    pub at: String,
+    /// What was wrong and what was done.
+    pub what: String,
 }
 
 /// A checkpoint a run saved, as its folder shows it (`checkpoint-500/`,

@@ -115,5 +115,9 @@ fn a_log_passed_over_while_empty_is_read_once_it_is_written() {
     metrics_csv(&dir.path().join("b.csv"));
     live.poll();
     live.finish();
-    assert_eq!(live.runs().len(), 2, "the folder's listing did not change, b.csv did");
+    assert_eq!(
+        live.runs().len(),
+        2,
+        "the folder's listing did not change, b.csv did"
+    );
 }

@@ -48,16 +48,29 @@ fn findings(reports: &[Report]) -> Vec<(String, String)> {
     v
 }
 
-/// The first `eighth` eighths of a log: a text log up to the end of its last whole line (the
-/// line being written is no point yet live, while after the fact a last line is taken whole, as
-/// files often end without a newline); a binary one anywhere.
+/// The first `eighth` eighths of a log, cut where a writer could have stopped: a text log at the
+/// end of its last whole line, a TensorBoard file at the end of its last whole record (the line
+/// or record being written is no point yet live, while after the fact a last line is taken whole
+/// and a last record cut short is a partial read), anything else anywhere.
 fn cut(bytes: &[u8], eighth: usize) -> &[u8] {
     let at = bytes.len() * eighth / 8;
-    if eighth == 8 || std::str::from_utf8(bytes).is_err() {
-        return &bytes[..at];
+    if eighth == 8 {
+        return bytes;
     }
-    let line_end = bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    &bytes[..line_end]
+    if std::str::from_utf8(bytes).is_ok() {
+        let line_end = bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        return &bytes[..line_end];
+    }
+    // TFRecord framing: 8 bytes of length, 4 of its checksum, the payload, 4 of checksum.
+    let mut pos = 0usize;
+    while let Some(len) = bytes.get(pos..pos + 8) {
+        let n = u64::from_le_bytes(len.try_into().unwrap()) as usize;
+        match pos.checked_add(16 + n) {
+            Some(next) if next <= at => pos = next,
+            _ => break,
+        }
+    }
+    if pos > 0 { &bytes[..pos] } else { &bytes[..at] }
 }
 
 #[test]

@@ -76,3 +76,13 @@ pub fn event(step: u64, val: &[u8]) -> Vec<u8> {
     rec.extend_from_slice(&masked_crc(&event).to_le_bytes());
     rec
 }
+
+/// `rec` with its length field set to `len` (and the length's checksum to match): a record
+/// whose frame is valid but claims more bytes than follow it.
+pub fn relength(rec: &[u8], len: u64) -> Vec<u8> {
+    let mut out = rec.to_vec();
+    let bytes = len.to_le_bytes();
+    out[..8].copy_from_slice(&bytes);
+    out[8..12].copy_from_slice(&masked_crc(&bytes).to_le_bytes());
+    out
+}

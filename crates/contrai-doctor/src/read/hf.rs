@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::json_tolerant::{parse_tolerant, value_f64};
 use super::{ReadError, read_text, to_step};
-use crate::series::{Marker, RawRun};
+use crate::series::{Marker, Partial, RawRun};
 
 /// Reads a trainer_state.json.
 pub fn read(path: &Path) -> Result<RawRun, ReadError> {
@@ -45,13 +45,19 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
             .absorb("train_batch_size", &b, "trainer_state.json");
     }
     let mut ended = false;
-    for entry in history {
+    // Entries whose step is no step count: how many, and the first.
+    let mut odd: Option<(usize, f64, usize)> = None;
+    for (i, entry) in history.iter().enumerate() {
         let Some(obj) = entry.as_object() else {
             continue;
         };
         let Some(step) = obj.get("step").and_then(value_f64) else {
             continue;
         };
+        if !is_step_count(step) {
+            odd.get_or_insert((i, step, 0)).2 += 1;
+            continue;
+        }
         let step = to_step(step);
         // The closing summary entry carries the run-average `train_loss`: not a curve point.
         let summary = obj.contains_key("train_runtime") || obj.contains_key("total_flos");
@@ -69,5 +75,22 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
             }
         }
     }
+    if let Some((first, x, n)) = odd {
+        run.hints.partial.push(Partial {
+            file: path.display().to_string(),
+            at: format!("log_history[{first}]"),
+            what: format!(
+                "step {x} is no step count (a whole number from 0 to 2^53): {n} entr{} like it \
+                 left out",
+                if n == 1 { "y" } else { "ies" }
+            ),
+        });
+    }
     Ok(run)
+}
+
+/// Whether a logged step is a step count: whole, from 0 to 2^53 (beyond, a float no longer
+/// holds every whole number).
+fn is_step_count(x: f64) -> bool {
+    x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x <= 9_007_199_254_740_992.0
 }

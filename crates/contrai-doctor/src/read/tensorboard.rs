@@ -364,7 +364,7 @@ impl Events {
 }
 
 impl Stream for Events {
-    fn feed(&mut self, run: &mut RawRun, data: &[u8], _eof: bool) -> Result<usize, ReadError> {
+    fn feed(&mut self, run: &mut RawRun, data: &[u8], eof: bool) -> Result<usize, ReadError> {
         if !self.started {
             self.started = true;
             // Each event file of a run is a segment (a resumed job writes a new one); a tag that
@@ -389,6 +389,27 @@ impl Stream for Events {
                 reason,
             },
         )?;
+        // At the end of a one-off read, bytes left unparsed are a record cut short (in a file
+        // that is followed, a record still being written): the rest of the file is not read.
+        if eof && used < data.len() {
+            let at = self.parsed + used as u64;
+            let reason = format!(
+                "the record at byte {at} runs past the end of the file ({} bytes left unread)",
+                data.len() - used
+            );
+            if at == 0 {
+                return Err(ReadError::Corrupt {
+                    path: self.path.clone(),
+                    offset: 0,
+                    reason: format!("truncated: {reason}"),
+                });
+            }
+            run.hints.partial.push(crate::series::Partial {
+                file: self.path.display().to_string(),
+                at: format!("byte {at}"),
+                what: reason,
+            });
+        }
         self.parsed += used as u64;
         if !self.args_read
             && let Some(Value::Object(m)) = args.and_then(|a| serde_json::from_str::<Value>(&a).ok())
