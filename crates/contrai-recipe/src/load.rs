@@ -127,6 +127,44 @@ impl Recipe {
         toml::to_string_pretty(self).unwrap_or_default()
     }
 
+    /// Step counts within [`MAX_STEPS`] (the plan adds and scales them), and a model this machine
+    /// can train: its estimate ([`Recipe::training_memory`]) under the machine's memory.
+    fn validate_sizes(&self) -> Result<(), (String, String)> {
+        for (k, v) in [
+            ("main.steps", self.main.steps),
+            ("validate.steps", self.validate.steps),
+            ("refine.distill.steps", self.refine.distill.steps),
+            ("run.eval_every", self.run.eval_every),
+            ("run.checkpoint_every", self.run.checkpoint_every),
+        ] {
+            if v > MAX_STEPS {
+                return Err((
+                    k.to_string(),
+                    format!("is {v}, expected at most 2^40 = {MAX_STEPS} steps"),
+                ));
+            }
+        }
+        let (Some(need), Some(have)) = (self.training_memory(), machine_memory()) else {
+            return Ok(());
+        };
+        if need.total() <= have as f64 {
+            return Ok(());
+        }
+        Err((
+            need.key.to_string(),
+            format!(
+                "makes a model this machine cannot train: about {} parameters ({}B with their \
+                 gradients and Adam's two moments, 16 bytes each) and {}B of activations for a \
+                 batch of main.batch, {}B in all, against {}B of memory here",
+                si(need.params),
+                si(16.0 * need.params),
+                si(need.activations),
+                si(need.total()),
+                si(have as f64)
+            ),
+        ))
+    }
+
     /// Checks the phases, the validate check and the guards.
     fn validate_lifecycle(&self) -> Result<(), (String, String)> {
         let err = |k: &str, m: String| Err((k.to_string(), m));
@@ -492,6 +530,7 @@ impl Recipe {
             }
         }
         self.validate_lifecycle()?;
+        self.validate_sizes()?;
         if c.budget + self.refine.budget >= 0.9 {
             return err(
                 "refine.budget",
@@ -500,6 +539,99 @@ impl Recipe {
         }
         Ok(())
     }
+}
+
+/// The most steps a phase, an evaluation cadence or a checkpoint cadence may count.
+pub const MAX_STEPS: u64 = 1 << 40;
+
+/// What training a recipe's own model takes, as an estimate, and the key that sizes it most.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TrainingMemory {
+    /// Parameters.
+    pub params: f64,
+    /// Bytes of activations a training batch keeps for its backward pass.
+    pub activations: f64,
+    /// The recipe key whose value weighs most in the estimate.
+    pub key: &'static str,
+}
+
+impl TrainingMemory {
+    /// Bytes in all: f32 weights, gradients and Adam's two moments (16 bytes a parameter), and
+    /// the activations.
+    pub fn total(&self) -> f64 {
+        16.0 * self.params + self.activations
+    }
+}
+
+impl Recipe {
+    /// The estimate for the recipe's own model (`None` for a pretrained one, sized by its
+    /// checkpoint). A transformer: embeddings (vocab and positions x d_model) and per block
+    /// 4 d^2 + 2 d ffn; kept activations per token and block about 12 d + 2 ffn + 2 heads seq_len
+    /// floats (one block's with gradient checkpointing). An MLP: layers d_model^2.
+    pub fn training_memory(&self) -> Option<TrainingMemory> {
+        let m = &self.model;
+        if m.pretrained.is_some() {
+            return None;
+        }
+        let f = |x: usize| x as f64;
+        let (d, layers, tokens) = (f(m.d_model), f(m.layers), f(self.main.batch) * f(m.seq_len));
+        let (params, per_token, key) = match m.kind {
+            ModelKind::Mlp => (layers * d * d, layers * d, "model.d_model"),
+            _ => {
+                let embed = (f(m.vocab) + f(m.seq_len)) * d;
+                let blocks = layers * (4.0 * d * d + 2.0 * d * f(m.ffn));
+                let kept = if m.gradient_checkpointing { 1.0 } else { layers };
+                let per_token = kept * (12.0 * d + 2.0 * f(m.ffn) + 2.0 * f(m.heads) * f(m.seq_len));
+                let key = if embed > blocks {
+                    "model.vocab"
+                } else {
+                    "model.d_model"
+                };
+                (embed + blocks, per_token, key)
+            }
+        };
+        let activations = 4.0 * tokens * per_token;
+        let key = if activations > 16.0 * params {
+            "main.batch"
+        } else {
+            key
+        };
+        Some(TrainingMemory {
+            params,
+            activations,
+            key,
+        })
+    }
+}
+
+/// A count with three significant digits and its SI prefix: `1.23 G`, `456 M`.
+fn si(x: f64) -> String {
+    let (v, unit) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|(s, _)| x >= *s)
+        .map_or((x, ""), |(s, u)| (x / s, u));
+    let digits = if v >= 100.0 {
+        0
+    } else if v >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.digits$} {unit}")
+}
+
+/// This machine's memory in bytes (`MemTotal` of /proc/meminfo; `None` where there is none).
+fn machine_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }
 
 /// The closest of `candidates` to `word` by edit distance, if it is close enough to be a likely
@@ -814,5 +946,46 @@ mod tests {
         }
         let err = parse("[guards]\nspike_zz = 3.0\n").unwrap_err().to_string();
         assert!(err.contains("did you mean `spike_z`?"), "{err}");
+    }
+
+    #[test]
+    fn a_model_this_machine_cannot_train_is_refused_with_the_estimate() {
+        if super::machine_memory().is_none() {
+            return;
+        }
+        let text = "[model]\nd_model = 2000000000\nheads = 4\n";
+        let err = parse(text).unwrap_err().to_string();
+        assert!(
+            err.contains("`model.d_model` makes a model this machine cannot train"),
+            "{err}"
+        );
+        assert!(
+            err.contains("parameters") && err.contains("B of memory here"),
+            "{err}"
+        );
+        let text = "[model]\nvocab = 4000000000\n";
+        let err = parse(text).unwrap_err().to_string();
+        assert!(err.contains("`model.vocab`"), "{err}");
+        let text = "[main]\nbatch = 100000000\n[contract]\nbatch = 100000000\n";
+        let err = parse(text).unwrap_err().to_string();
+        assert!(err.contains("`main.batch`"), "{err}");
+        let need = Recipe::default().training_memory().unwrap();
+        assert!(need.total() < 1e9, "the default fits any machine: {need:?}");
+    }
+
+    #[test]
+    fn step_counts_are_bounded_so_the_plan_cannot_overflow() {
+        let err = parse("[main]\nsteps = 9223372036854775807\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`main.steps` is 9223372036854775807, expected at most 2^40"),
+            "{err}"
+        );
+        let err = parse("[run]\neval_every = 2000000000000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`run.eval_every`"), "{err}");
+        assert!(parse("[main]\nsteps = 1099511627776\n").is_ok());
     }
 }
