@@ -53,6 +53,6 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         contrai_watch::server::socket_addr(host, port)
     );
     std::io::stdout().flush()?;
-    watch.serve();
+    watch.serve()?;
     Ok(ExitCode::SUCCESS)
 }

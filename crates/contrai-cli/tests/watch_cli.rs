@@ -25,7 +25,18 @@ struct Served {
 
 impl Served {
     fn start(args: &[&str], path: &Path) -> Served {
-        let mut child = Command::new(BIN)
+        Served::start_in(Command::new(BIN), args, path)
+    }
+
+    /// Started under a limit of `files` open files (the shell's `ulimit -n`).
+    fn start_with_file_limit(files: u32, args: &[&str], path: &Path) -> Served {
+        let mut sh = Command::new("sh");
+        sh.args(["-c", &format!("ulimit -n {files} && exec \"$0\" \"$@\""), BIN]);
+        Served::start_in(sh, args, path)
+    }
+
+    fn start_in(mut cmd: Command, args: &[&str], path: &Path) -> Served {
+        let mut child = cmd
             .arg("watch")
             .arg(path)
             .args(["--port", "0"])
@@ -389,4 +400,86 @@ fn in_a_browser_points_a_decision_and_a_finding_appear_within_2_s() {
     if let Some(png) = std::env::var_os("CONTRAI_WATCH_SCREENSHOT") {
         browser.screenshot(Path::new(&png)).unwrap();
     }
+}
+
+/// The page's peak resident memory in kB (`VmHWM`).
+fn peak_rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Sends `head` (as much as the page takes) and returns the status code it answered with.
+fn status_after_sending(port: u16, head: Vec<u8>) -> u16 {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        // The page stops reading at its limit and closes: the rest of the write fails.
+        let _ = w.write_all(&head);
+    });
+    let mut text = Vec::new();
+    let _ = s.read_to_end(&mut text);
+    let _ = writer.join();
+    String::from_utf8_lossy(&text)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_huge_header_or_url_is_refused_before_it_is_read() {
+    let dir = TempDir::new();
+    std::fs::write(dir.join("metrics.csv"), "step,train_loss\n1,0.9\n2,0.7\n").unwrap();
+    let served = Served::start(&[], dir.path());
+    let mut head = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: ".to_vec();
+    head.resize(head.len() + (100 << 20), b'a');
+    head.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(status_after_sending(served.port, head), 431);
+    let mut url = b"GET /?".to_vec();
+    url.resize(url.len() + (100 << 20), b'a');
+    url.extend_from_slice(b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    assert_eq!(status_after_sending(served.port, url), 414);
+    let rss = peak_rss_kb(served.child.id());
+    assert!(rss < 64 * 1024, "peak RSS {rss} kB");
+    assert_eq!(served.get("/").0, 200, "the page still answers");
+}
+
+#[test]
+fn idle_connections_beyond_the_open_file_limit_do_not_take_the_page_down() {
+    let dir = TempDir::new();
+    std::fs::write(dir.join("metrics.csv"), "step,train_loss\n1,0.9\n2,0.7\n").unwrap();
+    let mut served = Served::start_with_file_limit(256, &[], dir.path());
+    // 600 connections that never send a request.
+    let idle: Vec<TcpStream> = (0..600)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", served.port)).ok())
+        .collect();
+    assert!(idle.len() >= 500, "{} idle connections opened", idle.len());
+    let start = Instant::now();
+    let answered = loop {
+        let mut s = TcpStream::connect(("127.0.0.1", served.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = write!(s, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        if text.starts_with("HTTP/1.1 200") {
+            break true;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            break false;
+        }
+    };
+    assert!(
+        answered,
+        "the page answered no request within 30 s under 600 idle connections"
+    );
+    assert!(
+        served.child.try_wait().unwrap().is_none(),
+        "the page's process stays up"
+    );
+    drop(idle);
 }

@@ -9,6 +9,7 @@
 
 mod assets;
 pub mod board;
+pub mod http;
 pub mod server;
 
 pub use board::{Board, LOOKING_FOR, Snapshot};

@@ -3,16 +3,16 @@
 //! open), the raw values under the pointer, and the access token when one is required.
 
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use contrai_doctor::Format;
-use tiny_http::{Header, Request, Response, Server};
 
 use crate::assets;
 use crate::board::{Board, Snapshot};
+use crate::http::{self, Conn};
 
 /// How often the logs are looked at.
 pub const POLLS_A_SECOND: u64 = 4;
@@ -66,7 +66,7 @@ struct Shared {
 
 /// A server listening, not yet serving: its address is known (for `--port 0`).
 pub struct Watch {
-    server: Server,
+    listener: TcpListener,
     shared: Arc<Shared>,
     token: Option<String>,
 }
@@ -75,7 +75,7 @@ impl Watch {
     /// Listens on the options' address and reads the logs once.
     pub fn bind(opts: Options) -> Result<Watch, ServeError> {
         let addr = socket_addr(&opts.host, opts.port);
-        let server = Server::http(&addr).map_err(|e| ServeError::Listen {
+        let listener = TcpListener::bind(&addr).map_err(|e| ServeError::Listen {
             addr: addr.clone(),
             reason: e.to_string(),
         })?;
@@ -88,7 +88,7 @@ impl Watch {
             changed: Condvar::new(),
         });
         Ok(Watch {
-            server,
+            listener,
             shared,
             token: opts.token,
         })
@@ -96,19 +96,16 @@ impl Watch {
 
     /// The address it listens on.
     pub fn addr(&self) -> Option<SocketAddr> {
-        self.server.server_addr().to_ip()
+        self.listener.local_addr().ok()
     }
 
-    /// Follows the logs and answers requests until the process ends.
-    pub fn serve(self) {
+    /// Follows the logs and answers requests until the process ends, or until accepting
+    /// connections fails for a reason other than a passing shortage (the error says which).
+    pub fn serve(self) -> Result<(), http::Stopped> {
         let shared = Arc::clone(&self.shared);
         std::thread::spawn(move || follow(&shared));
-        let token = self.token.map(Arc::new);
-        for req in self.server.incoming_requests() {
-            let shared = Arc::clone(&self.shared);
-            let token = token.clone();
-            std::thread::spawn(move || answer(req, &shared, token.as_deref().map(String::as_str)));
-        }
+        let (shared, token) = (self.shared, self.token);
+        http::serve(self.listener, move |conn| answer(conn, &shared, token.as_deref()))
     }
 }
 
@@ -153,10 +150,6 @@ fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn header(name: &str, value: &str) -> Header {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).unwrap_or_else(|()| unreachable!("ASCII header"))
-}
-
 /// Whether a `Host` header names this machine's loopback (`localhost`, `127.0.0.1`, `[::1]`,
 /// with or without a port). A page on loopback answers only such requests: a web page the user
 /// visits can point a name it controls at 127.0.0.1 (DNS rebinding), but its requests then
@@ -170,41 +163,33 @@ fn loopback_host(host: &str) -> bool {
         || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-fn answer(req: Request, shared: &Shared, token: Option<&str>) {
-    let url = req.url().to_string();
+fn answer(conn: Conn, shared: &Shared, token: Option<&str>) {
+    let url = conn.req.url.clone();
     // On loopback (no token) a request must come by a loopback name; with a token, the token
     // is the check (the page is reached by whatever name the network gives the machine).
-    let host = req
-        .headers()
-        .iter()
-        .find(|h| h.field.equiv("Host"))
-        .map(|h| h.value.as_str().trim().to_string());
-    if token.is_none() && !host.as_deref().is_some_and(loopback_host) {
+    if token.is_none() && !conn.req.host.as_deref().is_some_and(loopback_host) {
         let msg = "403: this page answers only requests to localhost or 127.0.0.1 (Host was not a \
                    loopback name); to reach it from elsewhere use --host with its access token\n";
-        let _ = req.respond(Response::from_string(msg).with_status_code(403));
-        return;
+        return conn.respond(403, "text/plain", msg.as_bytes());
     }
     if let Some(t) = token
         && !query(&url, "token").is_some_and(|q| same_secret(q, t))
     {
         let msg =
             "403: this page needs its access token: open the URL `contrai watch` printed (with ?token=...)\n";
-        let _ = req.respond(Response::from_string(msg).with_status_code(403));
-        return;
+        return conn.respond(403, "text/plain", msg.as_bytes());
     }
     let path = url.split('?').next().unwrap_or("/");
-    let _ = match path {
+    match path {
         "/" => {
             let snap = lock(&shared.snapshot).clone();
             let html = assets::page(&snap);
-            req.respond(
-                Response::from_string(html).with_header(header("Content-Type", "text/html; charset=utf-8")),
-            )
+            conn.respond(200, "text/html; charset=utf-8", html.as_bytes());
         }
         "/events" => {
-            events(req, shared);
-            Ok(())
+            if let Some(out) = conn.into_stream() {
+                events(out, shared);
+            }
         }
         "/values" => {
             let run = query(&url, "run").and_then(|r| r.parse::<usize>().ok());
@@ -212,15 +197,14 @@ fn answer(req: Request, shared: &Shared, token: Option<&str>) {
                 .and_then(|x| x.parse::<f64>().ok())
                 .unwrap_or(0.0);
             let body = lock(&shared.board).values_at(run, x).to_string();
-            req.respond(Response::from_string(body).with_header(header("Content-Type", "application/json")))
+            conn.respond(200, "application/json", body.as_bytes());
         }
-        _ => req.respond(Response::from_string("404: no such page\n").with_status_code(404)),
-    };
+        _ => conn.respond(404, "text/plain", b"404: no such page\n"),
+    }
 }
 
 /// Streams the page's renderings: the newest at once, then one per change.
-fn events(req: Request, shared: &Shared) {
-    let mut out = req.into_writer();
+fn events(mut out: http::EventStream, shared: &Shared) {
     let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: keep-alive\r\nX-Accel-Buffering: no\r\n\r\n";
     if out.write_all(head.as_bytes()).and_then(|()| out.flush()).is_err() {
         return;
