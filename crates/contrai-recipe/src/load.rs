@@ -154,8 +154,8 @@ impl Recipe {
             need.key.to_string(),
             format!(
                 "makes a model this machine cannot train: about {} parameters ({}B with their \
-                 gradients and Adam's two moments, 16 bytes each) and {}B of activations for a \
-                 batch of main.batch, {}B in all, against {}B of memory here",
+                 gradients and Adam's two moments, 16 bytes each) and {}B of activations for the \
+                 largest batch, {}B in all, against {}B of memory here",
                 si(need.params),
                 si(16.0 * need.params),
                 si(need.activations),
@@ -470,7 +470,7 @@ impl Recipe {
                 format!("is {}, expected a share of all steps in [0.15, 0.30]", c.budget),
             );
         }
-        if c.batch * 2 < t.batch {
+        if c.batch.saturating_mul(2) < t.batch {
             return err(
                 "contract.batch",
                 format!(
@@ -574,7 +574,17 @@ impl Recipe {
             return None;
         }
         let f = |x: usize| x as f64;
-        let (d, layers, tokens) = (f(m.d_model), f(m.layers), f(self.main.batch) * f(m.seq_len));
+        // The largest batch any phase trains on.
+        let batch = [
+            self.main.batch,
+            self.validate.batch,
+            self.contract.batch,
+            self.refine.distill.batch,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        let (d, layers, tokens) = (f(m.d_model), f(m.layers), f(batch) * f(m.seq_len));
         let (params, per_token, key) = match m.kind {
             ModelKind::Mlp => (layers * d * d, layers * d, "model.d_model"),
             _ => {
@@ -591,8 +601,17 @@ impl Recipe {
             }
         };
         let activations = 4.0 * tokens * per_token;
-        let key = if activations > 16.0 * params {
+        let batch_key = if batch == self.main.batch {
             "main.batch"
+        } else if batch == self.contract.batch {
+            "contract.batch"
+        } else if batch == self.validate.batch {
+            "validate.batch"
+        } else {
+            "refine.distill.batch"
+        };
+        let key = if activations > 16.0 * params {
+            batch_key
         } else {
             key
         };
