@@ -305,3 +305,21 @@ impl Said {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::passing;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn a_shortage_passes_and_anything_else_stops_the_server() {
+        for os in [23, 24, 105, 12] {
+            assert!(passing(&Error::from_raw_os_error(os)), "os error {os}");
+        }
+        assert!(passing(&Error::from(ErrorKind::ConnectionAborted)));
+        for os in [9, 22, 88] {
+            // EBADF, EINVAL, ENOTSOCK: the listener itself is gone.
+            assert!(!passing(&Error::from_raw_os_error(os)), "os error {os}");
+        }
+    }
+}
