@@ -112,6 +112,54 @@ fn a_short_classifiers_validation_settling_at_ln_2_from_above_is_stuck_at_chance
     assert!(labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
 }
 
+#[test]
+fn a_classifier_that_learned_and_fell_back_to_its_prior_is_stuck_at_chance() {
+    // A binary classifier (config.json) learns to 0.35 by step 300, then sits at 0.67 (the
+    // entropy of a 60/40 prior) with noise for the last 40 % of the run.
+    let mut x = 7u64;
+    let train: Vec<(u64, f64)> = (1..=50)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let noise = 0.03 * ((x % 1000) as f64 / 500.0 - 1.0);
+            let level = if i <= 30 {
+                0.69 - 0.34 * i as f64 / 30.0
+            } else {
+                0.673
+            };
+            (10 * i, level + noise)
+        })
+        .collect();
+    let config =
+        r#"{"architectures": ["BertForSequenceClassification"], "id2label": {"0": "obj", "1": "subj"}}"#
+            .to_string();
+    let r = &reports_of(&[
+        ("trainer_state.json", trainer_state(&train, &[], 500)),
+        ("config.json", config),
+    ])[0];
+    let f = finding(r, Label::StuckAtChance);
+    assert!(
+        f.recommendation.contains("fell back to chance"),
+        "{}",
+        f.recommendation
+    );
+    // The same run that stays learned is not.
+    let kept: Vec<(u64, f64)> = train
+        .iter()
+        .map(|&(s, v)| (s, if s > 300 { v - 0.33 } else { v }))
+        .collect();
+    let r = &reports_of(&[
+        ("trainer_state.json", trainer_state(&kept, &[], 500)),
+        (
+            "config.json",
+            r#"{"architectures": ["BertForSequenceClassification"], "id2label": {"0": "obj", "1": "subj"}}"#
+                .to_string(),
+        ),
+    ])[0];
+    assert!(!labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
+}
+
 /// Validation swings ±10 % and after its minimum (step 800) sits 10-30 % above it for seven
 /// evaluations while the training loss falls 85 %: a Trainer state of 2200 steps.
 fn noisy_rise() -> String {

@@ -14,9 +14,80 @@ const MIN_VAL_EVALS: usize = 4;
 /// How far (relative) from ln K every validation loss may lie on a run stuck on validation.
 const VAL_TOLERANCE: f64 = 0.05;
 
-/// Reviews the main loss, then validation.
+/// Reviews the main loss, then validation, then whether the loss fell back to chance.
 pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
-    on_main_loss(ctx, loss).or_else(|| on_validation(ctx))
+    on_main_loss(ctx, loss)
+        .or_else(|| on_validation(ctx))
+        .or_else(|| collapsed(ctx, loss))
+}
+
+/// The share of the run a collapse must last (at its end).
+const COLLAPSE_SHARE: f64 = 0.25;
+/// A collapsed loss sits between the entropy of a skewed prior and a little above ln K: a
+/// model that predicts the classes' frequencies (a 70/30 split: 0.61 = 0.88 ln 2) has learned
+/// nothing of its inputs.
+const PRIOR_BAND: (f64, f64) = (0.85, 1.05);
+/// Before it collapsed, the loss was this far under its later level at least (it had learned).
+const LEARNED_BELOW: f64 = 0.8;
+
+/// A classifier that learned and then fell back to chance for the last [`COLLAPSE_SHARE`] of
+/// the run at least: its loss there flat (its fitted change within twice its standard error, or
+/// under 2 %) in [`PRIOR_BAND`] of ln K, after a stretch [`LEARNED_BELOW`] that level.
+fn collapsed(ctx: &Ctx, loss: Series) -> Option<Finding> {
+    let pts = finite(ctx.st.points(loss));
+    let (first, last) = (pts.first()?.step as f64, pts.last()?.step as f64);
+    let from = last - COLLAPSE_SHARE * (last - first);
+    let tail: Vec<Point> = pts.iter().copied().filter(|p| p.step as f64 >= from).collect();
+    let head: Vec<f64> = pts
+        .iter()
+        .filter(|p| (p.step as f64) < from)
+        .map(|p| p.value)
+        .collect();
+    if tail.len() < 8 || head.len() < 8 || tail.iter().any(|p| p.value <= 0.0) {
+        return None;
+    }
+    let level = median(&tail.iter().map(|p| p.value).collect::<Vec<_>>())?;
+
+    let classes = ctx.st.hints.num_classes.filter(|k| *k >= 2).map(f64::from)?;
+    if ctx.st.hints.task == Task::LanguageModel {
+        return None;
+    }
+    let chance = classes.ln();
+    let (lo, hi) = PRIOR_BAND;
+    if !(lo * chance..=hi * chance).contains(&level) {
+        return None;
+    }
+    let blocks = crate::stats::block_medians(&head, 8);
+    let learned = blocks.iter().copied().fold(f64::INFINITY, f64::min);
+
+    if learned > LEARNED_BELOW * level {
+        return None;
+    }
+    let xs: Vec<f64> = tail.iter().map(|p| p.step as f64).collect();
+    let ys: Vec<f64> = tail.iter().map(|p| p.value.ln()).collect();
+    let slope = crate::stats::theil_sen(&xs, &ys)?;
+    let (change, se) = super::plateau::fitted_change(&xs, &ys, slope)?;
+    if change.abs() > (2.0 * se).max(0.02) {
+        return None;
+    }
+    let mut f = finding(
+        tail[0].step,
+        loss,
+        level,
+        classes,
+        (level - chance).abs() / chance,
+    );
+    f.recommendation = format!(
+        "the model had learned (the {} was {} before) and fell back to chance from step {}: a \
+         diverged update (a spike, an LR too high for its phase) left it predicting the classes' \
+         frequencies; resume from a checkpoint before the fall with the peak LR x 0.3 and the \
+         gradient norm clipped at 1.0. {}",
+        loss.name(),
+        super::num(learned),
+        tail[0].step,
+        f.recommendation
+    );
+    Some(f.with("level_before", learned))
 }
 
 /// The main loss sits at ln K and no point fell clearly below its start.
