@@ -12,7 +12,7 @@ use contrai_doctor::Format;
 
 use crate::assets;
 use crate::board::{Board, Snapshot};
-use crate::http::{self, Conn};
+use crate::http::{self, Conn, lock};
 
 /// How often the logs are looked at.
 pub const POLLS_A_SECOND: u64 = 4;
@@ -103,7 +103,9 @@ impl Watch {
     /// connections fails for a reason other than a passing shortage (the error says which).
     pub fn serve(self) -> Result<(), http::Stopped> {
         let shared = Arc::clone(&self.shared);
-        std::thread::spawn(move || follow(&shared));
+        std::thread::Builder::new()
+            .name("contrai-watch-follow".into())
+            .spawn(move || follow(&shared))?;
         let (shared, token) = (self.shared, self.token);
         http::serve(self.listener, move |conn| answer(conn, &shared, token.as_deref()))
     }
@@ -131,10 +133,6 @@ fn follow(shared: &Shared) {
             pause = Duration::from_millis(1000 / POLLS_A_SECOND);
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The query's value of `key`.
