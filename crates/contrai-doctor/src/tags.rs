@@ -64,6 +64,11 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
             ) {
                 prio = 100;
             }
+            // A validation batch's value is on its loop's own counter: the per-epoch value (the
+            // whole set, on the training axis) is the validation loss.
+            if on_validation_counter(tag) {
+                prio -= 20;
+            }
             return Some((Series::ValLoss, prio));
         }
         if matches!(
@@ -100,6 +105,17 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
     None
 }
 
+/// Whether a tag is a validation metric logged per validation batch (Lightning's
+/// `val_loss_step`): its step is the validation loop's own counter, not the training step.
+pub fn on_validation_counter(tag: &str) -> bool {
+    let lower = tag.to_ascii_lowercase();
+    let toks: Vec<&str> = lower.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+    toks.last() == Some(&"step")
+        && toks
+            .iter()
+            .any(|t| matches!(*t, "val" | "valid" | "validation" | "eval" | "test" | "dev"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +143,9 @@ mod tests {
         let p = |t: &str| classify(t).map(|x| x.1).unwrap_or(0);
         assert!(p("mean_loss") > p("Conductor_Copper_loss"));
         assert!(p("train_loss_step") > p("train_loss_epoch"));
+        assert!(
+            p("val_loss_epoch") > p("val_loss_step"),
+            "a validation batch's step is its own"
+        );
     }
 }

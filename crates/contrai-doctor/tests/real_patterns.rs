@@ -863,3 +863,42 @@ fn an_lr_schedule_that_begins_again_while_the_steps_go_on_is_a_resume_and_warm_r
         labels(r)
     );
 }
+
+#[test]
+fn lightning_validation_batch_rows_on_their_own_counter_are_no_resume() {
+    // Lightning writes `val_loss_step` against the validation loop's counter (one batch an
+    // epoch: step = epoch), between rows on the training step (4 batches an epoch).
+    let mut rows =
+        vec!["epoch,step,train_loss_epoch,train_loss_step,val_loss_epoch,val_loss_step".to_string()];
+    for e in 0..60u64 {
+        let s = 4 * e + 3;
+        let v = 0.2 + 0.5 / (1.0 + e as f64);
+        rows.push(format!(",{e},,,,{v}"));
+        rows.push(format!("{e},{s},,,{v},"));
+        rows.push(format!("{e},{s},{},{},,", v - 0.05, v - 0.04));
+    }
+    let r = &reports_of(&[("metrics.csv", rows.join("\n") + "\n")])[0];
+    assert!(
+        !labels(r).contains(&Label::ResumeDiscontinuity),
+        "{:?}",
+        labels(r)
+    );
+    assert!(labels(r).contains(&Label::Healthy), "{:?}", labels(r));
+}
+
+#[test]
+fn a_validation_loss_frozen_for_the_last_third_of_the_run_is_a_plateau() {
+    // Validation falls to 1.0 at its 20th evaluation, then reads the same value to the last digit
+    // for 10 more (the model collapsed to one output), while the LR stays up.
+    let train: Vec<(u64, f64)> = (1..=300).map(|s| (s, 1.0 / (1.0 + s as f64 / 30.0))).collect();
+    let eval: Vec<(u64, f64, Option<f64>)> = (1..=30)
+        .map(|e| (10 * e, if e <= 20 { 2.0 - 0.05 * e as f64 } else { 1.0 }, None))
+        .collect();
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &eval, 300))])[0];
+    let f = finding(r, Label::Plateau);
+    assert!(
+        f.recommendation.contains("at each of its last 10 evaluations"),
+        "{}",
+        f.recommendation
+    );
+}

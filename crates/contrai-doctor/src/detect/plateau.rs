@@ -6,7 +6,7 @@
 
 use super::{Ctx, finite, num};
 use crate::finding::{Finding, Label, Severity};
-use crate::series::Series;
+use crate::series::{Point, Series};
 use crate::stats::{block_medians, median, theil_sen};
 
 /// Relative change over the recent window, its standard error, the window's first step and its
@@ -116,43 +116,54 @@ pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
         .or_else(|| second_epoch_no_better(ctx, loss))
 }
 
-/// Evaluations a frozen validation loss must span.
+/// Evaluations a frozen validation loss must span...
 const FROZEN_EVALS: usize = 5;
-/// How close (relative) to the first every frozen validation loss lies.
+/// ...and the share of the run they must cover.
+const FROZEN_SHARE: f64 = 0.25;
+/// How close (relative) to the last every frozen validation loss lies.
 const FROZEN: f64 = 1e-6;
 
-/// The validation loss the same, to [`FROZEN`], at every one of [`FROZEN_EVALS`] evaluations
-/// or more: a model that learns changes its predictions, and a continuous loss shows it in its
-/// last digits. A collapsed model (a constant output) or an evaluation of weights that never
-/// change gives this picture.
+/// The validation loss the same, to [`FROZEN`], at its last [`FROZEN_EVALS`] evaluations or
+/// more, over [`FROZEN_SHARE`] of the run at least, with the LR still above 1 % of its peak: a model
+/// that learns changes its predictions, and a continuous loss shows it in its last digits. A
+/// collapsed model (a constant output) or an evaluation of weights that never change gives
+/// this picture.
 fn frozen_validation(ctx: &Ctx) -> Option<Finding> {
     let val = finite(ctx.st.points(Series::ValLoss));
-    let first = val.first()?;
-    if val.len() < FROZEN_EVALS
-        || first.value == 0.0
-        || val
-            .iter()
-            .any(|p| (p.value - first.value).abs() > FROZEN * first.value.abs())
-    {
+    let end = *val.last()?;
+    let same = |p: &Point| end.value != 0.0 && (p.value - end.value).abs() <= FROZEN * end.value.abs();
+    let n = val.iter().rev().take_while(|p| same(p)).count();
+    let from = val[val.len() - n.max(1)];
+    let span = (end.step - val[0].step).max(1) as f64;
+    // Weights that barely move (an LR annealed to under 1 % of its peak) may leave a loss
+    // the same in its last digits: that is the schedule's end, not a collapse.
+    let lr_stopped = ctx
+        .peak_lr()
+        .zip(lr_at(ctx, from.step))
+        .is_some_and(|(peak, lr)| lr < 0.01 * peak);
+    if n < FROZEN_EVALS || ((end.step - from.step) as f64) < FROZEN_SHARE * span || lr_stopped {
         return None;
     }
-    let last = val[val.len() - 1].step;
+    let whole = if n == val.len() {
+        format!("at every one of its {n} evaluations")
+    } else {
+        format!("at each of its last {n} evaluations")
+    };
     let rec = format!(
-        "the validation loss is {} at every one of its {} evaluations (steps {}-{last}): the \
-         model's predictions do not change. A collapsed model (one output for every input: \
-         check the inputs' and targets' scaling, and lower the peak LR x 0.1 if units died) \
-         or an evaluation of weights that do not train (check that the optimizer holds the \
-         evaluated model's parameters)",
-        num(first.value),
-        val.len(),
-        first.step
+        "the validation loss is {} {whole} (steps {}-{}): the model's predictions do not \
+         change. A collapsed model (one output for every input: check the inputs' and targets' \
+         scaling, and lower the peak LR x 0.1 if units died) or an evaluation of weights that \
+         do not train (check that the optimizer holds the evaluated model's parameters)",
+        num(end.value),
+        from.step,
+        end.step
     );
     Some(
-        Finding::new(Label::Plateau, Severity::Critical, first.step, rec)
-            .with("frozen_val_loss", first.value)
-            .with("evaluations", val.len() as f64)
-            .with("window_start_step", first.step as f64)
-            .with("window_end_step", last as f64),
+        Finding::new(Label::Plateau, Severity::Critical, from.step, rec)
+            .with("frozen_val_loss", end.value)
+            .with("evaluations", n as f64)
+            .with("window_start_step", from.step as f64)
+            .with("window_end_step", end.step as f64),
     )
 }
 

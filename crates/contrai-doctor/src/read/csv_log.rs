@@ -98,6 +98,18 @@ impl Csv {
             return Ok(());
         }
         self.row_index += 1;
+        // A row that holds only validation-batch values (Lightning's `val_loss_step`) counts
+        // its steps on the validation loop's own counter: not on the training axis.
+        let filled = |(j, _): &&(usize, String)| cells.get(*j).is_some_and(|c| !c.is_empty());
+        if self
+            .metric_cols
+            .iter()
+            .filter(filled)
+            .all(|(_, t)| tags::on_validation_counter(t))
+            && self.metric_cols.iter().any(|c| filled(&c))
+        {
+            return Ok(());
+        }
         let raw_step = match self.step_col {
             Some((j, _)) => match cells.get(j).and_then(|c| parse_num(c)) {
                 Some(x) => to_step(x),
