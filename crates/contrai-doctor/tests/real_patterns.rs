@@ -897,7 +897,7 @@ fn a_validation_loss_frozen_for_the_last_third_of_the_run_is_a_plateau() {
     let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &eval, 300))])[0];
     let f = finding(r, Label::Plateau);
     assert!(
-        f.recommendation.contains("at each of its last 10 evaluations"),
+        f.recommendation.contains("at each of its last 11 evaluations"),
         "{}",
         f.recommendation
     );
