@@ -116,11 +116,12 @@ lr = 2e-4
 
 
 def sft_job(tmp_path: Path, detach: str | None = None, scratch: bool = False, rank: int = 8,
-            targets: tuple[str, ...] = ("q_proj", "v_proj"), masked: bool = False) -> Path:
+            targets: tuple[str, ...] = ("q_proj", "v_proj"), masked: bool = False, frozen: bool = False) -> Path:
     """SmolLM2-135M with LoRA (r 8 on q/v) under TRL's SFTTrainer on real e-mails, attached to
     ContraiCallback; ``detach``: a module whose output is cut from the loss (a broken path);
     ``scratch``: a small Llama of random weights on SmolLM2's tokenizer instead; ``rank``,
-    ``targets``: the adapters'; ``masked``: every label hidden (-100), a broken collator."""
+    ``targets``: the adapters'; ``masked``: every label hidden (-100), a broken collator;
+    ``frozen``: every parameter frozen after the adapters were made (nothing trains)."""
     trl = pytest.importorskip("trl")
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -143,6 +144,9 @@ def sft_job(tmp_path: Path, detach: str | None = None, scratch: bool = False, ra
                                                       lora_dropout=0.0, task_type="CAUSAL_LM"))
     if detach:
         model.get_submodule(detach).register_forward_hook(lambda _m, _i, out: out.detach())
+    if frozen:
+        for p in model.parameters():
+            p.requires_grad_(False)
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(SFT_RECIPE)
     # SFTConfig's bf16 is on by default: on a CPU without native bf16 (AMD Zen 3) every matmul then
@@ -207,6 +211,15 @@ def test_validate_refuses_a_batch_whose_labels_are_all_hidden(tmp_path: Path) ->
     assert len(failed) == 1, decisions(tmp_path / "run")
     assert "not finite" in failed[0]["reason"] or "beyond its own noise" in failed[0]["reason"], failed[0]["reason"]
     assert "check the labels (shuffled, or all masked)" in failed[0]["reason"], failed[0]["reason"]
+
+
+def test_a_model_with_nothing_to_train_is_refused_at_attach(tmp_path: Path) -> None:
+    """A planted broken pipeline: every parameter frozen (a freeze loop run after the adapters
+    were made). Refused when the callback attaches, with the usual cause, before PyTorch's
+    "optimizer got an empty parameter list" and before any step (a Llama of random weights)."""
+    with pytest.raises(ValueError, match="every parameter of the model is frozen"):
+        sft_job(tmp_path, scratch=True, frozen=True)
+    assert not (tmp_path / "run" / "decisions.jsonl").exists()
 
 
 def test_validate_names_the_adapters_that_never_get_a_gradient(tmp_path: Path) -> None:

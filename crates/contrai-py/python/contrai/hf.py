@@ -164,6 +164,17 @@ class _Step:
         return out
 
 
+def refuse_nothing_to_train(model: torch.nn.Module | None) -> None:
+    """A model whose every parameter is frozen can learn nothing, and PyTorch would only say
+    "optimizer got an empty parameter list" once training starts: said at attach, with the
+    usual cause."""
+    if model is not None and not any(p.requires_grad for p in model.parameters()):
+        raise ValueError(
+            "every parameter of the model is frozen (requires_grad=False): nothing can train. A freeze "
+            "loop run after peft.get_peft_model() also froze the adapters: freeze the base first (get_peft_model "
+            "does it for you), or unfreeze the layers meant to train")
+
+
 class ContraiCallback(TrainerCallback):
     """Runs Contrai's lifecycle in a Hugging Face ``Trainer``: build it, then :meth:`attach` it to
     the Trainer (``ContraiCallback("recipe.toml", run_dir="runs/x").attach(trainer)``).
@@ -217,6 +228,7 @@ class ContraiCallback(TrainerCallback):
         if self.trainer is not None and self.trainer is not trainer:
             raise ValueError("ContraiCallback is attached to another Trainer already: one callback runs one job")
         compat.check()
+        refuse_nothing_to_train(trainer.model)
         self.trainer = trainer
         trainer.train_dataset = droppable(trainer.train_dataset)
         compat.register(trainer, self)
