@@ -342,3 +342,14 @@ def test_the_tested_lightning_range_is_the_declared_one_and_checked(tmp_path: Pa
 def test_the_recipes_gradient_checkpointing_is_refused_for_a_module_that_cannot_recompute(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"model.gradient_checkpointing = true, but Mlp holds no transformers model"):
         fit_once(tmp_path, Mlp(), "[model]\ngradient_checkpointing = true\n" + RECIPE)
+
+
+def test_a_module_with_nothing_to_train_is_refused_before_its_optimizer_is_made(tmp_path: Path) -> None:
+    """A planted broken pipeline: every parameter frozen. Refused in the callback's setup, with
+    the usual cause, before Lightning's optimizer fails on an empty parameter list."""
+    module = Mlp()
+    for p in module.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="every parameter of the model is frozen"):
+        fit_once(tmp_path, module)
+    assert not (tmp_path / "run" / "decisions.jsonl").exists()

@@ -69,7 +69,7 @@ from .checkpoints import newest_verified
 from .data import DroppableDataset
 from .batches import StepBatches, unwatch, watch
 from .preempt import Preemption, stopped
-from .preflight import Mode, facts_hf, gate, under_recipe
+from .preflight import Mode, facts_hf, gate, refuse_nothing_to_train, under_recipe
 from .resume import Order, Resumed, fingerprint, gathered, replayed, rng_states
 from .adapters import merge
 from .checkpoints import Checkpoints, load_weights
@@ -162,17 +162,6 @@ class _Step:
         out = (self.loss if self.seen else None, self.grad_norm)
         self.loss, self.seen, self.grad_norm = 0.0, False, None
         return out
-
-
-def refuse_nothing_to_train(model: torch.nn.Module | None) -> None:
-    """A model whose every parameter is frozen can learn nothing, and PyTorch would only say
-    "optimizer got an empty parameter list" once training starts: said at attach, with the
-    usual cause."""
-    if model is not None and not any(p.requires_grad for p in model.parameters()):
-        raise ValueError(
-            "every parameter of the model is frozen (requires_grad=False): nothing can train. A freeze "
-            "loop run after peft.get_peft_model() also froze the adapters: freeze the base first (get_peft_model "
-            "does it for you), or unfreeze the layers meant to train")
 
 
 class ContraiCallback(TrainerCallback):

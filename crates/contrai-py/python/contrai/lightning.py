@@ -69,7 +69,7 @@ from ._compat import lightning as compat
 from .checkpoints import newest_verified
 from .batches import StepBatches, unwatch, watch
 from .preempt import Preemption, stopped
-from .preflight import Mode, facts_lightning, gate, under_recipe
+from .preflight import Mode, facts_lightning, gate, refuse_nothing_to_train, under_recipe
 from .resume import gathered, rng_states, set_rng_states
 from .adapters import mark_merged
 from .engine import (Engine, Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning, train_also,
@@ -209,6 +209,11 @@ class ContraiCallback(pl.Callback):
         self._stop_file: Path | None = None
         self._rng: list[dict[str, Any]] | None = None
         self._batches = StepBatches()
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Before Lightning makes the optimizer: a module with nothing to train is refused."""
+        if stage == "fit":
+            refuse_nothing_to_train(pl_module)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """A LoRA job resumed from a checkpoint written past main, before Lightning loads its

@@ -54,6 +54,17 @@ HF_DECAY: dict[str, DecayShape] = {
 HF_NO_WARMUP = ("constant", "reduce_lr_on_plateau")
 
 
+def refuse_nothing_to_train(model: torch.nn.Module | None) -> None:
+    """A model whose every parameter is frozen can learn nothing, and PyTorch would only say
+    "optimizer got an empty parameter list" once training starts: said before the optimizer is
+    made (the HF callback's attach, the Lightning callback's setup), with the usual cause."""
+    if model is not None and not any(p.requires_grad for p in model.parameters()):
+        raise ValueError(
+            "every parameter of the model is frozen (requires_grad=False): nothing can train. A freeze "
+            "loop run after peft.get_peft_model() also froze the adapters: freeze the base first (get_peft_model "
+            "does it for you), or unfreeze the layers meant to train")
+
+
 def check(facts: JobFacts) -> list[Finding]:
     """The findings of ``facts`` by the lifecycle's rules (none for a job within them)."""
     return _core.preflight(facts)
