@@ -17,7 +17,10 @@ import contrai
 from contrai.data import _id_order, near_duplicate_clusters, signatures
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network at run time
-import ray  # noqa: E402
+# Ray is an optional dependency: without it (or with a broken install) these tests are skipped
+# and say why, instead of stopping the whole collection.
+ray = pytest.importorskip("ray", reason="Ray Data is not installed (pip install 'ray[data]' polars)",
+                          exc_type=ImportError)
 
 
 @pytest.fixture(scope="module")
