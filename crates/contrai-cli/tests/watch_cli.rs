@@ -458,7 +458,8 @@ fn idle_connections_beyond_the_open_file_limit_do_not_take_the_page_down() {
     let idle: Vec<TcpStream> = (0..600)
         .filter_map(|_| TcpStream::connect(("127.0.0.1", served.port)).ok())
         .collect();
-    assert!(idle.len() >= 500, "{} idle connections opened", idle.len());
+    // More than the page may hold open (256 files), however many this process could open.
+    assert!(idle.len() > 256, "{} idle connections opened", idle.len());
     let start = Instant::now();
     let answered = loop {
         let mut s = TcpStream::connect(("127.0.0.1", served.port)).unwrap();
