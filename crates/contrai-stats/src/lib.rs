@@ -79,6 +79,17 @@ pub fn theil_sen(x: &[f64], y: &[f64]) -> Option<f64> {
     }
 }
 
+/// The change along the Theil–Sen line of `y` against `x` over `x`'s span, and its standard
+/// error: the robust sigma of the residuals around the line (their MAD as a normal sigma) times
+/// √(12 / m) for m points. `None` with fewer than 2 points.
+pub fn theil_sen_change(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
+    let slope = theil_sen(x, y)?;
+    let (x0, span) = (*x.first()?, x.last()? - x.first()?);
+    let resid: Vec<f64> = x.iter().zip(y).map(|(x, y)| y - slope * (x - x0)).collect();
+    let sigma = 1.4826 * mad(&resid, median(&resid)?);
+    Some((slope * span, sigma * (12.0 / y.len() as f64).sqrt()))
+}
+
 /// Median of the differences between consecutive values (a log's cadence).
 pub fn median_gap(steps: &[u64]) -> f64 {
     let gaps: Vec<f64> = steps
@@ -191,6 +202,21 @@ mod tests {
         let s = theil_sen(&[0.0, 1.0, 2.0, 3.0, 4.0], &[0.0, 2.0, 4.0, 6.0, 100.0]).unwrap_or(0.0);
         assert_eq!(s, 2.0);
         assert_eq!(median_gap(&[0, 50, 100, 150]), 50.0);
+    }
+
+    #[test]
+    fn theil_sen_change_is_exact_on_a_line_and_reads_the_noise_off_its_residuals() {
+        let x: Vec<f64> = (0..20).map(f64::from).collect();
+        let line: Vec<f64> = x.iter().map(|x| 3.0 - 0.5 * x).collect();
+        assert_eq!(theil_sen_change(&x, &line), Some((-9.5, 0.0)));
+        let wiggle: Vec<f64> = line
+            .iter()
+            .enumerate()
+            .map(|(i, y)| y + if i % 2 == 0 { 0.1 } else { -0.1 })
+            .collect();
+        let (change, se) = theil_sen_change(&x, &wiggle).unwrap();
+        assert!((change + 9.5).abs() < 0.25 && se > 0.0, "{change} {se}");
+        assert_eq!(theil_sen_change(&x[..1], &line[..1]), None);
     }
 
     #[test]

@@ -47,7 +47,6 @@ fn collapsed(ctx: &Ctx, loss: Series) -> Option<Finding> {
         return None;
     }
     let level = median(&tail.iter().map(|p| p.value).collect::<Vec<_>>())?;
-
     let classes = ctx.st.hints.num_classes.filter(|k| *k >= 2).map(f64::from)?;
     if ctx.st.hints.task == Task::LanguageModel {
         return None;
@@ -59,14 +58,12 @@ fn collapsed(ctx: &Ctx, loss: Series) -> Option<Finding> {
     }
     let blocks = crate::stats::block_medians(&head, 8);
     let learned = blocks.iter().copied().fold(f64::INFINITY, f64::min);
-
     if learned > LEARNED_BELOW * level {
         return None;
     }
     let xs: Vec<f64> = tail.iter().map(|p| p.step as f64).collect();
     let ys: Vec<f64> = tail.iter().map(|p| p.value.ln()).collect();
-    let slope = crate::stats::theil_sen(&xs, &ys)?;
-    let (change, se) = super::plateau::fitted_change(&xs, &ys, slope)?;
+    let (change, se) = crate::stats::theil_sen_change(&xs, &ys)?;
     if change.abs() > (2.0 * se).max(0.02) {
         return None;
     }

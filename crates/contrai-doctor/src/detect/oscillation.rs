@@ -67,12 +67,8 @@ fn swings(points: &[crate::series::Point], blocks: usize) -> Option<Swings> {
     // Net progress over the tail: Theil-Sen change and its standard error.
     let coarse = block_medians(&ys, 32);
     let xs: Vec<f64> = (0..coarse.len()).map(|i| i as f64).collect();
-    let slope = crate::stats::theil_sen(&xs, &coarse)?;
-    let resid: Vec<f64> = xs.iter().zip(&coarse).map(|(x, y)| y - slope * x).collect();
-    let centre = median(&resid)?;
-    let sigma = 1.4826 * crate::stats::mad(&resid, centre) / scale;
-    let progress = -slope * (coarse.len() - 1) as f64 / scale;
-    let se = sigma * (12.0 / coarse.len() as f64).sqrt();
+    let (change, se) = crate::stats::theil_sen_change(&xs, &coarse)?;
+    let (progress, se) = (-change / scale, se / scale);
     let significant = progress > 2.0 * se && progress > 0.05;
     Some(Swings {
         amp,
@@ -143,10 +139,7 @@ fn validation_improving(ctx: &Ctx) -> bool {
     }
     let xs: Vec<f64> = val.iter().map(|p| p.step as f64).collect();
     let ys: Vec<f64> = val.iter().map(|p| p.value.ln()).collect();
-    let Some(slope) = crate::stats::theil_sen(&xs, &ys) else {
-        return false;
-    };
-    super::plateau::fitted_change(&xs, &ys, slope).is_some_and(|(change, se)| change < -2.0 * se)
+    crate::stats::theil_sen_change(&xs, &ys).is_some_and(|(change, se)| change < -2.0 * se)
 }
 
 /// The validation loss swings with no net trend, or jumps up and back down (or down and back

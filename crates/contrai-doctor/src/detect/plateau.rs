@@ -7,7 +7,7 @@
 use super::{Ctx, finite, num};
 use crate::finding::{Finding, Label, Severity};
 use crate::series::{Point, Series};
-use crate::stats::{block_medians, median, theil_sen};
+use crate::stats::{block_medians, median, theil_sen_change};
 
 /// Relative change over the recent window, its standard error, the window's first step and its
 /// point count.
@@ -28,7 +28,6 @@ pub(crate) fn recent_change(ctx: &Ctx, loss: Series) -> Option<(f64, f64, u64, u
     // 32 block medians keep Theil-Sen at <= 496 pairs whatever the log's length.
     let ys = block_medians(&ys, 32);
     let xs = block_medians(&xs, 32);
-    let slope = theil_sen(&xs, &ys)?;
     // The change over the recent window (the last 40 % of the run seen so far).
     let span = xs.last()? - xs.first()?;
     // A plateau must last at least the patience (300 steps, or 3 epochs).
@@ -39,30 +38,19 @@ pub(crate) fn recent_change(ctx: &Ctx, loss: Series) -> Option<(f64, f64, u64, u
     if span < patience {
         return None;
     }
-    let (change, sigma) = fitted_change(&xs, &ys, slope)?;
+    let (change, se) = theil_sen_change(&xs, &ys)?;
     let level = if positive {
         1.0
     } else {
         median(&ys)?.abs().max(1e-12)
     };
-    let se = sigma / level;
+    let se = se / level;
     let rel = if positive {
         change.exp() - 1.0
     } else {
         change / level
     };
     Some((rel, se, win[0].step, w))
-}
-
-/// The change along a Theil-Sen line of `slope` over `xs`, and its standard error: the robust
-/// sigma of the residuals around the line times sqrt(12 / m) (m points).
-pub(crate) fn fitted_change(xs: &[f64], ys: &[f64], slope: f64) -> Option<(f64, f64)> {
-    let span = xs.last()? - xs.first()?;
-    let x0 = xs[0];
-    let resid: Vec<f64> = xs.iter().zip(ys).map(|(x, y)| y - slope * (x - x0)).collect();
-    let centre = median(&resid)?;
-    let sigma = 1.4826 * crate::stats::mad(&resid, centre);
-    Some((slope * span, sigma * (12.0 / ys.len() as f64).sqrt()))
 }
 
 /// True when the LR is being annealed over the steps from `from` (or, with no LR logged, the
@@ -305,8 +293,7 @@ fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
             .reduce(|a, b| if b.1 < a.1 { b } else { a })?;
         let drop = before - low;
         // What the stall gained along its fitted line, known to within its standard error.
-        let slope = theil_sen(&xs[i..j], &ys[i..j])?;
-        let (change, se) = fitted_change(&xs[i..j], &ys[i..j], slope)?;
+        let (change, se) = theil_sen_change(&xs[i..j], &ys[i..j])?;
         let gain = -change;
         let clear = drop >= -SUDDEN_DROP.ln()
             && drop >= 3.0 * swing
