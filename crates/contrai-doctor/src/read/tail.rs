@@ -29,10 +29,9 @@ pub struct Tail {
     bytes_read: u64,
     /// Files under the folder that gave no run at the last poll, and why.
     skipped: Vec<Skipped>,
-    /// Of those, the ones the folder's search passed over (its listing unchanged, kept).
-    passed_over: Vec<Skipped>,
-    /// Their stamps when passed over.
-    passed_over_stamps: Vec<Option<Stamp>>,
+    /// Of those, the ones the folder's search passed over (its listing unchanged, kept), each
+    /// with its stamp then.
+    passed_over: Vec<(Skipped, Option<Stamp>)>,
 }
 
 /// A file's identity and size as last seen: unchanged, it is not opened.
@@ -272,7 +271,6 @@ impl Tail {
             bytes_read: 0,
             skipped: Vec::new(),
             passed_over: Vec::new(),
-            passed_over_stamps: Vec::new(),
         }
     }
 
@@ -314,7 +312,7 @@ impl Tail {
         // Under a folder, a log that fails to read is passed over and said while the others
         // give runs; alone (a file, or the only log there), its error is the answer.
         let others_read = self.followed.len() > errors.len();
-        self.skipped.clone_from(&self.passed_over);
+        self.skipped = self.passed_over.iter().map(|(s, _)| s.clone()).collect();
         for (path, e) in errors {
             if !(self.path.is_dir() && others_read) {
                 return Err(e);
@@ -347,9 +345,8 @@ impl Tail {
         }
         let now = listing(&self.path);
         // A file passed over (empty when first seen, say) is looked at again once it changes.
-        let passed_over_now: Vec<Option<Stamp>> =
-            self.passed_over.iter().map(|s| Stamp::of(&s.path)).collect();
-        if self.listing.as_ref() == Some(&now) && passed_over_now == self.passed_over_stamps {
+        let unchanged = |(s, stamp): &(Skipped, Option<Stamp>)| Stamp::of(&s.path) == *stamp;
+        if self.listing.as_ref() == Some(&now) && self.passed_over.iter().all(unchanged) {
             return Ok(false);
         }
         let mut passed_over = Vec::new();
@@ -372,8 +369,13 @@ impl Tail {
                 };
             }
         }
-        self.passed_over_stamps = passed_over.iter().map(|s| Stamp::of(&s.path)).collect();
-        self.passed_over = passed_over;
+        self.passed_over = passed_over
+            .into_iter()
+            .map(|s| {
+                let stamp = Stamp::of(&s.path);
+                (s, stamp)
+            })
+            .collect();
         let mut old = std::mem::take(&mut self.followed);
         for s in sources {
             let kept = old
