@@ -3,7 +3,7 @@
 //! [`PhaseLr`], cadence from [`crate::budget`]; a phase already entered shows the run's start,
 //! steps and LR instead of the plan's (main ended early, contraction rolled back).
 
-use contrai_recipe::{ModelKind, Phase, Recipe};
+use contrai_recipe::{Phase, Recipe};
 use contrai_run::{PhasePlan, Plan, RunPlan};
 use serde::{Deserialize, Serialize};
 
@@ -61,7 +61,7 @@ pub fn plan(recipe: &Recipe, train_samples: Option<u64>, entered: &[Entered]) ->
         }
     }
     let total = steps.training();
-    let parameters = parameter_count(recipe, 2);
+    let parameters = recipe.parameter_count(2);
     Plan {
         phases,
         total_steps: total,
@@ -124,24 +124,6 @@ fn purpose(phase: Phase) -> &'static str {
         }
         Phase::Refine => "short anneal on filtered data, the single holdout evaluation",
     }
-}
-
-/// Trainable parameters of the recipe's model for `classes` output classes.
-pub fn parameter_count(recipe: &Recipe, classes: u64) -> u64 {
-    let m = &recipe.model;
-    let (d, f, l) = (m.d_model as u64, m.ffn as u64, m.layers as u64);
-    if m.kind == ModelKind::Mlp {
-        // Hidden width is `ffn`; the input width is the feature count, unknown here: count the
-        // hidden stack after the first layer and the head.
-        return l.saturating_sub(1) * (f * f + f) + f * classes + classes;
-    }
-    let embeddings = (m.vocab as u64 + m.seq_len as u64) * d;
-    let attention = 4 * (d * d + d);
-    let feed_forward = d * f + f + f * d + d;
-    let norms = 2 * 2 * d;
-    // A pretrained encoder's [CLS] pooler (its extra positions and token types are not counted).
-    let pooler = if m.kind == ModelKind::Bert { d * d + d } else { 0 };
-    embeddings + l * (attention + feed_forward + norms) + 2 * d + pooler + d * classes + classes
 }
 
 fn advice(recipe: &Recipe, parameters: u64, train_samples: Option<u64>, total: u64) -> Vec<String> {
@@ -282,10 +264,7 @@ mod tests {
     fn the_default_transformer_has_the_expected_size_and_advice() {
         let r = Recipe::default();
         // 8192×128 + 128×128 embeddings; 2 blocks of 198,272; final norm 256; head 258.
-        assert_eq!(
-            parameter_count(&r, 2),
-            1_048_576 + 16_384 + 2 * 198_272 + 256 + 258
-        );
+        assert_eq!(r.parameter_count(2), 1_048_576 + 16_384 + 2 * 198_272 + 256 + 258);
         let p = plan(&r, Some(800), &[]);
         assert!(p.advice.iter().any(|a| a.contains("< 300 M")));
         assert!(p.advice.iter().any(|a| a.contains("< 1,000")));

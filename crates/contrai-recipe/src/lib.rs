@@ -7,6 +7,7 @@ pub mod choice;
 pub mod load;
 pub mod recipe;
 pub mod schedule;
+pub mod size;
 pub mod template;
 
 pub use choice::{
@@ -15,4 +16,5 @@ pub use choice::{
 pub use load::RecipeError;
 pub use recipe::Recipe;
 pub use schedule::{Decay, Schedule};
+pub use size::{MAX_STEPS, TrainingMemory};
 pub use template::{Checkpoint, default_recipe, job_recipe, pretrained_recipe};

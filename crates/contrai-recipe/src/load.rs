@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use crate::choice::{ModelKind, Phase};
 use crate::recipe::Recipe;
+use crate::size::{MAX_STEPS, machine_memory, si};
 
 /// Why a recipe was refused.
 #[derive(Debug, thiserror::Error)]
@@ -541,118 +542,6 @@ impl Recipe {
     }
 }
 
-/// The most steps a phase, an evaluation cadence or a checkpoint cadence may count.
-pub const MAX_STEPS: u64 = 1 << 40;
-
-/// What training a recipe's own model takes, as an estimate, and the key that sizes it most.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TrainingMemory {
-    /// Parameters.
-    pub params: f64,
-    /// Bytes of activations a training batch keeps for its backward pass.
-    pub activations: f64,
-    /// The recipe key whose value weighs most in the estimate.
-    pub key: &'static str,
-}
-
-impl TrainingMemory {
-    /// Bytes in all: f32 weights, gradients and Adam's two moments (16 bytes a parameter), and
-    /// the activations.
-    pub fn total(&self) -> f64 {
-        16.0 * self.params + self.activations
-    }
-}
-
-impl Recipe {
-    /// The estimate for the recipe's own model (`None` for a pretrained one, sized by its
-    /// checkpoint). A transformer: embeddings (vocab and positions x d_model) and per block
-    /// 4 d^2 + 2 d ffn; kept activations per token and block about 12 d + 2 ffn + 2 heads seq_len
-    /// floats (one block's with gradient checkpointing). An MLP: layers d_model^2.
-    pub fn training_memory(&self) -> Option<TrainingMemory> {
-        let m = &self.model;
-        if m.pretrained.is_some() {
-            return None;
-        }
-        let f = |x: usize| x as f64;
-        // The largest batch any phase trains on.
-        let batch = [
-            self.main.batch,
-            self.validate.batch,
-            self.contract.batch,
-            self.refine.distill.batch,
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0);
-        let (d, layers, tokens) = (f(m.d_model), f(m.layers), f(batch) * f(m.seq_len));
-        let (params, per_token, key) = match m.kind {
-            ModelKind::Mlp => (layers * d * d, layers * d, "model.d_model"),
-            _ => {
-                let embed = (f(m.vocab) + f(m.seq_len)) * d;
-                let blocks = layers * (4.0 * d * d + 2.0 * d * f(m.ffn));
-                let kept = if m.gradient_checkpointing { 1.0 } else { layers };
-                let per_token = kept * (12.0 * d + 2.0 * f(m.ffn) + 2.0 * f(m.heads) * f(m.seq_len));
-                let key = if embed > blocks {
-                    "model.vocab"
-                } else {
-                    "model.d_model"
-                };
-                (embed + blocks, per_token, key)
-            }
-        };
-        let activations = 4.0 * tokens * per_token;
-        let batch_key = if batch == self.main.batch {
-            "main.batch"
-        } else if batch == self.contract.batch {
-            "contract.batch"
-        } else if batch == self.validate.batch {
-            "validate.batch"
-        } else {
-            "refine.distill.batch"
-        };
-        let key = if activations > 16.0 * params {
-            batch_key
-        } else {
-            key
-        };
-        Some(TrainingMemory {
-            params,
-            activations,
-            key,
-        })
-    }
-}
-
-/// A count with three significant digits and its SI prefix: `1.23 G`, `456 M`.
-fn si(x: f64) -> String {
-    let (v, unit) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
-        .into_iter()
-        .find(|(s, _)| x >= *s)
-        .map_or((x, ""), |(s, u)| (x / s, u));
-    let digits = if v >= 100.0 {
-        0
-    } else if v >= 10.0 {
-        1
-    } else {
-        2
-    };
-    format!("{v:.digits$} {unit}")
-}
-
-/// This machine's memory in bytes (`MemTotal` of /proc/meminfo; `None` where there is none).
-fn machine_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
-}
-
 /// The closest of `candidates` to `word` by edit distance, if it is close enough to be a likely
 /// typo or a truncation (`batchsize` → `batch`).
 pub fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
@@ -969,7 +858,7 @@ mod tests {
 
     #[test]
     fn a_model_this_machine_cannot_train_is_refused_with_the_estimate() {
-        if super::machine_memory().is_none() {
+        if crate::size::machine_memory().is_none() {
             return;
         }
         let text = "[model]\nd_model = 2000000000\nheads = 4\n";
@@ -990,6 +879,12 @@ mod tests {
         assert!(err.contains("`main.batch`"), "{err}");
         let need = Recipe::default().training_memory().unwrap();
         assert!(need.total() < 1e9, "the default fits any machine: {need:?}");
+        // An MLP's hidden width is its ffn; its d_model is not used.
+        let err = parse("[model]\nkind = \"mlp\"\nffn = 2000000000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`model.ffn`"), "{err}");
+        assert!(parse("[model]\nkind = \"mlp\"\nd_model = 2000000000\nheads = 4\n").is_ok());
     }
 
     #[test]

@@ -84,7 +84,7 @@ fn the_default_reaches_the_stated_holdout_accuracy() {
         "student: holdout accuracy {:.4}, {} parameters",
         s.holdout_accuracy, s.parameters
     );
-    let teacher = contrai_lifecycle::plan::parameter_count(&Recipe::default(), 2) as usize;
+    let teacher = Recipe::default().parameter_count(2) as usize;
     assert!(s.parameters * 2 < teacher, "{} vs {teacher}", s.parameters);
     assert!(
         s.holdout_accuracy >= e.holdout_accuracy - 0.02,
