@@ -68,10 +68,7 @@ pub fn event(step: u64, val: &[u8]) -> Vec<u8> {
     varint(2 << 3, &mut event);
     varint(step, &mut event);
     field_bytes(5, &summary, &mut event);
-    let mut rec = Vec::new();
-    let len = (event.len() as u64).to_le_bytes();
-    rec.extend_from_slice(&len);
-    rec.extend_from_slice(&masked_crc(&len).to_le_bytes());
+    let mut rec = header(event.len() as u64).to_vec();
     rec.extend_from_slice(&event);
     rec.extend_from_slice(&masked_crc(&event).to_le_bytes());
     rec
@@ -81,8 +78,15 @@ pub fn event(step: u64, val: &[u8]) -> Vec<u8> {
 /// whose frame is valid but claims more bytes than follow it.
 pub fn relength(rec: &[u8], len: u64) -> Vec<u8> {
     let mut out = rec.to_vec();
-    let bytes = len.to_le_bytes();
-    out[..8].copy_from_slice(&bytes);
-    out[8..12].copy_from_slice(&masked_crc(&bytes).to_le_bytes());
+    out[..12].copy_from_slice(&header(len));
     out
+}
+
+/// A TFRecord's header: the payload's length and the length's masked checksum.
+fn header(len: u64) -> [u8; 12] {
+    let bytes = len.to_le_bytes();
+    let mut h = [0u8; 12];
+    h[..8].copy_from_slice(&bytes);
+    h[8..].copy_from_slice(&masked_crc(&bytes).to_le_bytes());
+    h
 }
