@@ -135,20 +135,12 @@ fn file_case(name: &str, bytes: Vec<u8>) -> (tempfile::TempDir, PathBuf) {
     (dir, p)
 }
 
-/// Inputs each reader tries: `CONTRAI_FUZZ_CASES`, else 64.
-fn fuzz_cases() -> u32 {
-    std::env::var("CONTRAI_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64)
-}
-
 fn flips() -> impl Strategy<Value = Vec<(usize, u8)>> {
     proptest::collection::vec((any::<usize>(), 1u8..=255), 0..4)
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: fuzz_cases(), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: contrai_testkit::fuzz_cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn tensorboard_never_panics(cut in any::<usize>(), f in flips()) {

@@ -7,14 +7,6 @@ use std::path::Path;
 use contrai_recipe::Recipe;
 use proptest::prelude::*;
 
-/// Inputs each property tries: `CONTRAI_FUZZ_CASES`, else 64.
-fn fuzz_cases() -> u32 {
-    std::env::var("CONTRAI_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64)
-}
-
 fn check(text: &str) {
     if let Err(e) = Recipe::parse(text, Path::new("fuzz.toml")) {
         assert!(e.to_string().starts_with("fuzz.toml"), "{e}");
@@ -22,7 +14,7 @@ fn check(text: &str) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: fuzz_cases(), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: contrai_testkit::fuzz_cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn a_cut_or_corrupted_recipe_is_read_or_refused(cut in any::<usize>(), flips in proptest::collection::vec((any::<usize>(), 1u8..=255), 0..4)) {

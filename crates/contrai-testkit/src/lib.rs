@@ -11,6 +11,15 @@ use std::path::PathBuf;
 pub mod browser;
 pub mod tfevents;
 
+/// Inputs each fuzzing property tries: `CONTRAI_FUZZ_CASES`, else 64 (what CI runs; a long run
+/// by hand sets more).
+pub fn fuzz_cases() -> u32 {
+    std::env::var("CONTRAI_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
 /// The environment variable that turns a missing shared file into a failure.
 pub const REQUIRE_SHARED: &str = "CONTRAI_REQUIRE_SHARED";
 
