@@ -1,7 +1,9 @@
-"""Shared pieces of the package's tests: tiny tasks that learn in seconds on a CPU."""
+"""Shared pieces of the package's tests: tiny tasks that learn in seconds on a CPU, and the
+optional packages a test module needs (skipped without them, except in CI)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
@@ -10,15 +12,51 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence, TypeVar, cast
 
 import pytest
-import torch
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
-from torch.utils.data import Dataset
 
 from contrai import DroppableDataset
 
+# torch is imported where a test uses it: this module is loaded before any test module, also
+# where only the doctor's, the data stage's and the recipe's tests can run.
 if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import Dataset
     from transformers import BertForSequenceClassification
+
+# The optional packages some tests need, by the name they are imported as: the distribution that
+# brings each (all of them in contrai-ml's [test] extra, which test_core checks).
+OPTIONAL = {
+    "torch": "torch",
+    "transformers": "transformers",
+    "lightning": "lightning",
+    "accelerate": "accelerate",
+    "peft": "peft",
+    "trl": "trl",
+    "ray": "ray",
+    "polars": "polars",
+    "gguf": "gguf",
+    "compressed_tensors": "compressed-tensors",
+    "llama_cpp": "llama-cpp-python",
+}
+
+
+def require(*modules: str) -> Any:
+    """Skips the test (or, at a module's top, the whole module) unless each of ``modules``
+    imports, naming what is missing; with ``CONTRAI_REQUIRE_OPTIONAL=1`` (CI, whose venv has
+    them all) a missing one fails instead of skipping. Returns the last module, untyped (some of
+    these packages ship no types, or partial ones)."""
+    module = None
+    for name in modules:
+        assert name in OPTIONAL, f"{name} is not listed in conftest.OPTIONAL"
+        try:
+            module = importlib.import_module(name)
+        except ImportError as e:
+            why = f"{OPTIONAL[name]} is not installed ({e}); pip install 'contrai-ml[test]' brings every test's packages"
+            if os.environ.get("CONTRAI_REQUIRE_OPTIONAL") == "1":
+                pytest.fail(why, pytrace=False)
+            pytest.skip(why, allow_module_level=True)
+    return module
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -26,6 +64,8 @@ T_co = TypeVar("T_co", covariant=True)
 
 def token_task(n: int, seed: int, noise: float = 0.03) -> list[dict[str, torch.Tensor]]:
     """Sequences of 16 tokens whose first token says the label, a share of labels flipped."""
+    import torch
+
     g = random.Random(seed)
     out = []
     for _ in range(n):
@@ -54,6 +94,7 @@ class ServedRows(DroppableDataset):
 
 def tiny_bert() -> BertForSequenceClassification:
     """A 2-layer BERT classifier with random weights (no download)."""
+    import torch
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)

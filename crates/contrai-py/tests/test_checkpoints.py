@@ -7,6 +7,10 @@ import pickle
 from pathlib import Path
 
 import pytest
+from conftest import require
+
+require("torch")
+
 import torch
 
 from contrai.checkpoints import Checkpoints, CorruptCheckpoint, load_weights, put_back

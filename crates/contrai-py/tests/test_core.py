@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require
+
 import contrai
 from contrai import _core
 from contrai.conductor import Conductor, RunInfo, kind
-from contrai.engine import spread_batches, words_json
+from contrai.rows import words_json
 
 
 def test_a_recipe_error_names_file_line_key_and_the_nearest_key() -> None:
@@ -103,6 +105,7 @@ def test_a_headerless_tsv_is_split_with_the_columns_given(tmp_path: Path) -> Non
 
 
 def test_the_engine_refuses_a_request_or_an_action_it_does_not_know(tmp_path: Path) -> None:
+    require("torch")
     from contrai.engine import Engine, Job
 
     engine = Engine(Job(), tmp_path / "run", contrai.default_recipe(), "r.toml", classes=2)
@@ -119,8 +122,11 @@ def test_the_engine_refuses_a_request_or_an_action_it_does_not_know(tmp_path: Pa
 
 
 def test_the_sensitivity_scan_takes_evenly_spread_whole_batches() -> None:
+    require("torch")
     import torch
     from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
+
+    from contrai.engine import spread_batches
 
     class Numbers(Dataset[torch.Tensor]):
         def __len__(self) -> int:

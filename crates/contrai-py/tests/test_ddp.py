@@ -12,7 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HF_RECIPE
+from conftest import HF_RECIPE, require
+
+require("torch", "transformers", "accelerate", "lightning")
+
 from test_lightning import RECIPE
 
 HERE = Path(__file__).parent

@@ -10,6 +10,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import require
+
+require("torch", "transformers")
+
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertForSequenceClassification, pipeline

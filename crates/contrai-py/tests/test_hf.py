@@ -10,8 +10,11 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
+from conftest import HF_RECIPE, ServedRows, declared, require, tiny_bert, token_task
+
+require("torch", "transformers", "accelerate")
+
 import torch
-from conftest import HF_RECIPE, ServedRows, declared, tiny_bert, token_task
 from packaging.specifiers import SpecifierSet
 from transformers import (AutoModelForSequenceClassification, BertForSequenceClassification, Trainer,
                           TrainerCallback, TrainerControl, TrainerState, TrainingArguments)
@@ -153,7 +156,7 @@ def test_every_phase_happens_and_each_decision_is_applied(tmp_path: Path, recipe
     int8 = next(d for d in decisions if d["kind"] == "int8")
     assert "weight-only int8" in int8["reason"] and "kept as final/int8" in int8["reason"], int8["reason"]
     assert evaluation["int8"]["bytes"] < 0.5 * evaluation["int8"]["dense_bytes"]
-    pytest.importorskip("compressed_tensors")
+    require("compressed_tensors")
     loaded = AutoModelForSequenceClassification.from_pretrained(run / "final" / "int8")
     loaded.train(False)
     holdout = token_task(60, 3)

@@ -6,10 +6,13 @@ import json
 from pathlib import Path
 from typing import Any, Sequence, cast
 
+from conftest import ServedRows, dataset, declared, require
+
+require("torch", "lightning")
+
 import lightning.pytorch as pl
 import pytest
 import torch
-from conftest import ServedRows, dataset, declared
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from packaging.specifiers import SpecifierSet
 from torch.utils.data import DataLoader

@@ -9,14 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import decisions, require
+
+require("torch", "transformers", "accelerate")
+peft = require("peft")
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Trainer, TrainingArguments
 
-from conftest import decisions
 from contrai.adapters import is_adapter, plain, unprefixed
 from contrai.hf import ContraiCallback
-
-peft = pytest.importorskip("peft")
 
 RECIPE = """
 [run]
@@ -122,7 +124,7 @@ def sft_job(tmp_path: Path, detach: str | None = None, scratch: bool = False, ra
     ``scratch``: a small Llama of random weights on SmolLM2's tokenizer instead; ``rank``,
     ``targets``: the adapters'; ``masked``: every label hidden (-100), a broken collator;
     ``frozen``: every parameter frozen after the adapters were made (nothing trains)."""
-    trl = pytest.importorskip("trl")
+    trl = require("trl")
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

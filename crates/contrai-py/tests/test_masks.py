@@ -9,6 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import require
+
+require("torch")
+
 import torch
 
 from contrai.masks import Masks

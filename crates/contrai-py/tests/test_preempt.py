@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import HF_RECIPE, dataset, require
+
+require("torch", "transformers", "accelerate", "lightning")
+
 import torch
-from conftest import HF_RECIPE, dataset
 from test_ddp import TORCHRUN, needs_torchrun
 from test_lightning import RECIPE as LIGHTNING_RECIPE
 

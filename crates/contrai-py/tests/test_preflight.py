@@ -7,10 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from conftest import dataset, require, tiny_bert, token_task
+
+require("torch", "transformers", "accelerate", "lightning", "peft")
+
 import lightning.pytorch as pl
 import pytest
 import torch
-from conftest import dataset, tiny_bert, token_task
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedModel, Trainer, TrainerCallback, TrainerControl,
@@ -22,7 +25,7 @@ from contrai.hf import ContraiCallback
 from contrai.lightning import ContraiCallback as LightningCallback
 from contrai.preflight import Finding
 
-peft = pytest.importorskip("peft")
+import peft
 
 STEPS = 400
 # The detector itself, before the fixture below replaces it.

@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import shared
+from conftest import require, shared
 
 import contrai
 from contrai.data import _id_order, near_duplicate_clusters, signatures
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network at run time
-# Ray is an optional dependency: without it (or with a broken install) these tests are skipped
-# and say why, instead of stopping the whole collection.
-ray = pytest.importorskip("ray", reason="Ray Data is not installed (pip install 'ray[data]' polars)",
-                          exc_type=ImportError)
+# Ray is an optional dependency (its join needs polars): without them these tests are skipped and
+# say why, instead of stopping the whole collection.
+require("ray", "polars")
+import ray  # noqa: E402
 
 
 @pytest.fixture(scope="module")

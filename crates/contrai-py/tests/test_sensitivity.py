@@ -6,6 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+from conftest import require
+
+require("torch")
+
 import torch
 
 import contrai

@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from conftest import emails, real_llm, require
+
+require("torch", "transformers")
+
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from conftest import emails, real_llm
 from contrai.serving import ExportError, umask, write_compressed_tensors, write_gguf
 from contrai.weightquant import QuantizeError, Scheme, each_pass, quantized_in_place
 
@@ -68,7 +71,7 @@ def sample_ids(tok: Any, n: int = 4, length: int = 48) -> torch.Tensor:
 
 @pytest.mark.parametrize("bits", [8, 4])
 def test_transformers_reads_the_compressed_tensors_export_as_contrai_evaluated_it(tmp_path: Path, bits: int) -> None:
-    pytest.importorskip("compressed_tensors")
+    require("compressed_tensors")
     tok = tokenizer(tmp_path)
     model = tiny_llama(len(tok))
     ids = sample_ids(tok)
@@ -170,7 +173,7 @@ def test_a_layer_the_scheme_cannot_serve_is_refused_by_name(tmp_path: Path) -> N
 
 
 def test_gguf_refuses_what_it_cannot_hold_and_writes_nothing(tmp_path: Path) -> None:
-    pytest.importorskip("gguf")
+    require("gguf")
     tok = tokenizer(tmp_path)
     out = tmp_path / "m.gguf"
     model = tiny_llama(len(tok))
@@ -197,7 +200,7 @@ def email_ids(tok: Any, n: int, length: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("bits", [8, 4])
 def test_llama_cpp_computes_the_gguf_variant_contrai_evaluated(tmp_path: Path, bits: int) -> None:
-    llama_cpp = pytest.importorskip("llama_cpp")
+    llama_cpp = require("llama_cpp")
     from transformers import AutoTokenizer
 
     path = real_llm()
@@ -228,7 +231,7 @@ def test_llama_cpp_computes_the_gguf_variant_contrai_evaluated(tmp_path: Path, b
 def test_a_gguf_file_llama_cpp_cannot_run_leaves_the_card_without_latency_and_the_run_alive(tmp_path: Path) -> None:
     """The card times a GGUF file in a child process: a file llama.cpp fails on (here a header
     and nothing else) gives no figure and the reason, and the process that asked goes on."""
-    pytest.importorskip("llama_cpp")
+    require("llama_cpp")
     from contrai.card import llama_cpp_latency_ms
 
     bad = tmp_path / "model-q8_0.gguf"

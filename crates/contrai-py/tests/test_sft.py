@@ -13,16 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
+from conftest import decisions, email_rows, emails, real_llm, require
 
-from conftest import decisions, email_rows, emails, real_llm
+require("torch", "transformers", "accelerate")
+peft = require("peft")
+trl = require("trl")
+
+import torch
+from trl import SFTTrainer  # type: ignore[attr-defined]  # (trl re-exports lazily)
+
 from contrai.engine import planned_steps
 from contrai.hf import ContraiCallback, last_checkpoint
 from contrai.weightquant import Scheme, quantized_in_place
-
-peft = pytest.importorskip("peft")
-trl = pytest.importorskip("trl")
-from trl import SFTTrainer  # type: ignore[attr-defined]  # noqa: E402  (after the skip; trl re-exports lazily)
 
 RECIPE = """
 [run]
@@ -156,7 +158,7 @@ def agreement(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def llama_cpp_greedy(gguf: Path, ids: torch.Tensor) -> torch.Tensor:
     """llama.cpp's greedy next token at every position of each row."""
-    llama_cpp = pytest.importorskip("llama_cpp")
+    llama_cpp = require("llama_cpp")
     llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=128, logits_all=True, verbose=False, n_threads=2)
     try:
         rows = []

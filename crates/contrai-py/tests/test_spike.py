@@ -12,8 +12,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from conftest import require, tiny_bert, token_task
+
+require("torch", "transformers", "accelerate")
+
 import torch
-from conftest import tiny_bert, token_task
 from torch.utils.data import Sampler, SequentialSampler
 from transformers import (LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainerControl, TrainerState,
                           TrainingArguments)

@@ -8,16 +8,22 @@ the conductor's decisions out in a running PyTorch job:
 - :class:`contrai.lightning.ContraiCallback` for Lightning.
 
 Both write a run directory that ``contrai doctor`` and ``contrai report`` read like any Contrai run.
+The doctor, the data stage, the recipe and the report need no torch; the engines and
+:class:`ResumableLoader` do (``pip install "contrai-ml[hf]"`` or ``[lightning]``).
 """
 
+from typing import TYPE_CHECKING, Any
+
+from ._bin import ContraiBinNotFound, find_contrai_bin
 from ._core import RUN_FORMAT, __version__
 from .conductor import Conductor, RunInfo
-from .data import DroppableDataset, ResumableLoader
+from .data import DroppableDataset
 from .tools import audit, default_recipe, doctor, job_recipe, recipe_check, report, split
 
 __all__ = [
     "RUN_FORMAT",
     "Conductor",
+    "ContraiBinNotFound",
     "DroppableDataset",
     "ResumableLoader",
     "RunInfo",
@@ -26,7 +32,21 @@ __all__ = [
     "default_recipe",
     "job_recipe",
     "doctor",
+    "find_contrai_bin",
     "recipe_check",
     "report",
     "split",
 ]
+
+
+if TYPE_CHECKING:
+    from .loader import ResumableLoader
+
+
+def __getattr__(name: str) -> Any:
+    """``ResumableLoader`` is imported when first asked for: it needs torch, ``import contrai`` does not."""
+    if name == "ResumableLoader":
+        from .loader import ResumableLoader
+
+        return ResumableLoader
+    raise AttributeError(f"module 'contrai' has no attribute {name!r}")

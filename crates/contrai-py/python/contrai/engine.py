@@ -37,6 +37,7 @@ from .model import (class_names, dropout_sites, evaluating, first_device, recomp
                     tuning, unwrap)
 from .protocol import State, Turn
 from .resume import check_lr
+from .rows import words_json
 from .variants import Variants
 from .weightquant import each_pass
 
@@ -1200,20 +1201,6 @@ def resume_masks(record: dict[str, Any]) -> Masks:
     return Masks.load(path) if path and os.path.exists(path) else Masks()
 
 
-def words_json(value: Any) -> str:
-    """JSON with each non-finite float as the word Contrai's rows read back (``"NaN"``,
-    ``"Infinity"``, ``"-Infinity"``): JSON has no such numbers, and a diverged loss must be kept."""
-
-    def word(v: Any) -> Any:
-        if isinstance(v, float) and not math.isfinite(v):
-            return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
-        if isinstance(v, dict):
-            return {k: word(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [word(x) for x in v]
-        return v
-
-    return json.dumps(word(value))
 
 
 Hook = Callable[[], None]
