@@ -17,9 +17,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The version and the commit it was built from (`build.rs`), e.g. `0.1.0 (2d2bfba5ca3c)`.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("CONTRAI_COMMIT"), ")");
+
 /// Contrai: clean data, train under a live doctor, contract the converged model, diagnose any run.
 #[derive(Parser)]
-#[command(name = "contrai", version, about, long_about = None, propagate_version = true)]
+#[command(name = "contrai", version = VERSION, about, long_about = None, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

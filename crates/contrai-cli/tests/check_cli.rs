@@ -218,3 +218,20 @@ fn help_teaches_the_findings_the_exit_status_and_an_example() {
             "--json",
         ]);
 }
+
+/// `contrai --version` names the version and the commit it was built from (build.rs): a release's
+/// archive and wheel are told apart by it.
+#[test]
+fn version_names_the_commit() {
+    let out = contrai(["--version"]).output();
+    out.assert_success();
+    let text = out.stdout_utf8();
+    let rest = text
+        .strip_prefix(concat!("contrai ", env!("CARGO_PKG_VERSION"), " ("))
+        .and_then(|r| r.strip_suffix(")\n"))
+        .unwrap_or_else(|| panic!("not `contrai <version> (<commit>)`: {text:?}"));
+    let commit = rest.strip_suffix("-dirty").unwrap_or(rest);
+    // A checkout names its commit; a copy without .git (an unpacked sdist) says so.
+    let hex = commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit());
+    assert!(hex || commit == "unknown", "{text:?}");
+}

@@ -50,6 +50,8 @@ pub struct Int8Weights {
     k: usize,
     groups: usize,
     n: usize,
+    /// Output blocks, padded to pairs: what the x86 kernels walk (the portable path reads `n`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     blocks: usize,
 }
 
