@@ -9,6 +9,19 @@ use contrai_doctor::{DoctorConfig, Format, diagnose, read_path};
 use proptest::prelude::*;
 
 use contrai_testkit::tfevents::{scalar as tb_record, text as tb_text_record};
+use contrai_testkit::wandb::RunFile;
+
+/// A small valid W&B run file: a run, its config, 40 rows.
+fn wandb_run_file() -> RunFile {
+    let mut file = RunFile::new();
+    file.run("abc", "tiny");
+    file.config(&[("learning_rate", "0.001"), ("max_steps", "400")]);
+    for i in 1..=40u64 {
+        let (loss, gs) = ((2.0 / i as f64).to_string(), (i * 10).to_string());
+        file.history(i, &[("train/loss", &loss), ("train/global_step", &gs)]);
+    }
+    file
+}
 
 /// A small valid event file.
 pub fn tb_file() -> Vec<u8> {
@@ -147,6 +160,25 @@ proptest! {
         let (_d, p) = file_case("events.out.tfevents.1.host", mutate(tb_file(), cut, &f));
         exercise(&p, None);
         exercise(&p, Some(Format::Tensorboard));
+    }
+
+    #[test]
+    fn wandb_run_file_never_panics(cut in any::<usize>(), f in flips()) {
+        let (_d, p) = file_case("run-abc.wandb", mutate(wandb_run_file().bytes().to_vec(), cut, &f));
+        exercise(&p, None);
+        exercise(&p, Some(Format::Wandb));
+    }
+
+    /// Records whose framing and checksums hold but whose data is any bytes: the protobuf
+    /// decoding itself is what is tried.
+    #[test]
+    fn wandb_records_of_any_bytes_never_panic(records in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 0..8)) {
+        let mut file = wandb_run_file();
+        for r in &records {
+            file.record(r);
+        }
+        let (_d, p) = file_case("run-abc.wandb", file.bytes().to_vec());
+        exercise(&p, None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use contrai_doctor::read::Tail;
 use contrai_doctor::{DoctorConfig, Live, Run, Series, read_path};
-use contrai_testkit::tfevents;
+use contrai_testkit::{tfevents, wandb};
 
 fn append(path: &Path, bytes: &[u8]) {
     let mut f = OpenOptions::new().create(true).append(true).open(path).unwrap();
@@ -249,4 +249,29 @@ fn an_output_dir_is_one_run_read_from_its_newest_checkpoint() {
             .source
             .ends_with("checkpoint-150/trainer_state.json")
     );
+}
+
+#[test]
+fn a_wandb_run_file_appended_record_by_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-x1.wandb");
+    let mut file = wandb::RunFile::new();
+    file.run("x1", "bert-sst2");
+    file.config(&[("learning_rate", "5e-05"), ("max_steps", "1200")]);
+    // A Trainer's rows: W&B's step counts the rows, the Trainer's own step is logged beside.
+    for s in 1..=1200u64 {
+        let loss = format!("{}", 2.0 / (1.0 + s as f64 / 50.0));
+        let gs = s.to_string();
+        file.history(
+            s,
+            &[
+                ("train/loss", &loss),
+                ("train/learning_rate", "5e-05"),
+                ("train/global_step", &gs),
+            ],
+        );
+    }
+    let runs = follow_in_pieces(dir.path(), &path, file.bytes(), 3001);
+    assert_eq!(points(&runs, Series::TrainLoss), 1200);
+    assert_eq!(runs[0].name, "bert-sst2");
 }

@@ -9,7 +9,9 @@
 use std::path::PathBuf;
 
 pub mod browser;
+mod proto;
 pub mod tfevents;
+pub mod wandb;
 
 /// Inputs each fuzzing property tries: `CONTRAI_FUZZ_CASES`, else 64 (what CI runs; a long run
 /// by hand sets more).

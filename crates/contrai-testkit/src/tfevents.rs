@@ -1,27 +1,11 @@
 //! TensorBoard event records written by hand (TFRecord framing, masked CRC32C, the Event and
 //! Summary protobufs), for tests of the readers and of logs followed as they grow.
 
+use crate::proto::{field_bytes, varint};
+
 /// TFRecord's masked CRC32C.
 fn masked_crc(data: &[u8]) -> u32 {
     crc32c::crc32c(data).rotate_right(15).wrapping_add(0xa282_ead8)
-}
-
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-fn field_bytes(field: u32, data: &[u8], out: &mut Vec<u8>) {
-    varint(u64::from(field << 3 | 2), out);
-    varint(data.len() as u64, out);
-    out.extend_from_slice(data);
 }
 
 /// One TFRecord holding an Event with a scalar (`simple_value`, or a float tensor).

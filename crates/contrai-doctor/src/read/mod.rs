@@ -12,6 +12,7 @@ mod source;
 mod tail;
 mod tensorboard;
 mod wandb;
+mod wandb_run;
 
 use std::fmt;
 use std::fs;
@@ -91,6 +92,8 @@ pub enum Format {
     HfTrainerState,
     /// Lightning CSVLogger / Keras CSVLogger / any CSV with a loss column.
     Csv,
+    /// Weights & Biases run file (`run-<id>.wandb`), online or offline.
+    Wandb,
     /// Weights & Biases CSV export (several runs side by side).
     WandbCsv,
     /// MLflow file store.
@@ -108,7 +111,8 @@ impl Format {
             "tensorboard" | "tb" | "tfevents" => Format::Tensorboard,
             "hf" | "hf_trainer_state" | "trainer_state" | "huggingface" => Format::HfTrainerState,
             "csv" | "lightning_csv" | "keras_csv" | "lightning" | "keras" => Format::Csv,
-            "wandb" | "wandb_csv" => Format::WandbCsv,
+            "wandb" | "wandb_run" => Format::Wandb,
+            "wandb_csv" => Format::WandbCsv,
             "mlflow" | "mlflow_filestore" => Format::Mlflow,
             "burn" | "burn_metric_logs" => Format::Burn,
             "jsonl" | "json_lines" | "ndjson" => Format::Jsonl,
@@ -122,6 +126,7 @@ impl Format {
             Format::Tensorboard => "tensorboard",
             Format::HfTrainerState => "hf_trainer_state",
             Format::Csv => "csv",
+            Format::Wandb => "wandb",
             Format::WandbCsv => "wandb_csv",
             Format::Mlflow => "mlflow_filestore",
             Format::Burn => "burn_metric_logs",
@@ -260,6 +265,9 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
         return Ok(Format::HfTrainerState);
     }
     let lower = name.to_ascii_lowercase();
+    if lower.ends_with(".wandb") {
+        return Ok(Format::Wandb);
+    }
     if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") {
         return Ok(Format::Jsonl);
     }
@@ -271,6 +279,9 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
     let head = head.as_slice();
     if tensorboard::looks_like_tfrecord(head) {
         return Ok(Format::Tensorboard);
+    }
+    if wandb_run::is_run_file(head) {
+        return Ok(Format::Wandb);
     }
     let text = String::from_utf8_lossy(head);
     let trimmed = text.trim_start();

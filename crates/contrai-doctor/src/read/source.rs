@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{
     Format, ReadError, Skipped, Stream, burn, csv_log, detect_format, file_name, hf, io_err,
-    is_trainer_state, jsonl, mlflow, tensorboard, wandb,
+    is_trainer_state, jsonl, mlflow, tensorboard, wandb, wandb_run,
 };
 use crate::series::{RawRun, Run};
 
@@ -24,6 +24,8 @@ enum Kind {
     Csv,
     /// A TensorBoard event file, with its folder's role.
     Events(Option<&'static str>),
+    /// A W&B run file.
+    Wandb,
 }
 
 impl Appended {
@@ -33,6 +35,7 @@ impl Appended {
             Kind::Jsonl => Box::new(jsonl::Jsonl::new(&self.path)),
             Kind::Csv => Box::new(csv_log::Csv::new(&self.path)),
             Kind::Events(role) => Box::new(tensorboard::Events::new(&self.path, role)),
+            Kind::Wandb => Box::new(wandb_run::WandbRun::new(&self.path)),
         }
     }
 }
@@ -80,6 +83,7 @@ impl Source {
             Source::Appended { files, .. } => match files.first().map(|f| f.kind) {
                 Some(Kind::Jsonl) => Format::Jsonl,
                 Some(Kind::Csv) => Format::Csv,
+                Some(Kind::Wandb) => Format::Wandb,
                 _ => Format::Tensorboard,
             },
             Source::Whole { format, .. } => *format,
@@ -96,7 +100,7 @@ impl Source {
                 Format::Mlflow => mlflow::read(p)?,
                 Format::Burn => vec![burn::read(&burn::file_root(p).unwrap_or_else(|| p.clone()))?],
                 // Appended formats are never whole sources.
-                Format::Tensorboard | Format::Csv | Format::Jsonl => Vec::new(),
+                Format::Tensorboard | Format::Csv | Format::Jsonl | Format::Wandb => Vec::new(),
             });
         }
         let runs = raws.into_iter().flat_map(RawRun::into_runs).collect();
@@ -151,6 +155,7 @@ pub(crate) fn of_format(path: &Path, format: Format) -> Result<Source, ReadError
         }
         Format::Jsonl => appended(jsonl::Jsonl::run(path), one(Kind::Jsonl)),
         Format::Csv => appended(csv_log::Csv::run(path), one(Kind::Csv)),
+        Format::Wandb => appended(wandb_run::WandbRun::run(path), one(Kind::Wandb)),
         Format::HfTrainerState | Format::WandbCsv | Format::Mlflow | Format::Burn => Source::Whole {
             format,
             paths: vec![path.to_path_buf()],
@@ -187,8 +192,8 @@ fn merged_by_name(runs: Vec<Run>) -> Vec<Run> {
 }
 
 /// Every log found under a directory: each TensorBoard folder, trainer_state.json, JSONL, CSV,
-/// MLflow run and Burn artifact root is a source. A Contrai run directory is read through its
-/// `metrics.jsonl` alone (its data partitions and decisions are not logs).
+/// W&B run folder, MLflow run and Burn artifact root is a source. A Contrai run directory is read
+/// through its `metrics.jsonl` alone (its data partitions and decisions are not logs).
 pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Source>, ReadError> {
     let metrics = root.join("metrics.jsonl");
     if metrics.is_file() {
@@ -207,6 +212,10 @@ pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Sour
     let mut seen = std::collections::HashSet::new();
     while let Some((dir, depth)) = stack.pop() {
         if !seen.insert(fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone())) {
+            continue;
+        }
+        if let Some(file) = wandb_run::file_in(&dir) {
+            sources.push(of_format(&file, Format::Wandb)?);
             continue;
         }
         if burn::is_burn_root(&dir) || mlflow::is_run_dir(&dir) {
@@ -248,6 +257,8 @@ pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Sour
                 // LLaMA-Factory writes both for one run: the Trainer's state is the fuller record
                 // (the log tells the task, `context::from_folder`).
                 continue;
+            } else if lower.ends_with(".wandb") {
+                sources.push(of_format(p, Format::Wandb)?);
             } else if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") {
                 sources.push(of_format(p, Format::Jsonl)?);
             } else if lower.ends_with(".csv") || lower.ends_with(".log") {
