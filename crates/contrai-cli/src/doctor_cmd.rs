@@ -21,7 +21,7 @@ pub struct DoctorArgs {
     /// "skipped":[{"path","reason"}]} (files under a folder that gave no run).
     #[arg(long)]
     json: bool,
-    /// Force the format: tensorboard, hf_trainer_state, csv, wandb_csv, mlflow, burn, jsonl.
+    /// Force the format: tensorboard, hf_trainer_state, csv, wandb (run files), wandb_csv, mlflow, burn, jsonl.
     #[arg(long, value_name = "F", value_parser = format_arg)]
     format: Option<Format>,
     /// Follow logs that are still being written; print each new finding once.
@@ -50,7 +50,8 @@ fn read(args: &DoctorArgs, path: &Path) -> Result<(Vec<Run>, Vec<Skipped>), cont
 /// Parses `--format` for clap, listing the formats on error.
 pub fn format_arg(s: &str) -> Result<Format, String> {
     Format::parse(s).ok_or_else(|| {
-        format!("unknown format `{s}` (tensorboard, hf_trainer_state, csv, wandb_csv, mlflow, burn, jsonl)")
+        let known: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
+        format!("unknown format `{s}` ({})", known.join(", "))
     })
 }
 

@@ -25,7 +25,7 @@ pub struct WatchArgs {
     /// `ssh -L 8765:127.0.0.1:8765 host`.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
-    /// Force the format: tensorboard, hf_trainer_state, csv, wandb_csv, mlflow, burn, jsonl.
+    /// Force the format: tensorboard, hf_trainer_state, csv, wandb (run files), wandb_csv, mlflow, burn, jsonl.
     #[arg(long, value_name = "F", value_parser = format_arg)]
     format: Option<Format>,
 }

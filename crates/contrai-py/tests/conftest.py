@@ -38,6 +38,7 @@ OPTIONAL = {
     "gguf": "gguf",
     "compressed_tensors": "compressed-tensors",
     "llama_cpp": "llama-cpp-python",
+    "wandb": "wandb",
 }
 
 

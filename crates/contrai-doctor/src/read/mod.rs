@@ -105,6 +105,18 @@ pub enum Format {
 }
 
 impl Format {
+    /// Every format, in the order `--format`'s help lists them.
+    pub const ALL: [Format; 8] = [
+        Format::Tensorboard,
+        Format::HfTrainerState,
+        Format::Csv,
+        Format::Wandb,
+        Format::WandbCsv,
+        Format::Mlflow,
+        Format::Burn,
+        Format::Jsonl,
+    ];
+
     /// Parses a `--format` value.
     pub fn parse(s: &str) -> Option<Format> {
         Some(match s.to_ascii_lowercase().replace('-', "_").as_str() {
