@@ -42,9 +42,12 @@ fi
 
 for arch in "${arches[@]}"; do
   target="$arch-unknown-linux-gnu"
+  # A target folder an architecture: the build scripts and proc-macros, built for this machine
+  # with that architecture's zig settings, would otherwise be built again at every switch.
+  export CARGO_TARGET_DIR="$root/target/dist-$arch"
   # The command: glibc 2.17's symbols, no debug info, stripped ([profile.dist]).
   cargo zigbuild --locked --profile dist -p contrai-cli --target "$target.2.17"
-  bin="target/$target/dist/contrai"
+  bin="$CARGO_TARGET_DIR/$target/dist/contrai"
   # The wheel: the extension built the same way, the command in its scripts.
   "$root/scripts/release/pack-wheel.sh" "$bin" "$dist" --locked --profile dist --zig \
     --compatibility manylinux2014 --target "$target"
