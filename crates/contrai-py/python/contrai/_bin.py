@@ -28,7 +28,8 @@ def find_contrai_bin() -> str:
     raise ContraiBinNotFound(
         "no `contrai` command came with this install of contrai-ml (the sdist builds the Python "
         "module only): install a wheel (pip install contrai-ml), unpack the release archive "
-        "contrai-<version>-x86_64-linux.tar.gz, or build it: cargo install --path crates/contrai-cli"
+        "contrai-<version>-x86_64-linux.tar.gz, or build it in a clone of the repository: "
+        "cargo install --path crates/contrai-cli"
     )
 
 
