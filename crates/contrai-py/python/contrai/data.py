@@ -5,7 +5,7 @@ the audit's first pass sharded over Ray Data. Nothing here needs torch."""
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 
 class DroppableDataset:
