@@ -186,6 +186,18 @@ pub struct Partial {
     pub what: String,
 }
 
+impl Partial {
+    /// A record of a binary log (a TensorBoard event, a W&B record) that runs past the end of
+    /// `file` at byte `at`, `left` bytes unread: what a one-off read says of a file cut short.
+    pub fn record_cut_short(file: &std::path::Path, at: u64, left: usize) -> Partial {
+        Partial {
+            file: file.display().to_string(),
+            at: format!("byte {at}"),
+            what: format!("the record at byte {at} runs past the end of the file ({left} bytes left unread)"),
+        }
+    }
+}
+
 /// A checkpoint a run saved, as its folder shows it (`checkpoint-500/`,
 /// `checkpoints/epoch=3-step=1200.ckpt`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

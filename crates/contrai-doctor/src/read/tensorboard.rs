@@ -393,22 +393,15 @@ impl Stream for Events {
         // that is followed, a record still being written): the rest of the file is not read.
         if eof && used < data.len() {
             let at = self.parsed + used as u64;
-            let reason = format!(
-                "the record at byte {at} runs past the end of the file ({} bytes left unread)",
-                data.len() - used
-            );
+            let cut = crate::series::Partial::record_cut_short(&self.path, at, data.len() - used);
             if at == 0 {
                 return Err(ReadError::Corrupt {
                     path: self.path.clone(),
                     offset: 0,
-                    reason: format!("truncated: {reason}"),
+                    reason: format!("truncated: {}", cut.what),
                 });
             }
-            run.hints.partial.push(crate::series::Partial {
-                file: self.path.display().to_string(),
-                at: format!("byte {at}"),
-                what: reason,
-            });
+            run.hints.partial.push(cut);
         }
         self.parsed += used as u64;
         if !self.args_read

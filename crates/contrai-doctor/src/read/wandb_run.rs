@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::context::json_scalar;
+use super::json_tolerant::{parse_tolerant, value_f64};
 use super::proto::{Fields, Wire};
 use super::{ReadError, Stream, to_step};
-use crate::series::RawRun;
+use crate::series::{Partial, RawRun};
 
 /// The file's header: `:W&B`, the magic 0xBEE1 (little-endian), version 0.
 const HEADER: [u8; 7] = [b':', b'W', b'&', b'B', 0xE1, 0xBE, 0];
@@ -185,7 +186,8 @@ impl WandbRun {
     }
 }
 
-/// An item's key: `key`, or its `nested_key` parts joined with `/`.
+/// A history, config or summary item: its key (`key`, or its `nested_key` parts joined with
+/// `/`), its value as JSON, and the number a newer writer may type instead.
 fn item_key(data: &[u8]) -> (String, Option<&[u8]>, Option<f64>) {
     let mut key = String::new();
     let mut nested: Vec<String> = Vec::new();
@@ -208,15 +210,13 @@ fn item_key(data: &[u8]) -> (String, Option<&[u8]>, Option<f64>) {
     (key, json, number)
 }
 
-/// A JSON value as a number: numbers, and the words W&B writes for non-finite ones.
+/// A JSON value as a number: numbers, and the non-finite ones Python's json writes bare (`NaN`,
+/// `Infinity`, `-Infinity`), as every JSON reader of the doctor takes them.
 fn json_number(text: &[u8]) -> Option<f64> {
-    let t = std::str::from_utf8(text).ok()?.trim();
-    match serde_json::from_str::<Value>(t) {
-        Ok(Value::Number(n)) => n.as_f64(),
-        Ok(Value::String(s)) => s.parse().ok().filter(|x: &f64| !x.is_finite()),
-        // Python's json writes NaN, Infinity and -Infinity bare.
-        _ => t.parse().ok().filter(|x: &f64| !x.is_finite()),
-    }
+    parse_tolerant(std::str::from_utf8(text).ok()?)
+        .ok()
+        .as_ref()
+        .and_then(value_f64)
 }
 
 /// One `wandb.log` row: each numeric item at the row's step (the framework's own, when it logs
@@ -297,15 +297,8 @@ impl Stream for WandbRun {
             at = next;
         }
         if eof && at < data.len() && data[at..].iter().any(|b| *b != 0) {
-            let offset = self.taken + at as u64;
-            run.hints.partial.push(crate::series::Partial {
-                file: self.path.display().to_string(),
-                at: format!("byte {offset}"),
-                what: format!(
-                    "the record at byte {offset} runs past the end of the file ({} bytes left unread)",
-                    data.len() - at
-                ),
-            });
+            let cut = Partial::record_cut_short(&self.path, self.taken + at as u64, data.len() - at);
+            run.hints.partial.push(cut);
         }
         self.taken += at as u64;
         Ok(at)
