@@ -9,7 +9,7 @@ import os
 import random
 from importlib.metadata import requires
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Sequence, TypeVar, cast
 
 import pytest
 from packaging.requirements import Requirement
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from transformers import BertForSequenceClassification
 
 # The optional packages some tests need, by the name they are imported as: the distribution that
-# brings each (all of them in contrai-ml's [test] extra, which test_core checks).
+# brings each (all of them in contrai-ml's [test] extra, which test_install checks).
 OPTIONAL = {
     "torch": "torch",
     "transformers": "transformers",
@@ -53,11 +53,17 @@ def require(*modules: str) -> Any:
         try:
             module = importlib.import_module(name)
         except ImportError as e:
-            why = f"{OPTIONAL[name]} is not installed ({e}); pip install 'contrai-ml[test]' brings every test's packages"
-            if os.environ.get("CONTRAI_REQUIRE_OPTIONAL") == "1":
-                pytest.fail(why, pytrace=False)
-            pytest.skip(why, allow_module_level=True)
+            absent(f"{OPTIONAL[name]} is not installed ({e}); pip install 'contrai-ml[test]' brings every test's "
+                   "packages", "CONTRAI_REQUIRE_OPTIONAL")
     return module
+
+
+def absent(why: str, required: str) -> NoReturn:
+    """Skips the test (or the module, at its top) saying why, or fails where the environment
+    variable ``required`` is 1: CI, which must have what the test needs."""
+    if os.environ.get(required) == "1":
+        pytest.fail(why, pytrace=False)
+    pytest.skip(why, allow_module_level=True)
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -169,9 +175,8 @@ def real_llm() -> Path:
     path = os.environ.get("CONTRAI_LLM")
     if path and (Path(path) / "model.safetensors").exists():
         return Path(path)
-    if os.environ.get("CONTRAI_REQUIRE_SHARED") == "1":
-        pytest.fail("CONTRAI_LLM names no SmolLM2 folder (python scripts/fixtures/smollm2.py DIR makes one)")
-    pytest.skip("no pretrained LLM: set CONTRAI_LLM (python scripts/fixtures/smollm2.py DIR makes one)")
+    absent("no pretrained LLM: CONTRAI_LLM names no SmolLM2 folder (python scripts/fixtures/smollm2.py DIR makes "
+           "one)", "CONTRAI_REQUIRE_SHARED")
 
 
 def decisions(run: Path) -> list[dict[str, Any]]:
@@ -183,9 +188,7 @@ def shared(rel: str) -> Path:
     """A file of ../shared (skipped when absent; a failure in CI, which must have it)."""
     path = Path(__file__).resolve().parents[4] / "shared" / rel
     if not path.exists():
-        if os.environ.get("CONTRAI_REQUIRE_SHARED") == "1":
-            pytest.fail(f"{path} is missing")
-        pytest.skip(f"{path} is missing")
+        absent(f"{path} is missing", "CONTRAI_REQUIRE_SHARED")
     return path
 
 
