@@ -97,7 +97,8 @@ pub(crate) fn json_scalar(v: &Value) -> Option<String> {
 /// Trainer state's batch size is taken by its reader, which parses it anyway).
 const ARGUMENT_FILES: [&str; 3] = ["training_args.yaml", "hparams.yaml", "training_args.json"];
 
-/// Adds to `setup` what the arguments files of `dir` (and an MLflow run's `params/`) state.
+/// Adds to `setup` what the arguments files of `dir` state (an MLflow run's parameters are
+/// its reader's).
 fn setup_from_folder(dir: &Path, setup: &mut Setup) {
     for name in ARGUMENT_FILES {
         let Ok(text) = fs::read_to_string(dir.join(name)) else {
@@ -119,21 +120,6 @@ fn setup_from_folder(dir: &Path, setup: &mut Setup) {
             .filter_map(|l| l.split_once(':'))
         {
             setup.absorb(k.trim(), v.split('#').next().unwrap_or(""), name);
-        }
-    }
-    let params = dir.join("params");
-    if params.is_dir() && dir.join("metrics").is_dir() {
-        let mut files: Vec<_> = fs::read_dir(&params)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        files.sort();
-        for f in files {
-            let (Some(key), Ok(v)) = (f.file_name(), fs::read_to_string(&f)) else {
-                continue;
-            };
-            setup.absorb(&key.to_string_lossy(), &v, "MLflow params");
         }
     }
 }
@@ -232,7 +218,7 @@ pub(crate) fn names_a_language_model(tag: &str) -> bool {
 
 /// A run that logs accuracy is a classifier (a language model's metric names were read with
 /// its tags, `RawRun::into_run`).
-fn from_metric_names(run: &mut Run) {
+pub(crate) fn from_metric_names(run: &mut Run) {
     if run.series.contains_key(&Series::TrainAccuracy) || run.series.contains_key(&Series::ValAccuracy) {
         run.hints.task = Task::Classification;
         run.hints.task_source = Some("metric names".into());
