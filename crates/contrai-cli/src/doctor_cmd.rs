@@ -12,16 +12,22 @@ use contrai_doctor::{
 /// Arguments of `contrai doctor`.
 #[derive(clap::Args)]
 pub struct DoctorArgs {
-    /// Log files or run directories (TensorBoard, trainer_state.json, CSV, MLflow, W&B CSV,
-    /// Burn metric logs, JSONL).
+    /// Log files or run directories (TensorBoard, trainer_state.json, CSV, W&B run folders and
+    /// CSV exports, MLflow's file store, Trackio databases, Burn metric logs, JSONL), runs on an
+    /// MLflow tracking server: `mlflow://HOST:PORT/RUN_ID` (or an experiment's id or name;
+    /// `mlflow://HOST:PORT/` for every run), `mlflow:RUN_ID` with --tracking-uri; a Trackio
+    /// project: `trackio:PROJECT`.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
+    #[command(flatten)]
+    tracking: crate::tracking::TrackingArgs,
     /// Print JSON: {"runs":[{"name","source","verdict","task","setup","findings":[{"label",
     /// "severity","step","evidence","recommendation","confidence","detail"}]}],
     /// "skipped":[{"path","reason"}]} (files under a folder that gave no run).
     #[arg(long)]
     json: bool,
-    /// Force the format: tensorboard, hf_trainer_state, csv, wandb (run files), wandb_csv, mlflow, burn, jsonl.
+    /// Force the format: tensorboard, hf_trainer_state, csv, wandb (run files), wandb_csv, mlflow,
+    /// trackio, burn, jsonl.
     #[arg(long, value_name = "F", value_parser = format_arg)]
     format: Option<Format>,
     /// Follow logs that are still being written; print each new finding once.
@@ -56,7 +62,8 @@ pub fn format_arg(s: &str) -> Result<Format, String> {
 }
 
 /// Runs `contrai doctor`.
-pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    args.paths = args.tracking.resolve(&args.paths)?;
     if args.watch {
         return watch(&args);
     }

@@ -10,6 +10,7 @@ mod predict_cmd;
 mod progress;
 mod recipe_cmd;
 mod report_cmd;
+mod tracking;
 mod train_cmd;
 mod watch_cmd;
 

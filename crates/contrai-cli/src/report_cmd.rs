@@ -8,8 +8,11 @@ use contrai_doctor::Format;
 /// Arguments of `contrai report`.
 #[derive(clap::Args)]
 pub struct ReportArgs {
-    /// A Contrai run directory, or any log `contrai doctor` reads (TensorBoard, trainer_state.json, …).
+    /// A Contrai run directory, or any log `contrai doctor` reads (TensorBoard, trainer_state.json,
+    /// a run on an MLflow tracking server, …).
     path: PathBuf,
+    #[command(flatten)]
+    tracking: crate::tracking::TrackingArgs,
     /// Output file [default: PATH/report.html for a directory, ./report.html for a file].
     #[arg(short, long)]
     out: Option<PathBuf>,
@@ -19,7 +22,8 @@ pub struct ReportArgs {
 }
 
 /// Runs `contrai report`.
-pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: ReportArgs) -> anyhow::Result<ExitCode> {
+    args.path = args.tracking.resolve(std::slice::from_ref(&args.path))?.remove(0);
     let html = contrai_report::render(&args.path, args.format)?;
     let out = args.out.unwrap_or_else(|| {
         if args.path.is_dir() {

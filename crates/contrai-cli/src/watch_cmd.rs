@@ -14,9 +14,13 @@ use crate::doctor_cmd::format_arg;
 pub struct WatchArgs {
     /// Run directories or logs to follow: a Contrai run, an HF output_dir, a Lightning
     /// version_N, a TensorBoard log directory, any log `contrai doctor` reads. Several are shown
-    /// side by side. A path that does not exist yet is waited for.
+    /// side by side. A path that does not exist yet is waited for. A run on an MLflow tracking
+    /// server: `mlflow://HOST:PORT/RUN_ID` (or `mlflow:RUN_ID` with --tracking-uri); a Trackio
+    /// project: `trackio:PROJECT`.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
+    #[command(flatten)]
+    tracking: crate::tracking::TrackingArgs,
     /// The port to listen on (0: any free one; the address is printed).
     #[arg(long, default_value_t = 8765)]
     port: u16,
@@ -25,7 +29,8 @@ pub struct WatchArgs {
     /// `ssh -L 8765:127.0.0.1:8765 host`.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
-    /// Force the format: tensorboard, hf_trainer_state, csv, wandb (run files), wandb_csv, mlflow, burn, jsonl.
+    /// Force the format: tensorboard, hf_trainer_state, csv, wandb (run files), wandb_csv, mlflow,
+    /// trackio, burn, jsonl.
     #[arg(long, value_name = "F", value_parser = format_arg)]
     format: Option<Format>,
 }
@@ -39,7 +44,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         Some(contrai_watch::new_token()?)
     };
     let watch = Watch::bind(Options {
-        paths: args.paths,
+        paths: args.tracking.resolve(&args.paths)?,
         format: args.format,
         host: args.host.clone(),
         port: args.port,

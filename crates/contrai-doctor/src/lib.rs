@@ -19,6 +19,6 @@ pub mod tags;
 pub use doctor::{Doctor, DoctorConfig, Report, diagnose, report_of};
 pub use finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
 pub use live::{Live, LiveRun};
-pub use read::{Format, ReadError, Skipped, read_path, read_path_noting};
+pub use read::{Format, ReadError, Skipped, Tail, TrackingLocation, read_path, read_path_noting};
 pub use series::{Cut, LogOrder, Marker, Partial, Point, Run, RunHints, Series, SeriesData, Task, XUnit};
 pub use setup::{LrSchedule, Setting, Setup};

@@ -7,10 +7,12 @@ mod hf;
 mod json_tolerant;
 mod jsonl;
 mod mlflow;
+mod mlflow_server;
 mod proto;
 mod source;
 mod tail;
 mod tensorboard;
+mod trackio;
 mod wandb;
 mod wandb_run;
 
@@ -23,6 +25,7 @@ pub(crate) use context::names_a_language_model;
 use crate::series::Run;
 
 pub use json_tolerant::parse_tolerant;
+pub use mlflow_server::Location as TrackingLocation;
 pub use tail::Tail;
 pub use tensorboard::{TbScalar, parse_events};
 
@@ -59,6 +62,24 @@ pub enum ReadError {
         /// Byte offset of the record.
         offset: u64,
         /// What was wrong.
+        reason: String,
+    },
+    /// A database's table could not be read (SQLite's own words), or is not the one expected.
+    #[error("{path}: table `{table}`: {reason}")]
+    Table {
+        /// The database file.
+        path: PathBuf,
+        /// The table.
+        table: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A tracking server could not be read (not there, refused, or said no).
+    #[error("{url}: {reason}")]
+    Remote {
+        /// The location as given.
+        url: String,
+        /// What went wrong, with the request and the server's own message.
         reason: String,
     },
     /// Neither the path nor the content matched a known format.
@@ -98,6 +119,8 @@ pub enum Format {
     WandbCsv,
     /// MLflow file store.
     Mlflow,
+    /// Trackio's local database (SQLite).
+    Trackio,
     /// Burn metric logs.
     Burn,
     /// JSON lines (Contrai, LLaMA-Factory, any flat rows).
@@ -106,13 +129,14 @@ pub enum Format {
 
 impl Format {
     /// Every format, in the order `--format`'s help lists them.
-    pub const ALL: [Format; 8] = [
+    pub const ALL: [Format; 9] = [
         Format::Tensorboard,
         Format::HfTrainerState,
         Format::Csv,
         Format::Wandb,
         Format::WandbCsv,
         Format::Mlflow,
+        Format::Trackio,
         Format::Burn,
         Format::Jsonl,
     ];
@@ -126,6 +150,7 @@ impl Format {
             "wandb" | "wandb_run" => Format::Wandb,
             "wandb_csv" => Format::WandbCsv,
             "mlflow" | "mlflow_filestore" => Format::Mlflow,
+            "trackio" => Format::Trackio,
             "burn" | "burn_metric_logs" => Format::Burn,
             "jsonl" | "json_lines" | "ndjson" => Format::Jsonl,
             _ => return None,
@@ -141,6 +166,7 @@ impl Format {
             Format::Wandb => "wandb",
             Format::WandbCsv => "wandb_csv",
             Format::Mlflow => "mlflow_filestore",
+            Format::Trackio => "trackio",
             Format::Burn => "burn_metric_logs",
             Format::Jsonl => "jsonl",
         }
@@ -294,6 +320,16 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
     }
     if wandb_run::is_run_file(head) {
         return Ok(Format::Wandb);
+    }
+    if trackio::is_sqlite(head) {
+        // A SQLite database is read when it is Trackio's; any other is said to be unknown.
+        return if trackio::is_db(path) {
+            Ok(Format::Trackio)
+        } else {
+            Err(ReadError::UnknownFormat {
+                path: path.to_path_buf(),
+            })
+        };
     }
     let text = String::from_utf8_lossy(head);
     let trimmed = text.trim_start();

@@ -7,6 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use super::mlflow_server::{Location, Server};
 use super::source::{self, Appended, Source};
 use super::{Format, ReadError, Skipped, Stream, context, detect_format, io_err};
 use crate::series::{RawRun, Run};
@@ -32,6 +33,8 @@ pub struct Tail {
     /// Of those, the ones the folder's search passed over (its listing unchanged, kept), each
     /// with its stamp then.
     passed_over: Vec<(Skipped, Option<Stamp>)>,
+    /// The tracking server the path names (`mlflow://...`), read instead of files.
+    server: Option<Server>,
 }
 
 /// A file's identity and size as last seen: unchanged, it is not opened.
@@ -194,7 +197,11 @@ impl Followed {
                 let Source::Whole { format, paths } = &self.source else {
                     return Ok(false);
                 };
-                let now: Vec<Option<Stamp>> = paths.iter().map(|p| tree_stamp(p)).collect();
+                let now: Vec<Option<Stamp>> = paths
+                    .iter()
+                    .map(|p| tree_stamp(p))
+                    .chain(wal_stamps(paths))
+                    .collect();
                 if *stamps == now {
                     return Ok(false);
                 }
@@ -217,6 +224,19 @@ impl Followed {
             _ => Vec::new(),
         }
     }
+}
+
+/// The stamps of the write-ahead logs beside SQLite databases (Trackio's): a row a job commits
+/// lands there first, the database itself changing only at a checkpoint.
+fn wal_stamps(paths: &[PathBuf]) -> impl Iterator<Item = Option<Stamp>> + '_ {
+    paths
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "db"))
+        .map(|p| {
+            let mut wal = p.clone().into_os_string();
+            wal.push("-wal");
+            Stamp::of(Path::new(&wal))
+        })
 }
 
 /// A stamp of a file, or of a folder's whole tree (sizes summed, the latest change).
@@ -271,6 +291,7 @@ impl Tail {
             bytes_read: 0,
             skipped: Vec::new(),
             passed_over: Vec::new(),
+            server: (path.to_str().and_then(Location::parse)).map(|l| Server::new(l, path)),
         }
     }
 
@@ -289,12 +310,15 @@ impl Tail {
 
     /// Bytes read from the logs so far: a log that grows by n bytes costs about n more.
     pub fn bytes_read(&self) -> u64 {
-        self.bytes_read
+        self.bytes_read + self.server.as_ref().map_or(0, Server::bytes_read)
     }
 
     /// Reads what was written since the last poll; true when anything changed. A path that does
     /// not exist yet, or whose format is not known yet, is an error to wait on.
     pub fn poll(&mut self) -> Result<bool, ReadError> {
+        if let Some(server) = &mut self.server {
+            return server.poll(self.once);
+        }
         if !self.path.exists() {
             let gone = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory");
             self.followed.clear();
@@ -394,15 +418,18 @@ impl Tail {
     /// The runs read so far (series of no canonical metric left out), with what the files beside
     /// each log say about it.
     pub fn runs(&self) -> Result<Vec<Run>, ReadError> {
-        let mut runs: Vec<Run> = self
-            .followed
-            .iter()
-            .flat_map(Followed::runs)
-            .filter(|r| !r.series.is_empty())
-            .collect();
+        let read = match &self.server {
+            Some(server) => server.runs(),
+            None => self.followed.iter().flat_map(Followed::runs).collect(),
+        };
+        let mut runs: Vec<Run> = read.into_iter().filter(|r| !r.series.is_empty()).collect();
         for r in &mut runs {
+            // A server's run has no files beside it: its metric names tell its task.
             let log = PathBuf::from(&r.source);
-            context::infer(r, if log.exists() { &log } else { &self.path });
+            match &self.server {
+                Some(_) => context::from_metric_names(r),
+                None => context::infer(r, if log.exists() { &log } else { &self.path }),
+            }
         }
         if runs.is_empty() {
             return Err(ReadError::NoMetrics {
