@@ -39,6 +39,9 @@ OPTIONAL = {
     "compressed_tensors": "compressed-tensors",
     "llama_cpp": "llama-cpp-python",
     "wandb": "wandb",
+    "mlflow": "mlflow",
+    "tensorboard": "tensorboard",
+    "trackio": "trackio",
 }
 
 

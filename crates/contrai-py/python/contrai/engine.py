@@ -38,6 +38,7 @@ from .model import (class_names, dropout_sites, evaluating, first_device, recomp
 from .protocol import State, Turn
 from .resume import check_lr
 from .rows import words_json
+from .trackers import Sink, Trackers, figures
 from .variants import Variants
 from .weightquant import each_pass
 
@@ -105,6 +106,14 @@ class Job:
     def schedulers(self) -> list[Any]:
         """The LR schedulers stepping the optimizer (told when its parameter groups change)."""
         return []
+
+    def trackers(self) -> list[Sink]:
+        """The tracker runs the job logs to (W&B, MLflow, ...), which get the decisions too."""
+        return []
+
+    def logged_step(self) -> int:
+        """The step the job's own logs are at now: the trackers' x-axis."""
+        return 0
 
     def barrier(self) -> None:
         """Waits for every rank (nothing on one process)."""
@@ -281,6 +290,10 @@ class Engine:
         # The signal the job stopped on (a preemption), when it did.
         self.stopped_by: int | None = None
         self.holdout_eval: tuple[float, float, int] = (math.nan, math.nan, 0)
+        # The model card written at the holdout read, for the trackers' summary.
+        self.card: dict[str, Any] | None = None
+        # The job's trackers, which get the phase, the decisions and the final figures (rank 0).
+        self.trackers = Trackers(job.trackers, job.logged_step)
         # What each action the conductor orders does; what answers each request with the
         # observation it asks for; what each request that ends a run of turns does.
         self.actions: dict[str, Callable[[Any], None]] = {
@@ -525,6 +538,7 @@ class Engine:
         if self.leader:
             self.writer.decide(json.dumps(decision))
             print(f"[contrai] [{decision['phase']} step {decision['step']}] {decision['kind']}: {decision['reason']}")
+            self.trackers.decision(decision)
 
     def replan(self, plan: dict[str, Any]) -> None:
         """``plan.json`` as the conductor now plans the run (rank 0)."""
@@ -532,8 +546,11 @@ class Engine:
             self.writer.write("plan", json.dumps(plan))
 
     def set_phase(self, p: dict[str, Any]) -> None:
-        """The phase the next turns belong to; past main, a LoRA job's adapters merged."""
+        """The phase the next turns belong to (on the job's trackers); past main, a LoRA job's
+        adapters merged."""
         self.phase = p["phase"]
+        if self.leader:
+            self.trackers.phase(self.phase)
         if self.phase not in ("validate", "main"):
             self.merge_adapters()
 
@@ -1113,12 +1130,13 @@ class Engine:
         # The quantized variants hold the exported model's shape (cut in place): its figures.
         for verdict in verdicts:
             variants += self.variants.card_lines(verdict, self.exported, token_rows(batch))
-        self.writer.write("model_card", words_json(card(
-            model, class_names(model, self.classes), self.pruned_share(), bool(self.recomputing),
-            batch_size(batch) or 0, variants)))
+        self.card = card(model, class_names(model, self.classes), self.pruned_share(), bool(self.recomputing),
+                         batch_size(batch) or 0, variants)
+        self.writer.write("model_card", words_json(self.card))
 
     def finish(self, summary: dict[str, Any]) -> None:
-        """``final/eval.json``, written last: the run is over."""
+        """``final/eval.json``, written last: the run is over; its figures and the card's into the
+        job's trackers' summaries."""
         self.masks.apply(unwrap(self.job.model))
         self.finished = summary
         if not self.leader:
@@ -1134,6 +1152,7 @@ class Engine:
         if summary.get("int4") is not None:
             ev["int4"] = summary["int4"]
         self.writer.write("eval", words_json(ev))
+        self.trackers.summary(*figures(ev, self.card, self.phase, self.run_dir / "decisions.jsonl"))
 
 
 # The run directories this process holds, by path: one writer per directory is a rule between

@@ -76,6 +76,7 @@ from .checkpoints import Checkpoints, load_weights
 from .engine import (KEEP_LAST, Engine, Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning,
                      train_also, trained_past_merge)
 from .model import unwrap
+from .trackers import Sink, hf_sinks
 
 
 class HfJob(Job):
@@ -138,6 +139,12 @@ class HfJob(Job):
 
     def tokenizer(self) -> Any:
         return getattr(self.trainer, "processing_class", None)
+
+    def trackers(self) -> list[Sink]:
+        return hf_sinks(self.trainer)
+
+    def logged_step(self) -> int:
+        return self.trainer.state.global_step
 
 
 @dataclass

@@ -75,6 +75,7 @@ from .adapters import mark_merged
 from .engine import (Engine, Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning, train_also,
                      trained_past_merge)
 from .model import unwrap
+from .trackers import Sink, lightning_sinks
 
 Forward = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
@@ -163,6 +164,12 @@ class LightningJob(Job):
 
     def train_dataset(self) -> Any:
         return self.loader().dataset
+
+    def trackers(self) -> list[Sink]:
+        return lightning_sinks(self.trainer)
+
+    def logged_step(self) -> int:
+        return self.trainer.global_step
 
 
 class ContraiCallback(pl.Callback):
