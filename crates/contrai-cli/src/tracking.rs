@@ -42,6 +42,19 @@ impl TrackingArgs {
                  MLFLOW_TRACKING_URI, or write the whole location: mlflow://HOST:PORT/{id}"
             );
         };
+        // A local store (MLflow 3's default `sqlite:///mlflow.db`, or a file store) is read whole.
+        if let Some(store) = uri
+            .strip_prefix("sqlite:///")
+            .or_else(|| uri.strip_prefix("file://"))
+        {
+            if !id.is_empty() {
+                bail!(
+                    "{text}: the tracking URI {uri} is a local store, read whole (every run in it): \
+                     `contrai doctor mlflow:` or `contrai doctor {store}`"
+                );
+            }
+            return Ok(PathBuf::from(store));
+        }
         TrackingLocation::on(uri, id).map_err(|e| anyhow::anyhow!("{text}: {e}"))
     }
 }
@@ -93,6 +106,20 @@ mod tests {
             .resolve(&["mlflow:abc".into()])
             .unwrap_err();
         assert!(none.to_string().contains("MLFLOW_TRACKING_URI"), "{none}");
+        let local = TrackingArgs {
+            tracking_uri: Some("sqlite:////work/mlflow.db".into()),
+        };
+        assert_eq!(
+            local.resolve(&["mlflow:".into()]).unwrap(),
+            [PathBuf::from("/work/mlflow.db")]
+        );
+        assert!(
+            local
+                .resolve(&["mlflow:abc".into()])
+                .unwrap_err()
+                .to_string()
+                .contains("read whole")
+        );
         let full = TrackingArgs::default()
             .resolve(&["mlflow://h:1/abc".into()])
             .unwrap();

@@ -1,6 +1,7 @@
 """Runs where trackers keep them, written by the trackers' own packages: a run on an MLflow
 tracking server (``mlflow server``, started here and stopped after) read over its REST API and
-followed by ``contrai doctor --watch`` while new points arrive; a Trackio project's database."""
+followed by ``contrai doctor --watch`` while new points arrive, and the same run read from the
+server's database; a Trackio project's database."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def log_points(client: Any, run_id: str, steps: range) -> None:
         client.log_batch(run_id, metrics=metrics[i:i + 500])
 
 
-def test_a_run_on_a_tracking_server_is_read_and_followed(mlflow_server: str) -> None:
+def test_a_run_on_a_tracking_server_is_read_and_followed(mlflow_server: str, tmp_path: Path) -> None:
     import mlflow
     from mlflow.entities import Param
 
@@ -126,6 +127,9 @@ def test_a_run_on_a_tracking_server_is_read_and_followed(mlflow_server: str) -> 
     # The last report is the doctor's on the whole run, read once.
     [whole] = contrai.doctor(f"mlflow://{host}/{run}")
     assert labels(whole) == labels(final)
+    # The database behind the server, read as a file (MLflow 3's default local store), says the same.
+    [from_db] = contrai.doctor(tmp_path / "mlflow.db")
+    assert (from_db["name"], from_db["setup"], from_db["findings"]) == (whole["name"], whole["setup"], whole["findings"])
 
 
 # A job logging to Trackio, in a process of its own: Trackio reads TRACKIO_DIR when imported.

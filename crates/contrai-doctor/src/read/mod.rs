@@ -7,9 +7,11 @@ mod hf;
 mod json_tolerant;
 mod jsonl;
 mod mlflow;
+mod mlflow_db;
 mod mlflow_server;
 mod proto;
 mod source;
+mod sqlite;
 mod tail;
 mod tensorboard;
 mod trackio;
@@ -119,6 +121,8 @@ pub enum Format {
     WandbCsv,
     /// MLflow file store.
     Mlflow,
+    /// MLflow database store (`mlflow.db`, SQLite).
+    MlflowDb,
     /// Trackio's local database (SQLite).
     Trackio,
     /// Burn metric logs.
@@ -129,13 +133,14 @@ pub enum Format {
 
 impl Format {
     /// Every format, in the order `--format`'s help lists them.
-    pub const ALL: [Format; 9] = [
+    pub const ALL: [Format; 10] = [
         Format::Tensorboard,
         Format::HfTrainerState,
         Format::Csv,
         Format::Wandb,
         Format::WandbCsv,
         Format::Mlflow,
+        Format::MlflowDb,
         Format::Trackio,
         Format::Burn,
         Format::Jsonl,
@@ -150,6 +155,7 @@ impl Format {
             "wandb" | "wandb_run" => Format::Wandb,
             "wandb_csv" => Format::WandbCsv,
             "mlflow" | "mlflow_filestore" => Format::Mlflow,
+            "mlflow_db" | "mlflow_sqlite" => Format::MlflowDb,
             "trackio" => Format::Trackio,
             "burn" | "burn_metric_logs" => Format::Burn,
             "jsonl" | "json_lines" | "ndjson" => Format::Jsonl,
@@ -166,6 +172,7 @@ impl Format {
             Format::Wandb => "wandb",
             Format::WandbCsv => "wandb_csv",
             Format::Mlflow => "mlflow_filestore",
+            Format::MlflowDb => "mlflow_db",
             Format::Trackio => "trackio",
             Format::Burn => "burn_metric_logs",
             Format::Jsonl => "jsonl",
@@ -321,15 +328,11 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
     if wandb_run::is_run_file(head) {
         return Ok(Format::Wandb);
     }
-    if trackio::is_sqlite(head) {
-        // A SQLite database is read when it is Trackio's; any other is said to be unknown.
-        return if trackio::is_db(path) {
-            Ok(Format::Trackio)
-        } else {
-            Err(ReadError::UnknownFormat {
-                path: path.to_path_buf(),
-            })
-        };
+    if sqlite::is_sqlite(head) {
+        // A SQLite database is read when it is Trackio's or MLflow's; any other is unknown.
+        return sqlite_format(path).ok_or_else(|| ReadError::UnknownFormat {
+            path: path.to_path_buf(),
+        });
     }
     let text = String::from_utf8_lossy(head);
     let trimmed = text.trim_start();
@@ -349,6 +352,15 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
     Err(ReadError::UnknownFormat {
         path: path.to_path_buf(),
     })
+}
+
+/// The format of a SQLite database the doctor reads (Trackio's, MLflow's), if it is one.
+fn sqlite_format(path: &Path) -> Option<Format> {
+    if trackio::is_db(path) {
+        Some(Format::Trackio)
+    } else {
+        mlflow_db::is_db(path).then_some(Format::MlflowDb)
+    }
 }
 
 /// A file under a folder that gave no run, and why: the runs beside it are read all the same.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{
     Format, ReadError, Skipped, Stream, burn, csv_log, detect_format, file_name, hf, io_err,
-    is_trainer_state, jsonl, mlflow, tensorboard, trackio, wandb, wandb_run,
+    is_trainer_state, jsonl, mlflow, mlflow_db, sqlite_format, tensorboard, trackio, wandb, wandb_run,
 };
 use crate::series::{RawRun, Run};
 
@@ -98,6 +98,7 @@ impl Source {
                 Format::HfTrainerState => vec![hf::read(p)?],
                 Format::WandbCsv => wandb::read(p)?,
                 Format::Mlflow => mlflow::read(p)?,
+                Format::MlflowDb => mlflow_db::read(p)?,
                 Format::Trackio => trackio::read(p)?,
                 Format::Burn => vec![burn::read(&burn::file_root(p).unwrap_or_else(|| p.clone()))?],
                 // Appended formats are never whole sources.
@@ -157,12 +158,15 @@ pub(crate) fn of_format(path: &Path, format: Format) -> Result<Source, ReadError
         Format::Jsonl => appended(jsonl::Jsonl::run(path), one(Kind::Jsonl)),
         Format::Csv => appended(csv_log::Csv::run(path), one(Kind::Csv)),
         Format::Wandb => appended(wandb_run::WandbRun::run(path), one(Kind::Wandb)),
-        Format::HfTrainerState | Format::WandbCsv | Format::Mlflow | Format::Trackio | Format::Burn => {
-            Source::Whole {
-                format,
-                paths: vec![path.to_path_buf()],
-            }
-        }
+        Format::HfTrainerState
+        | Format::WandbCsv
+        | Format::Mlflow
+        | Format::MlflowDb
+        | Format::Trackio
+        | Format::Burn => Source::Whole {
+            format,
+            paths: vec![path.to_path_buf()],
+        },
     })
 }
 
@@ -262,8 +266,10 @@ pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Sour
                 continue;
             } else if lower.ends_with(".wandb") {
                 sources.push(of_format(p, Format::Wandb)?);
-            } else if lower.ends_with(".db") && trackio::is_db(p) {
-                sources.push(of_format(p, Format::Trackio)?);
+            } else if lower.ends_with(".db")
+                && let Some(format) = sqlite_format(p)
+            {
+                sources.push(of_format(p, format)?);
             } else if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") {
                 sources.push(of_format(p, Format::Jsonl)?);
             } else if lower.ends_with(".csv") || lower.ends_with(".log") {

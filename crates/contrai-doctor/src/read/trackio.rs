@@ -6,61 +6,25 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 
 use super::ReadError;
 use super::json_tolerant::{parse_tolerant, value_f64};
+use super::sqlite::{self, has_table, text};
 use crate::series::RawRun;
 
-/// The first bytes of every SQLite database.
-const MAGIC: &[u8] = b"SQLite format 3\0";
-
-/// Whether `head` (a file's first bytes) starts a SQLite database.
-pub fn is_sqlite(head: &[u8]) -> bool {
-    head.starts_with(MAGIC)
-}
-
-/// Opens a database without writing to it (a job may be writing it: Trackio keeps it in WAL
-/// mode, and a reader sees every committed row).
-fn open(path: &Path) -> Result<Connection, ReadError> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    Connection::open_with_flags(path, flags).map_err(|e| sql_err(path, "metrics", e))
-}
-
-fn sql_err(path: &Path, table: &str, e: rusqlite::Error) -> ReadError {
-    ReadError::Table {
-        path: path.to_path_buf(),
-        table: table.to_string(),
-        reason: format!("SQLite: {e}"),
-    }
-}
-
-/// The columns of a table (none when there is no such table).
-fn columns(db: &Connection, table: &str) -> Vec<String> {
-    let Ok(mut q) = db.prepare(&format!("PRAGMA table_info({table})")) else {
-        return Vec::new();
-    };
-    q.query_map([], |r| r.get::<_, String>(1))
-        .map(|rows| rows.flatten().collect())
-        .unwrap_or_default()
-}
+/// Trackio's table of logged rows, with the columns read.
+const METRICS: [&str; 3] = ["run_name", "step", "metrics"];
 
 /// Whether `path` is a Trackio project's database (a `metrics` table of JSON rows by run name).
 pub fn is_db(path: &Path) -> bool {
-    let Ok(db) = open(path) else { return false };
-    let cols = columns(&db, "metrics");
-    ["run_name", "step", "metrics"]
-        .iter()
-        .all(|c| cols.iter().any(|k| k == c))
+    sqlite::open(path).is_ok_and(|db| has_table(&db, "metrics", &METRICS))
 }
 
 /// The runs of a Trackio database, in the order they were first logged.
 pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
-    let db = open(path)?;
-    // A file that is no database (cut short, overwritten) says so in SQLite's words.
-    db.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))
-        .map_err(|e| sql_err(path, "sqlite_master", e))?;
-    if !is_db(path) {
+    let db = sqlite::open(path)?;
+    if !has_table(&db, "metrics", &METRICS) {
         return Err(ReadError::Table {
             path: path.to_path_buf(),
             table: "metrics".into(),
@@ -68,7 +32,7 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
         });
     }
     // Databases written before Trackio 0.24 know a run by its name alone.
-    let id = if columns(&db, "metrics").iter().any(|c| c == "run_id") {
+    let id = if has_table(&db, "metrics", &["run_id"]) {
         "run_id"
     } else {
         "run_name"
@@ -77,7 +41,7 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
     let mut q = (db.prepare(&format!(
         "SELECT {id}, run_name, step, metrics FROM metrics ORDER BY id"
     )))
-    .map_err(|e| sql_err(path, "metrics", e))?;
+    .map_err(|e| sqlite::error(path, "metrics", e))?;
     let rows = q
         .query_map([], |r| {
             Ok((
@@ -87,9 +51,9 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
                 text(r, 3)?,
             ))
         })
-        .map_err(|e| sql_err(path, "metrics", e))?;
+        .map_err(|e| sqlite::error(path, "metrics", e))?;
     for (n, row) in rows.enumerate() {
-        let (run_id, name, step, values) = row.map_err(|e| sql_err(path, "metrics", e))?;
+        let (run_id, name, step, values) = row.map_err(|e| sqlite::error(path, "metrics", e))?;
         let k = match runs.iter().position(|(r, _)| *r == run_id) {
             Some(k) => k,
             None => {
@@ -119,16 +83,6 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
             run
         })
         .collect())
-}
-
-/// A text column that Trackio writes as text or as bytes (orjson's).
-fn text(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<String> {
-    Ok(match r.get_ref(i)? {
-        rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
-            String::from_utf8_lossy(t).into_owned()
-        }
-        _ => String::new(),
-    })
 }
 
 /// Each run's configuration (its scalar values as text), by run id.

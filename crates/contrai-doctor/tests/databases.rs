@@ -1,8 +1,10 @@
-//! Trackio's local database: a run per run id (per name in databases older than Trackio 0.24),
+//! The SQLite databases runs live in. Trackio's local database: a run per run id (per name in databases older than Trackio 0.24),
 //! its JSON rows at their steps (NaN as Trackio writes it), its config as the run's setup; rows a
 //! job commits while the database is followed (WAL mode, as Trackio keeps it) read as they land;
-//! any other SQLite database said to be unknown. The tables are Trackio 0.43's; a database
-//! written by `trackio` itself is read in the Python package's tests (`test_tracking_servers.py`).
+//! any other SQLite database said to be unknown. MLflow's database store (`mlflow.db`, MLflow 3's
+//! default): its active runs, NaN as MLflow keeps it, its parameters as the setup. The tables are
+//! Trackio 0.43's and MLflow 3.17's; databases written by `trackio` and by `mlflow server`
+//! themselves are read in the Python package's tests (`test_tracking_servers.py`).
 
 use std::path::Path;
 
@@ -158,4 +160,75 @@ fn another_databases_file_is_said_to_be_unknown() {
     std::fs::write(&cut, bytes).unwrap();
     let err = read_path(&cut, Some(Format::Trackio)).unwrap_err();
     assert!(err.to_string().contains("cut.db"), "{err}");
+}
+
+/// An MLflow database with MLflow 3.17's tables (the columns read) and two runs, one deleted.
+fn mlflow_db(path: &Path) {
+    let db = Connection::open(path).unwrap();
+    db.execute_batch(
+        "CREATE TABLE runs (run_uuid VARCHAR(32) PRIMARY KEY, name VARCHAR(250), status VARCHAR(9),
+             start_time BIGINT, lifecycle_stage VARCHAR(20), experiment_id INTEGER);
+         CREATE TABLE metrics (key VARCHAR(250), value FLOAT, timestamp BIGINT, run_uuid VARCHAR(32),
+             step BIGINT, is_nan BOOLEAN);
+         CREATE TABLE params (key VARCHAR(250), value VARCHAR(8000), run_uuid VARCHAR(32));
+         CREATE TABLE tags (key VARCHAR(250), value VARCHAR(8000), run_uuid VARCHAR(32));
+         INSERT INTO runs VALUES ('aa', 'bert-sst2', 'FINISHED', 2, 'active', 1),
+                                 ('bb', 'scratch', 'FINISHED', 1, 'deleted', 1);
+         INSERT INTO params VALUES ('learning_rate', '3e-05', 'aa'), ('lr_scheduler_type', 'linear', 'aa'),
+                                   ('per_device_train_batch_size', '16', 'aa'), ('learning_rate', '1', 'bb');
+         INSERT INTO tags VALUES ('mlflow.runName', 'bert-sst2', 'aa');",
+    )
+    .unwrap();
+    for s in (0..=400).step_by(10) {
+        let loss = 0.7 * (-(s as f64) / 200.0).exp() + 0.05;
+        let add = |key: &str, value: f64, nan: bool| {
+            db.execute(
+                "INSERT INTO metrics VALUES (?1, ?2, ?3, 'aa', ?4, ?5)",
+                rusqlite::params![key, value, 1_700_000_000_000i64 + s, s, nan],
+            )
+            .unwrap();
+        };
+        add("train_loss", loss, false);
+        if s % 100 == 0 {
+            add("eval_loss", loss + 0.05, false);
+        }
+        if s == 400 {
+            add("grad_norm", 0.0, true);
+        }
+    }
+}
+
+#[test]
+fn an_mlflow_database_reads_as_its_active_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mlflow.db");
+    mlflow_db(&path);
+    let runs = read_path(&path, None).unwrap();
+    assert_eq!(runs.len(), 1, "the deleted run is not read");
+    let run = &runs[0];
+    assert_eq!(
+        (run.name.as_str(), run.format.as_str()),
+        ("bert-sst2", "mlflow_db")
+    );
+    assert_eq!(run.source, format!("{}#aa", path.display()));
+    assert_eq!(run.points(Series::TrainLoss).len(), 41);
+    assert_eq!(
+        run.points(Series::ValLoss)
+            .iter()
+            .map(|p| p.step)
+            .collect::<Vec<_>>(),
+        [0, 100, 200, 300, 400]
+    );
+    assert!(
+        run.points(Series::GradNorm)[0].value.is_nan(),
+        "is_nan: NaN, whatever `value` holds"
+    );
+    let setup = &run.hints.setup;
+    assert_eq!((setup.peak_lr, setup.batch_size), (Some(3e-5), Some(16)));
+    assert!(setup.settings.iter().all(|s| s.file == "MLflow params"));
+    // Found in its folder; `--format mlflow_db` names it.
+    assert_eq!(
+        read_path(dir.path(), Some(Format::MlflowDb)).unwrap()[0].name,
+        "bert-sst2"
+    );
 }
