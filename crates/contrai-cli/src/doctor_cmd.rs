@@ -13,7 +13,7 @@ use contrai_doctor::{
 #[derive(clap::Args)]
 pub struct DoctorArgs {
     /// Log files or run directories (TensorBoard, trainer_state.json, CSV, W&B run folders and
-    /// CSV exports, MLflow's file store, Trackio databases, Burn metric logs, JSONL), runs on an
+    /// CSV exports, MLflow's file store and mlflow.db, Trackio databases, Burn metric logs, JSONL), runs on an
     /// MLflow tracking server: `mlflow://HOST:PORT/RUN_ID` (or an experiment's id or name;
     /// `mlflow://HOST:PORT/` for every run), `mlflow:RUN_ID` with --tracking-uri; a Trackio
     /// project: `trackio:PROJECT`.

@@ -41,10 +41,11 @@ enum Command {
     ///
     /// Each finding quotes its evidence from the log, says how sure it is (low / medium / high)
     /// and what to change; the task and the training setup (schedule, warmup, batch) are read
-    /// from the files beside the log (config.json, hparams.yaml, training_args.yaml, MLflow
-    /// params, a Trainer's TensorBoard arguments).
+    /// from the files beside the log (config.json, hparams.yaml, training_args.yaml, a Trainer's
+    /// TensorBoard arguments) or from the tracker's run (MLflow params, W&B and Trackio configs).
     ///
     /// Example: contrai doctor output/checkpoint-500    or    contrai doctor lightning_logs --json
+    /// or    contrai doctor wandb/    or    contrai doctor mlflow://127.0.0.1:5000/<run id>
     Doctor(doctor_cmd::DoctorArgs),
     /// Train a recipe (default: the built-in demo) with step checkpoints; --resume continues a run.
     ///

@@ -6,8 +6,10 @@
 use super::{Ctx, finite, num, rel_drop};
 use crate::finding::{Finding, Label, Severity};
 use crate::series::{Checkpoint, Point, Series, XUnit};
-use crate::stats::{block_medians, median, median_gap};
+use crate::stats::{block_medians, mad, median, median_gap, theil_sen_change};
 
+/// Evaluations since the best (and before it) that tell a level from a rise.
+const LEVEL_EVALS: usize = 6;
 /// Consecutive rising evaluations that make a sustained rise.
 pub const SUSTAINED_RISES: usize = 4;
 /// A sustained rise counts from this total relative rise of validation.
@@ -75,6 +77,9 @@ fn past_patience(ctx: &Ctx) -> Option<Finding> {
     // it sits under that level by selection alone (about one sigma for the least of a few
     // smoothed evaluations), so the evaluations since must clear it by one sigma too.
     if after_med <= best_p.value * (1.0 + 0.01_f64.max(2.0 * noise_of_median).max(noise)) {
+        return None;
+    }
+    if !rises_since(&finite(ctx.st.points(Series::ValLoss)), best) {
         return None;
     }
     let (at_best, at_end, fall) = train_fall_since(ctx, best_p.step)?;
@@ -236,6 +241,34 @@ fn finding(
         Some(step) => f.with("resume_checkpoint_step", step as f64),
         None => f,
     }
+}
+
+/// Whether validation since its best evaluation rises — its own trend up beyond twice its
+/// error, or its level above that of as many evaluations before the best beyond the two levels'
+/// noise (a step up) — rather than staying level: a noisy curve that converged sits around the
+/// level its best reached, the best below it by selection alone. Too few evaluations since the
+/// best, or before it, to tell a level: the patience's verdict stands.
+fn rises_since(val: &[Point], best: usize) -> bool {
+    let (before, after) = (&val[..best], &val[best + 1..]);
+    let before = &before[before.len().saturating_sub(after.len())..];
+    if after.len() < LEVEL_EVALS || before.len() < LEVEL_EVALS {
+        return true;
+    }
+    let x: Vec<f64> = after.iter().map(|p| p.step as f64).collect();
+    let y: Vec<f64> = after.iter().map(|p| p.value).collect();
+    let Some((change, error)) = theil_sen_change(&x, &y) else {
+        return true;
+    };
+    if change > 2.0 * error {
+        return true;
+    }
+    let b: Vec<f64> = before.iter().map(|p| p.value).collect();
+    let (Some(level), Some(before_level)) = (median(&y), median(&b)) else {
+        return true;
+    };
+    let spread = 1.4826 * mad(&y, level);
+    let k = (1.0 / y.len() as f64 + 1.0 / b.len() as f64).sqrt();
+    level - before_level > 2.0 * spread * k
 }
 
 /// The raw validation losses, in step order.

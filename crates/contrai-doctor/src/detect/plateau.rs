@@ -178,7 +178,7 @@ fn second_epoch_no_better(ctx: &Ctx, loss: Series) -> Option<Finding> {
     }
     let (m1, m2) = (median(&first)?, median(&second)?);
     let gain = 1.0 - m2 / m1;
-    if m1 <= 0.0 || gain >= EPOCH_GAIN {
+    if m1 <= 0.0 || gain >= EPOCH_GAIN || still_falls(&pts, spe) {
         return None;
     }
     let (from, to) = (spe.round() as u64, (2.0 * spe).round() as u64);
@@ -200,6 +200,19 @@ fn second_epoch_no_better(ctx: &Ctx, loss: Series) -> Option<Finding> {
             .with("epoch_gain", gain)
             .with("steps_per_epoch", spe),
     )
+}
+
+/// Whether the training loss still falls over the second epoch, along its robust line by more
+/// than twice that line's error: a model still learning, slowly (a large fine-tune whose loss
+/// declines over tens of thousands of steps shows no step at the epoch's turn).
+fn still_falls(pts: &[Point], spe: f64) -> bool {
+    let second: Vec<&Point> = pts
+        .iter()
+        .filter(|p| (spe..2.0 * spe).contains(&(p.step as f64)))
+        .collect();
+    let x: Vec<f64> = second.iter().map(|p| p.step as f64).collect();
+    let y: Vec<f64> = second.iter().map(|p| p.value).collect();
+    theil_sen_change(&x, &y).is_some_and(|(change, error)| change < -2.0 * error)
 }
 
 /// The recent window (the last [`DoctorConfig::plateau_window`] of the run) did not improve.
