@@ -7,7 +7,7 @@
 use super::{Ctx, finite, num};
 use crate::finding::{Finding, Label, Severity};
 use crate::series::{Point, Series};
-use crate::stats::{block_medians, median, theil_sen_change};
+use crate::stats::{block_medians, mad, median, theil_sen_change};
 
 /// Relative change over the recent window, its standard error, the window's first step and its
 /// point count.
@@ -99,6 +99,7 @@ const FLAT_WITHIN: f64 = 0.10;
 /// Reviews the main loss.
 pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
     frozen_validation(ctx)
+        .or_else(|| predictions_never_changed(ctx))
         .or_else(|| recent(ctx, loss))
         .or_else(|| stalled_until_a_drop(ctx, loss))
         .or_else(|| second_epoch_no_better(ctx, loss))
@@ -155,6 +156,44 @@ fn frozen_validation(ctx: &Ctx) -> Option<Finding> {
     )
 }
 
+/// The validation accuracy the same, to [`FROZEN`], at every one of its evaluations (at least
+/// [`FROZEN_EVALS`]) while the training loss fell by more than half: the model fitted its training
+/// loss, but its predictions on validation never changed from its first evaluation — one class
+/// for every input (a segmentation's background, a classifier's majority class).
+fn predictions_never_changed(ctx: &Ctx) -> Option<Finding> {
+    let acc = finite(ctx.st.points(Series::ValAccuracy));
+    let first = *acc.first()?;
+    let same = |p: &Point| (p.value - first.value).abs() <= FROZEN * first.value.abs().max(1e-12);
+    if acc.len() < FROZEN_EVALS || !acc.iter().all(same) {
+        return None;
+    }
+    let train = finite(ctx.st.points(Series::TrainLoss));
+    let (start, end) = (train.first()?.value, train.last()?.value);
+    if !(start > 0.0 && end < 0.5 * start) {
+        return None;
+    }
+    let rec = format!(
+        "the validation accuracy is {} at every one of its {} evaluations (steps {}-{}) while the \
+         training loss fell from {} to {}: the model's predictions on validation never changed — one \
+         class for every input (the majority class, a segmentation's background). Weight the \
+         classes (or use a Dice / focal loss), check the targets' encoding, and lower the peak LR \
+         x 0.1 if the model collapsed early",
+        num(first.value),
+        acc.len(),
+        first.step,
+        acc.last()?.step,
+        num(start),
+        num(end)
+    );
+    Some(
+        Finding::new(Label::Plateau, Severity::Critical, first.step, rec)
+            .with("frozen_val_accuracy", first.value)
+            .with("evaluations", acc.len() as f64)
+            .with("train_loss_first", start)
+            .with("train_loss_last", end),
+    )
+}
+
 /// A second pass over the same data must show: the training loss's median over the second
 /// epoch [`EPOCH_GAIN`] below the first's, in a log whose steps count epochs. A model that
 /// learns fits data it has seen (a fine-tune steps down at each new epoch); one that does not
@@ -178,7 +217,11 @@ fn second_epoch_no_better(ctx: &Ctx, loss: Series) -> Option<Finding> {
     }
     let (m1, m2) = (median(&first)?, median(&second)?);
     let gain = 1.0 - m2 / m1;
-    if m1 <= 0.0 || gain >= EPOCH_GAIN || still_falls(&pts, spe) {
+    if m1 <= 0.0
+        || m2 <= 0.0
+        || gain + 2.0 * gain_error(&first, &second) >= EPOCH_GAIN
+        || still_falls(&pts, spe)
+    {
         return None;
     }
     let (from, to) = (spe.round() as u64, (2.0 * spe).round() as u64);
@@ -200,6 +243,17 @@ fn second_epoch_no_better(ctx: &Ctx, loss: Series) -> Option<Finding> {
             .with("epoch_gain", gain)
             .with("steps_per_epoch", spe),
     )
+}
+
+/// The standard error of the relative gain between two epochs' medians, from each epoch's
+/// robust spread: "no better" must be known, not read off two medians of a few scattered losses.
+fn gain_error(first: &[f64], second: &[f64]) -> f64 {
+    let relative_error = |v: &[f64]| {
+        let m = median(v).unwrap_or(0.0);
+        // A median's standard error is ~1.25 sigma / sqrt(n); MAD x 1.4826 is the robust sigma.
+        1.253 * 1.4826 * mad(v, m) / (v.len() as f64).sqrt() / m.abs().max(1e-12)
+    };
+    relative_error(first).hypot(relative_error(second))
 }
 
 /// Whether the training loss still falls over the second epoch, along its robust line by more
