@@ -293,7 +293,8 @@ class Engine:
         # The model card written at the holdout read, for the trackers' summary.
         self.card: dict[str, Any] | None = None
         # The job's trackers, which get the phase, the decisions and the final figures (rank 0).
-        self.trackers = Trackers(job.trackers, job.logged_step)
+        # (Looked up on the job at the first write: a job is asked only for what the run uses.)
+        self.trackers = Trackers(lambda: job.trackers(), lambda: job.logged_step())
         # What each action the conductor orders does; what answers each request with the
         # observation it asks for; what each request that ends a run of turns does.
         self.actions: dict[str, Callable[[Any], None]] = {
