@@ -91,11 +91,7 @@ impl Recipe {
             self.validate.lr = 3e-3;
         }
         if unset("contract", "prune") {
-            self.contract.prune = vec![crate::recipe::Prune {
-                params: "layers.*".into(),
-                init: 0.1,
-                final_sparsity: 0.5,
-            }];
+            self.contract.prune = vec![crate::recipe::Prune::new("layers.*", 0.5)];
         }
     }
 
@@ -114,11 +110,7 @@ impl Recipe {
         if unset("contract", "prune") {
             self.contract.prune = crate::recipe::BERT_PRUNE
                 .iter()
-                .map(|(params, final_sparsity)| crate::recipe::Prune {
-                    params: params.to_string(),
-                    init: 0.1,
-                    final_sparsity: *final_sparsity,
-                })
+                .map(|(params, final_sparsity)| crate::recipe::Prune::new(*params, *final_sparsity))
                 .collect();
         }
     }

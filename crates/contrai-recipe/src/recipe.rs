@@ -408,16 +408,8 @@ impl Default for Contract {
             prune_heads: false,
             prune_units: false,
             prune: vec![
-                Prune {
-                    params: "blocks.*.attn.*".into(),
-                    init: 0.1,
-                    final_sparsity: 0.2,
-                },
-                Prune {
-                    params: "blocks.*.ffn.*".into(),
-                    init: 0.1,
-                    final_sparsity: 0.5,
-                },
+                Prune::new("blocks.*.attn.*", 0.2),
+                Prune::new("blocks.*.ffn.*", 0.5),
             ],
         }
     }
@@ -437,8 +429,22 @@ pub struct Prune {
     pub final_sparsity: f64,
 }
 
+/// The sparsity a pruned matrix starts at (gradual pruning: gentle first, then to its final).
+pub const PRUNE_INIT: f64 = 0.1;
+
 fn default_prune_init() -> f64 {
-    0.1
+    PRUNE_INIT
+}
+
+impl Prune {
+    /// Matrices matching `params`, pruned from [`PRUNE_INIT`] to `final_sparsity`.
+    pub fn new(params: impl Into<String>, final_sparsity: f64) -> Prune {
+        Prune {
+            params: params.into(),
+            init: PRUNE_INIT,
+            final_sparsity,
+        }
+    }
 }
 
 /// `[refine]`.

@@ -90,7 +90,7 @@ pub fn pretrained_recipe(ck: &Checkpoint, lora: bool) -> String {
             "    { params = \"blocks.*.attn.*\", init = 0.1, final = 0.2 },\n    { params = \"blocks.*.ffn.*\", init = 0.1, final = 0.5 },\n",
             &crate::recipe::BERT_PRUNE
                 .iter()
-                .map(|(p, f)| format!("    {{ params = {p:?}, init = 0.1, final = {f} }},\n"))
+                .map(|(p, f)| format!("    {{ params = {p:?}, init = {}, final = {f} }},\n", crate::recipe::PRUNE_INIT))
                 .collect::<String>(),
         );
     fill(&text)
