@@ -109,6 +109,14 @@ fn json_u64(v: &Value) -> Option<u64> {
     }
 }
 
+/// The token of an answer's next page, when there is one.
+fn next_page(v: &Value) -> Option<String> {
+    v["next_page_token"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+}
+
 fn json_str(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_string()
 }
@@ -213,22 +221,8 @@ impl Server {
         };
         let mut runs = Vec::new();
         for ids in experiments.chunks(100) {
-            let mut token = None;
-            loop {
-                let mut body = json!({"experiment_ids": ids, "max_results": RUNS_PAGE});
-                if let Some(t) = token.take() {
-                    body["page_token"] = Value::String(t);
-                }
-                let v = self.post("runs/search", &body)?;
-                runs.extend(v["runs"].as_array().cloned().unwrap_or_default());
-                token = v["next_page_token"]
-                    .as_str()
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_string);
-                if token.is_none() {
-                    break;
-                }
-            }
+            let body = json!({"experiment_ids": ids, "max_results": RUNS_PAGE});
+            runs.extend(self.search("runs/search", body, "runs")?);
         }
         Ok(runs)
     }
@@ -246,22 +240,23 @@ impl Server {
 
     /// Every active experiment's id.
     fn experiment_ids(&mut self) -> Result<Vec<String>, ReadError> {
-        let mut ids = Vec::new();
-        let mut token = None;
+        let found = self.search(
+            "experiments/search",
+            json!({"max_results": RUNS_PAGE}),
+            "experiments",
+        )?;
+        Ok(found.iter().map(|e| json_str(&e["experiment_id"])).collect())
+    }
+
+    /// Every item (`items`: the answer's list) a search `endpoint` finds for `body`, page by page.
+    fn search(&mut self, endpoint: &str, mut body: Value, items: &str) -> Result<Vec<Value>, ReadError> {
+        let mut found = Vec::new();
         loop {
-            let mut body = json!({"max_results": RUNS_PAGE});
-            if let Some(t) = token.take() {
-                body["page_token"] = Value::String(t);
-            }
-            let v = self.post("experiments/search", &body)?;
-            let page = v["experiments"].as_array().cloned().unwrap_or_default();
-            ids.extend(page.iter().map(|e| json_str(&e["experiment_id"])));
-            token = v["next_page_token"]
-                .as_str()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(ids);
+            let v = self.post(endpoint, &body)?;
+            found.extend(v[items].as_array().cloned().unwrap_or_default());
+            match next_page(&v) {
+                Some(t) => body["page_token"] = Value::String(t),
+                None => return Ok(found),
             }
         }
     }
@@ -344,8 +339,8 @@ impl Server {
                     value: value_f64(&m["value"]).unwrap_or(f64::NAN),
                 });
             }
-            match v["next_page_token"].as_str().filter(|t| !t.is_empty()) {
-                Some(t) => token = t.to_string(),
+            match next_page(&v) {
+                Some(t) => token = t,
                 None => return Ok(rows),
             }
         }
