@@ -61,9 +61,7 @@ fn collapsed(ctx: &Ctx, loss: Series) -> Option<Finding> {
     if learned > LEARNED_BELOW * level {
         return None;
     }
-    let xs: Vec<f64> = tail.iter().map(|p| p.step as f64).collect();
-    let ys: Vec<f64> = tail.iter().map(|p| p.value.ln()).collect();
-    let (change, se) = crate::stats::theil_sen_change(&xs, &ys)?;
+    let (change, se) = super::fitted_change(&tail, f64::ln)?;
     if change.abs() > (2.0 * se).max(0.02) {
         return None;
     }

@@ -143,6 +143,19 @@ pub(crate) fn finite(points: &[Point]) -> Vec<Point> {
     points.iter().copied().filter(|p| p.value.is_finite()).collect()
 }
 
+/// The change of `value(point)` along its Theil–Sen line against the points' steps, over their
+/// span, and its standard error (`stats::theil_sen_change`); `None` with fewer than 2 points.
+pub(crate) fn fitted_change<'a>(
+    points: impl IntoIterator<Item = &'a Point>,
+    value: impl Fn(f64) -> f64,
+) -> Option<(f64, f64)> {
+    let (xs, ys): (Vec<f64>, Vec<f64>) = points
+        .into_iter()
+        .map(|p| (p.step as f64, value(p.value)))
+        .unzip();
+    crate::stats::theil_sen_change(&xs, &ys)
+}
+
 /// A change of a loss is material when it is this share of the loss's initial level...
 const MATERIAL: f64 = 0.02;
 

@@ -137,9 +137,7 @@ fn validation_improving(ctx: &Ctx) -> bool {
     if val.len() < IMPROVING_EVALS || val.iter().any(|p| p.value <= 0.0) {
         return false;
     }
-    let xs: Vec<f64> = val.iter().map(|p| p.step as f64).collect();
-    let ys: Vec<f64> = val.iter().map(|p| p.value.ln()).collect();
-    crate::stats::theil_sen_change(&xs, &ys).is_some_and(|(change, se)| change < -2.0 * se)
+    super::fitted_change(&val, f64::ln).is_some_and(|(change, se)| change < -2.0 * se)
 }
 
 /// The validation loss swings with no net trend, or jumps up and back down (or down and back

@@ -3,10 +3,10 @@
 //! one of its last [`SUSTAINED_RISES`] evaluations while the training loss fell by more than
 //! [`SUSTAINED_TRAIN_FALL`]. Reports the best step, the generalisation gap and Prechelt's GL.
 
-use super::{Ctx, finite, num, rel_drop};
+use super::{Ctx, finite, fitted_change, num, rel_drop};
 use crate::finding::{Finding, Label, Severity};
 use crate::series::{Checkpoint, Point, Series, XUnit};
-use crate::stats::{block_medians, mad, median, median_gap, theil_sen_change};
+use crate::stats::{block_medians, mad, median, median_gap};
 
 /// Evaluations since the best (and before it) that tell a level from a rise.
 const LEVEL_EVALS: usize = 6;
@@ -254,14 +254,13 @@ fn rises_since(val: &[Point], best: usize) -> bool {
     if after.len() < LEVEL_EVALS || before.len() < LEVEL_EVALS {
         return true;
     }
-    let x: Vec<f64> = after.iter().map(|p| p.step as f64).collect();
-    let y: Vec<f64> = after.iter().map(|p| p.value).collect();
-    let Some((change, error)) = theil_sen_change(&x, &y) else {
+    let Some((change, error)) = fitted_change(after, |v| v) else {
         return true;
     };
     if change > 2.0 * error {
         return true;
     }
+    let y: Vec<f64> = after.iter().map(|p| p.value).collect();
     let b: Vec<f64> = before.iter().map(|p| p.value).collect();
     let (Some(level), Some(before_level)) = (median(&y), median(&b)) else {
         return true;

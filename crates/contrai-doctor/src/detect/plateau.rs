@@ -4,7 +4,7 @@
 //! quarter of the run until one sudden drop (an LR cut) did several times what the whole stall
 //! did; or its second epoch was no better than its first.
 
-use super::{Ctx, finite, num};
+use super::{Ctx, finite, fitted_change, num};
 use crate::finding::{Finding, Label, Severity};
 use crate::series::{Point, Series};
 use crate::stats::{block_medians, mad, median, theil_sen_change};
@@ -260,13 +260,8 @@ fn gain_error(first: &[f64], second: &[f64]) -> f64 {
 /// than twice that line's error: a model still learning, slowly (a large fine-tune whose loss
 /// declines over tens of thousands of steps shows no step at the epoch's turn).
 fn still_falls(pts: &[Point], spe: f64) -> bool {
-    let second: Vec<&Point> = pts
-        .iter()
-        .filter(|p| (spe..2.0 * spe).contains(&(p.step as f64)))
-        .collect();
-    let x: Vec<f64> = second.iter().map(|p| p.step as f64).collect();
-    let y: Vec<f64> = second.iter().map(|p| p.value).collect();
-    theil_sen_change(&x, &y).is_some_and(|(change, error)| change < -2.0 * error)
+    let second = pts.iter().filter(|p| (spe..2.0 * spe).contains(&(p.step as f64)));
+    fitted_change(second, |v| v).is_some_and(|(change, error)| change < -2.0 * error)
 }
 
 /// The recent window (the last [`DoctorConfig::plateau_window`] of the run) did not improve.
