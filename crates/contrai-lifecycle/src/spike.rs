@@ -23,7 +23,7 @@
 
 use std::collections::BTreeSet;
 
-use contrai_doctor::stats::{mad, median, theil_sen};
+use contrai_doctor::stats::{median, robust_sigma, theil_sen};
 use contrai_recipe::recipe::Guards;
 use contrai_run::{Decision, DecisionKind, QuarantineEntry, SpikeCause};
 use serde::{Deserialize, Serialize};
@@ -149,7 +149,7 @@ impl Score {
         let m = median(window).unwrap_or(y);
         let q90 = upper(window, 0.9);
         let top = window.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let spread = (1.4826 * mad(window, m))
+        let spread = robust_sigma(window, m)
             .max((q90 - m) / Q90_SIGMAS)
             .max(MIN_SPREAD);
         Score {

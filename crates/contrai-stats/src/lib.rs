@@ -36,13 +36,19 @@ pub fn mad(values: &[f64], center: f64) -> f64 {
     median_in_place(&mut d)
 }
 
+/// The spread of `values` around `center` as a normal sigma, robust to outliers: 1.4826 × their
+/// median absolute deviation.
+pub fn robust_sigma(values: &[f64], center: f64) -> f64 {
+    1.4826 * mad(values, center)
+}
+
 /// Robust noise of one point of a series: the MAD of its second differences (a steady trend
 /// cancels out), as a normal sigma, over √6 (a second difference carries three points' noise);
 /// `None` for fewer than 3 values.
 pub fn point_noise(values: &[f64]) -> Option<f64> {
     let d: Vec<f64> = values.windows(3).map(|w| w[2] - 2.0 * w[1] + w[0]).collect();
     let m = median(&d)?;
-    Some(1.4826 * mad(&d, m) / 6f64.sqrt())
+    Some(robust_sigma(&d, m) / 6f64.sqrt())
 }
 
 /// Median of consecutive blocks so that at most `max_blocks` values remain.
@@ -86,7 +92,7 @@ pub fn theil_sen_change(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
     let slope = theil_sen(x, y)?;
     let (x0, span) = (*x.first()?, x.last()? - x.first()?);
     let resid: Vec<f64> = x.iter().zip(y).map(|(x, y)| y - slope * (x - x0)).collect();
-    let sigma = 1.4826 * mad(&resid, median(&resid)?);
+    let sigma = robust_sigma(&resid, median(&resid)?);
     Some((slope * span, sigma * (12.0 / y.len() as f64).sqrt()))
 }
 

@@ -6,7 +6,7 @@
 use super::{Ctx, finite, fitted_change, num, rel_drop};
 use crate::finding::{Finding, Label, Severity};
 use crate::series::{Checkpoint, Point, Series, XUnit};
-use crate::stats::{block_medians, mad, median, median_gap};
+use crate::stats::{block_medians, median, median_gap, robust_sigma};
 
 /// Evaluations since the best (and before it) that tell a level from a rise.
 const LEVEL_EVALS: usize = 6;
@@ -265,7 +265,7 @@ fn rises_since(val: &[Point], best: usize) -> bool {
     let (Some(level), Some(before_level)) = (median(&y), median(&b)) else {
         return true;
     };
-    let spread = 1.4826 * mad(&y, level);
+    let spread = robust_sigma(&y, level);
     let k = (1.0 / y.len() as f64 + 1.0 / b.len() as f64).sqrt();
     level - before_level > 2.0 * spread * k
 }
@@ -298,7 +298,7 @@ fn relative_noise(v: &[f64]) -> f64 {
         .collect();
     let spread = |d: &[f64]| -> Option<(f64, f64)> {
         let m = median(d)?;
-        Some((m, 1.4826 * crate::stats::mad(d, m)))
+        Some((m, robust_sigma(d, m)))
     };
     let Some((m, sigma)) = spread(&d) else { return 0.0 };
     let kept: Vec<f64> = d

@@ -7,7 +7,7 @@
 use super::{Ctx, finite, fitted_change, num};
 use crate::finding::{Finding, Label, Severity};
 use crate::series::{Point, Series};
-use crate::stats::{block_medians, mad, median, theil_sen_change};
+use crate::stats::{block_medians, median, robust_sigma, theil_sen_change};
 
 /// Relative change over the recent window, its standard error, the window's first step and its
 /// point count.
@@ -250,8 +250,8 @@ fn second_epoch_no_better(ctx: &Ctx, loss: Series) -> Option<Finding> {
 fn gain_error(first: &[f64], second: &[f64]) -> f64 {
     let relative_error = |v: &[f64]| {
         let m = median(v).unwrap_or(0.0);
-        // A median's standard error is ~1.25 sigma / sqrt(n); MAD x 1.4826 is the robust sigma.
-        1.253 * 1.4826 * mad(v, m) / (v.len() as f64).sqrt() / m.abs().max(1e-12)
+        // A median's standard error is ~1.25 sigma / sqrt(n).
+        1.253 * robust_sigma(v, m) / (v.len() as f64).sqrt() / m.abs().max(1e-12)
     };
     relative_error(first).hypot(relative_error(second))
 }
