@@ -38,6 +38,8 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
         "run_name"
     };
     let mut runs: Vec<(String, RawRun)> = Vec::new();
+    // Each run's place in `runs`, by id (a project holds many runs and many rows).
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
     let mut q = (db.prepare(&format!(
         "SELECT {id}, run_name, step, metrics FROM metrics ORDER BY id"
     )))
@@ -54,14 +56,11 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
         .map_err(|e| sqlite::error(path, "metrics", e))?;
     for (n, row) in rows.enumerate() {
         let (run_id, name, step, values) = row.map_err(|e| sqlite::error(path, "metrics", e))?;
-        let k = match runs.iter().position(|(r, _)| *r == run_id) {
-            Some(k) => k,
-            None => {
-                let source = format!("{}#{run_id}", path.display());
-                runs.push((run_id.clone(), RawRun::new(name, source, "trackio")));
-                runs.len() - 1
-            }
-        };
+        let k = *index.entry(run_id.clone()).or_insert_with(|| {
+            let source = format!("{}#{run_id}", path.display());
+            runs.push((run_id, RawRun::new(name, source, "trackio")));
+            runs.len() - 1
+        });
         let run = &mut runs[k].1;
         run.at_line(n + 1);
         let Ok(serde_json::Value::Object(values)) = parse_tolerant(&values) else {
