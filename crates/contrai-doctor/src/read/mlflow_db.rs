@@ -8,7 +8,7 @@ use rusqlite::Connection;
 
 use super::ReadError;
 use super::mlflow::{Row, Stored};
-use super::sqlite::{self, has_table};
+use super::sqlite;
 use crate::series::RawRun;
 
 /// The tables read, with the columns read from each.
@@ -22,26 +22,14 @@ const TABLES: [(&str, &[&str]); 4] = [
     ("tags", &["key", "value", "run_uuid"]),
 ];
 
-fn has_tables(db: &Connection) -> bool {
-    TABLES.iter().all(|(t, cols)| has_table(db, t, cols))
-}
-
 /// Whether `path` is an MLflow database store.
 pub fn is_db(path: &Path) -> bool {
-    sqlite::open(path).is_ok_and(|db| has_tables(&db))
+    sqlite::open_shaped(path, &TABLES, "MLflow").is_ok()
 }
 
 /// The active runs of an MLflow database, oldest first.
 pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
-    let db = sqlite::open(path)?;
-    if !has_tables(&db) {
-        return Err(ReadError::Table {
-            path: path.to_path_buf(),
-            table: "runs".into(),
-            reason: "not an MLflow database (tables runs, metrics, params and tags with MLflow's columns)"
-                .into(),
-        });
-    }
+    let db = sqlite::open_shaped(path, &TABLES, "MLflow")?;
     let err = |e| sqlite::error(path, "runs", e);
     let mut q = (db
         .prepare("SELECT run_uuid, name FROM runs WHERE lifecycle_stage = 'active' ORDER BY start_time"))

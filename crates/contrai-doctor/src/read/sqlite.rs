@@ -26,6 +26,24 @@ pub fn open(path: &Path) -> Result<Connection, ReadError> {
     Ok(db)
 }
 
+/// A database that holds each of `tables` with its columns (what the caller reads), opened
+/// read-only; else which table is missing or short of a column, `what` naming the database the
+/// caller expected (Trackio's, MLflow's).
+pub fn open_shaped(path: &Path, tables: &[(&str, &[&str])], what: &str) -> Result<Connection, ReadError> {
+    let db = open(path)?;
+    match tables.iter().find(|(t, columns)| !has_table(&db, t, columns)) {
+        None => Ok(db),
+        Some((table, columns)) => Err(ReadError::Table {
+            path: path.to_path_buf(),
+            table: table.to_string(),
+            reason: format!(
+                "not in this database, or without {what}'s columns ({})",
+                columns.join(", ")
+            ),
+        }),
+    }
+}
+
 /// A table that could not be read, in SQLite's words.
 pub fn error(path: &Path, table: &str, e: rusqlite::Error) -> ReadError {
     ReadError::Table {

@@ -14,23 +14,16 @@ use super::sqlite::{self, has_table, text};
 use crate::series::RawRun;
 
 /// Trackio's table of logged rows, with the columns read.
-const METRICS: [&str; 3] = ["run_name", "step", "metrics"];
+const METRICS: [(&str, &[&str]); 1] = [("metrics", &["run_name", "step", "metrics"])];
 
 /// Whether `path` is a Trackio project's database (a `metrics` table of JSON rows by run name).
 pub fn is_db(path: &Path) -> bool {
-    sqlite::open(path).is_ok_and(|db| has_table(&db, "metrics", &METRICS))
+    sqlite::open_shaped(path, &METRICS, "Trackio").is_ok()
 }
 
 /// The runs of a Trackio database, in the order they were first logged.
 pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
-    let db = sqlite::open(path)?;
-    if !has_table(&db, "metrics", &METRICS) {
-        return Err(ReadError::Table {
-            path: path.to_path_buf(),
-            table: "metrics".into(),
-            reason: "not in this database, or without Trackio's columns (run_name, step, metrics)".into(),
-        });
-    }
+    let db = sqlite::open_shaped(path, &METRICS, "Trackio")?;
     // Databases written before Trackio 0.24 know a run by its name alone.
     let id = if has_table(&db, "metrics", &["run_id"]) {
         "run_id"
