@@ -23,7 +23,7 @@ pub struct ReportArgs {
 
 /// Runs `contrai report`.
 pub fn run(mut args: ReportArgs) -> anyhow::Result<ExitCode> {
-    args.path = args.tracking.resolve(std::slice::from_ref(&args.path))?.remove(0);
+    args.path = args.tracking.resolve_one(&args.path)?;
     let html = contrai_report::render(&args.path, args.format)?;
     let out = args.out.unwrap_or_else(|| {
         if args.path.is_dir() {

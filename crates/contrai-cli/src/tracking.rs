@@ -24,7 +24,8 @@ impl TrackingArgs {
         paths.iter().map(|p| self.resolve_one(p)).collect()
     }
 
-    fn resolve_one(&self, path: &Path) -> anyhow::Result<PathBuf> {
+    /// `path`, or the location its short form names.
+    pub fn resolve_one(&self, path: &Path) -> anyhow::Result<PathBuf> {
         let Some(text) = path.to_str() else {
             return Ok(path.to_path_buf());
         };
