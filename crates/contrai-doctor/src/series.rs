@@ -268,11 +268,29 @@ fn same_lr(a: f64, b: f64) -> bool {
 }
 
 impl LrCourse {
-    /// Whether `value` may be the schedule beginning again: back up (1.5x or more) from a
-    /// decayed LR (under 0.9x its high) to the value the log started at. The next value must
-    /// then be the log's second (a warmup that passes that value on its way is no restart).
+    /// Whether `value` may be the schedule beginning again: back from a decayed LR (under 0.9x
+    /// its high) to the value the log started at — up 1.5x or more, or, for a log that started
+    /// at zero (a warmup from 0), down to zero again.
     fn restarts(&self, value: f64) -> bool {
-        self.last < 0.9 * self.high && value >= 1.5 * self.last && same_lr(value, self.first)
+        if self.last >= 0.9 * self.high {
+            return false;
+        }
+        if self.first == 0.0 {
+            value == 0.0 && self.last > 0.0
+        } else {
+            value >= 1.5 * self.last && same_lr(value, self.first)
+        }
+    }
+
+    /// Whether the value after a possible restart confirms it: the log's second value again (a
+    /// warmup that passes the first value on its way is no restart), or, after zero, any LR (a
+    /// decay that ends at zero stays there).
+    fn confirms(&self, value: f64) -> bool {
+        if self.first == 0.0 {
+            value > 0.0
+        } else {
+            self.second.is_some_and(|s| same_lr(value, s))
+        }
     }
 }
 
@@ -317,7 +335,7 @@ impl RawRun {
             self.index.insert(tag.to_string(), usize::MAX);
             return;
         };
-        if series == Series::Lr && self.lr.is_none() && value.is_finite() && value > 0.0 {
+        if series == Series::Lr && self.lr.is_none() && value.is_finite() && value >= 0.0 {
             self.lr = Some(LrCourse {
                 tag: self.tags.len(),
                 first: value,
@@ -338,10 +356,10 @@ impl RawRun {
         let Some(mut c) = self.lr.take() else {
             return;
         };
-        if c.tag == i && value.is_finite() && value > 0.0 {
+        if c.tag == i && value.is_finite() && value >= 0.0 {
             if let Some((mark, marks)) = c.pending.take()
                 && marks == self.marks.len()
-                && c.second.is_some_and(|s| same_lr(value, s))
+                && c.confirms(value)
             {
                 self.marks.push(mark);
             }
@@ -354,7 +372,9 @@ impl RawRun {
                 };
                 c.pending = Some((mark, self.marks.len()));
             }
-            c.second = c.second.or(Some(value));
+            if value > 0.0 {
+                c.second = c.second.or(Some(value));
+            }
             c.high = c.high.max(value);
             c.last = value;
         }

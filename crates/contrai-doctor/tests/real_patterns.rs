@@ -865,6 +865,42 @@ fn an_lr_schedule_that_begins_again_while_the_steps_go_on_is_a_resume_and_warm_r
 }
 
 #[test]
+fn a_job_resumed_at_irregular_steps_with_a_schedule_from_zero_each_time_is_resumed() {
+    // A warmup from 0 over 10 steps then a linear decay, logged every step; each segment's
+    // schedule is its own (a resume that recomputes it), beginning at `starts`.
+    let state = |starts: &[u64]| {
+        let rows: Vec<String> = (1..=1000u64)
+            .map(|s| {
+                let from = starts.iter().rev().find(|&&b| b <= s).copied().unwrap_or(1);
+                let (t, len) = ((s - from) as f64, (1001 - from) as f64);
+                let lr = if t < 10.0 {
+                    2e-4 * t / 10.0
+                } else {
+                    2e-4 * (1.0 - (t - 10.0) / (len - 10.0))
+                };
+                let loss = 0.3 + 0.4 * (-(s as f64) / 300.0).exp();
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        format!(r#"{{"max_steps": 1000, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let r = &reports_of(&[("trainer_state.json", state(&[1, 401, 531, 851]))])[0];
+    let f = finding(r, Label::ResumeDiscontinuity);
+    assert_eq!(f.step, 401);
+    match &f.detail {
+        Some(Detail::Resume(res)) => assert_eq!(res.boundaries.len(), 3, "{res:?}"),
+        other => panic!("{other:?}"),
+    }
+    // Cycles of one length from zero (cosine-with-restarts' shape) are planned: no resume.
+    let r = &reports_of(&[("trainer_state.json", state(&[1, 251, 501, 751]))])[0];
+    assert!(
+        !labels(r).contains(&Label::ResumeDiscontinuity),
+        "{:?}",
+        labels(r)
+    );
+}
+
+#[test]
 fn lightning_validation_batch_rows_on_their_own_counter_are_no_resume() {
     // Lightning writes `val_loss_step` against the validation loop's counter (one batch an
     // epoch: step = epoch), between rows on the training step (4 batches an epoch).

@@ -107,7 +107,9 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
     let span_after = (last.step.saturating_sub(pts[peak_i].step)) as f64;
     if late && after_peak >= 3 && span_after >= 0.3 * total {
         let ratio = last.value / peak;
-        if ratio >= ctx.cfg.no_decay_ratio {
+        // A schedule that decayed and began again (a resume, a warm restart) did decay.
+        let lowest = pts[peak_i..].iter().map(|p| p.value).fold(peak, f64::min);
+        if ratio >= ctx.cfg.no_decay_ratio && lowest >= ctx.cfg.no_decay_ratio * peak {
             let rec = format!(
                 "the LR stays at {:.0} % of its peak {} to the end: use cosine decay with 3 % \
                  warmup (~{} steps) down to min_lr = 0.1x peak ({}); at the least, drop to peak \

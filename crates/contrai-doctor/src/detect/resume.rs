@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 use super::{Ctx, main_loss, num};
 use crate::finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
 use crate::series::{Cut, LogOrder, Marker, Point, Series};
-use crate::stats::{median, point_noise};
+use crate::stats::{median, median_gap, point_noise};
 
 /// Points of the segment before whose median is its end level.
 const END_POINTS: usize = 5;
@@ -26,6 +26,9 @@ const JITTER_PASS: usize = 3;
 const FALSE_START: usize = 5;
 /// An LR at this share of the earlier peak or above has gone back to the peak.
 const PEAK_SHARE: f64 = 0.8;
+/// How far a warm-restart schedule's cycle may stray from its law, as a share of the length the
+/// law predicts.
+const CYCLE_SLACK: f64 = 0.1;
 /// Boundaries named in the advice besides the one it describes.
 const MORE_NAMED: usize = 4;
 
@@ -163,18 +166,47 @@ fn kept_cuts(log: &LogOrder) -> Vec<Cut> {
     let jitter = |c: &Cut| {
         pervasive && c.marker.is_none() && back(c) && depth(c) <= shallow && (passes(c) || cut_follows(c))
     };
-    // One schedule that begins again is a resume; several are a warm-restart schedule.
-    let restarts = log
-        .cuts
-        .iter()
-        .filter(|c| c.marker == Some(Marker::LrRestart))
-        .count();
+    let warm = warm_restarts(log);
     log.cuts
         .iter()
-        .filter(|c| c.marker != Some(Marker::LrRestart) || restarts == 1)
+        .filter(|c| c.marker != Some(Marker::LrRestart) || !warm)
         .filter(|c| c.marker.is_some() || !(duplicate(c) || jitter(c)))
         .copied()
         .collect()
+}
+
+/// True when the log's LR restarts are a warm-restart schedule, not resumes: there are several
+/// and their cycles follow one law — equal (cosine with restarts) or each an integer multiple of
+/// the one before (SGDR's `T_mult`). A job resumed several times with a recomputed schedule
+/// restarts at whatever steps it died at.
+fn warm_restarts(log: &LogOrder) -> bool {
+    let starts: Vec<f64> = log
+        .cuts
+        .iter()
+        .filter(|c| c.marker == Some(Marker::LrRestart))
+        .filter_map(|c| log.points.get(c.index))
+        .map(|p| p.step as f64)
+        .collect();
+    if starts.len() < 2 {
+        return false;
+    }
+    // The cycles between restarts; the first cycle (which may hold a warmup) only when there is
+    // no second one to compare with.
+    let mut periods: Vec<f64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    if periods.len() < 2 {
+        let first = log.points.first().map_or(0.0, |p| p.step as f64);
+        periods.insert(0, starts[0] - first);
+    }
+    let ratios: Vec<f64> = periods.windows(2).map(|w| w[1] / w[0].max(1.0)).collect();
+    let law = median(&ratios).unwrap_or(1.0).round();
+    // Restarts are seen at logged steps only: a cycle may be off by a log interval at each end.
+    let steps: Vec<u64> = log.points.iter().map(|p| p.step).collect();
+    let gap = median_gap(&steps);
+    law >= 1.0
+        && periods.windows(2).all(|w| {
+            let predicted = law * w[0];
+            (w[1] - predicted).abs() <= CYCLE_SLACK * predicted + 2.0 * gap * (1.0 + law)
+        })
 }
 
 /// Where the new segment starts on the earlier segment's axis: the file's step at the cut,
