@@ -88,7 +88,7 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
     }
     let is_acc = toks
         .iter()
-        .any(|t| matches!(*t, "acc" | "accuracy" | "top1") || t.ends_with("accuracy"));
+        .any(|t| matches!(*t, "acc" | "accuracy" | "top1" | "bacc" | "bas") || t.ends_with("accuracy"));
     if is_acc {
         let mut prio = 50 - 2 * len_penalty;
         if epoch_agg {
@@ -131,6 +131,9 @@ mod tests {
         assert_eq!(s("valid/Loss"), Some(Series::ValLoss));
         assert_eq!(s("val_acc"), Some(Series::ValAccuracy));
         assert_eq!(s("accuracy"), Some(Series::TrainAccuracy));
+        // Balanced accuracy (scikit-learn's `balanced_accuracy_score`, often `bas` or `bacc`).
+        assert_eq!(s("validation_bas"), Some(Series::ValAccuracy));
+        assert_eq!(s("train_bacc"), Some(Series::TrainAccuracy));
         assert_eq!(s("learning_rate"), Some(Series::Lr));
         assert_eq!(s("lr-Adam"), Some(Series::Lr));
         assert_eq!(s("grad_norm"), Some(Series::GradNorm));

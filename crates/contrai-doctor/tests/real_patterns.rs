@@ -655,6 +655,73 @@ fn a_jump_in_a_sparse_log_is_a_spike_even_after_earlier_ones_and_no_plateau() {
     assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
 }
 
+/// A deterministic draw in [0, 1) for step `i` (a per-batch metric's noise).
+fn jitter(i: u64) -> f64 {
+    let x = i
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[test]
+fn a_probe_whose_per_batch_loss_comes_down_to_ln_k_with_accuracy_at_one_in_k_is_stuck() {
+    // A linear probe over 14 classes logged per batch every 50 steps: its untrained head starts
+    // worse than uniform (3.3) and comes down to ln 14, its batch accuracy around 1/14.
+    let csv = |acc_end: f64, loss_end: f64| {
+        let mut rows = vec!["train_loss,train_acc,epoch,step".to_string()];
+        for i in 0..28u64 {
+            let t = i as f64 / 27.0;
+            let loss = 3.3 + (loss_end - 3.3) * t.min(0.6) / 0.6 + 0.3 * (jitter(i) - 0.5);
+            let acc = (1.0 / 14.0 + (acc_end - 1.0 / 14.0) * t + 0.1 * (jitter(i + 99) - 0.5)).max(0.0);
+            rows.push(format!("{loss},{acc},{},{}", i * 50 / 70, 49 + 50 * i));
+        }
+        rows.join("\n") + "\n"
+    };
+    let r = &reports_of(&[("metrics.csv", csv(1.0 / 14.0, 14f64.ln()))])[0];
+    let f = finding(r, Label::StuckAtChance);
+    // K from the loss's level alone: per-batch noise moves it by a class or so.
+    assert!((12.0..=16.0).contains(&f.evidence["classes"]), "{f:?}");
+    // The same fall from above with accuracy climbing to 30 %: it learns.
+    let r = &reports_of(&[("metrics.csv", csv(0.3, 14f64.ln()))])[0];
+    assert!(!labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
+}
+
+#[test]
+fn a_model_that_memorises_while_validation_guesses_is_stuck_at_chance_and_overfitting() {
+    // Five classes, 200 epochs: training falls from ln 5 after epoch 38; validation's balanced
+    // accuracy stays at 1/5 while its loss drifts 6 % above ln 5 (confident wrong guesses).
+    let csv = |bas_end: f64| {
+        let mut rows = vec!["epoch,step,train_loss,val_loss,val_bas".to_string()];
+        for e in 0..200u64 {
+            let t = e as f64;
+            let train = if e < 38 {
+                1.609 - 0.0005 * t
+            } else {
+                1.1 + 0.49 * (-(t - 38.0) / 30.0).exp()
+            };
+            let val = if e < 42 {
+                1.609 - 0.0004 * t
+            } else {
+                1.592 + 0.12 * (1.0 - (-(t - 42.0) / 40.0).exp())
+            };
+            let bas = if e < 36 {
+                0.2
+            } else {
+                0.19 + (bas_end - 0.19) * (t - 36.0) / 163.0 + 0.02 * (jitter(e) - 0.5)
+            };
+            rows.push(format!("{e},{},{train},{val},{bas}", 10 * e + 9));
+        }
+        rows.join("\n") + "\n"
+    };
+    let r = &reports_of(&[("metrics.csv", csv(0.19))])[0];
+    assert!(labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
+    let f = finding(r, Label::StuckAtChance);
+    assert_eq!(f.evidence["classes"], 5.0, "{f:?}");
+    // Validation accuracy climbing to 45 %: what it learns generalises, if less and less.
+    let r = &reports_of(&[("metrics.csv", csv(0.45))])[0];
+    assert!(!labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
+}
+
 #[test]
 fn three_evaluations_at_ln_k_with_accuracy_at_one_in_k_are_stuck_at_chance() {
     // A 3-epoch trial: validation at ln 10 and 11 % accuracy at each epoch end.

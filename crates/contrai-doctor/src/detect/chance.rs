@@ -11,6 +11,9 @@ use crate::stats::median;
 /// Validation evaluations needed to call a whole run stuck on validation; one fewer when a
 /// validation accuracy at 1/K at every one of them confirms the loss.
 const MIN_VAL_EVALS: usize = 4;
+/// How far (relative) from 1/K the validation accuracy's later half may lie when it alone
+/// tells a run stuck on validation.
+const ACCURACY_AT_CHANCE: f64 = 0.2;
 /// How far (relative) from ln K every validation loss may lie on a run stuck on validation.
 const VAL_TOLERANCE: f64 = 0.05;
 
@@ -85,7 +88,9 @@ fn collapsed(ctx: &Ctx, loss: Series) -> Option<Finding> {
     Some(f.with("level_before", learned))
 }
 
-/// The main loss sits at ln K and no point fell clearly below its start.
+/// The main loss sits at ln K for the whole run: it ends there, no stretch of it lay clearly
+/// below, and it never fell from its start — or, where accuracy is logged and sits at 1/K at the
+/// end, it fell only from above (an untrained head is worse than uniform).
 fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let pts = finite(ctx.st.points(loss));
     if pts.len() < 10 {
@@ -97,14 +102,29 @@ fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let end = median(&vals[vals.len() - k..])?;
     let initial = median(&vals[..3])?;
     let min = vals.iter().copied().fold(f64::INFINITY, f64::min);
-    // Never left its initial level: no point fell clearly below the start.
-    if rel_drop(start, end) > 0.02 || rel_drop(initial, min) > 0.05 || end <= 0.0 {
+    let lowest = crate::stats::block_medians(&vals, 5)
+        .into_iter()
+        .fold(f64::INFINITY, f64::min);
+    if end <= 0.0 || rel_drop(end, lowest) > 0.02 {
+        return None;
+    }
+    let fell = rel_drop(start, end) > 0.02 || rel_drop(initial, min) > 0.05;
+    let accuracy = finite(ctx.st.points(Series::TrainAccuracy));
+    if fell && accuracy.len() < 10 {
         return None;
     }
     let classes = classes(ctx, end).or_else(|| dead_output(ctx, &vals))?;
     let chance = classes.ln();
     let dist = (end - chance).abs() / chance;
-    if dist > ctx.cfg.chance_tolerance || accuracy_above_chance(ctx, Series::TrainAccuracy, classes, false) {
+    let late = accuracy
+        .get(
+            accuracy
+                .len()
+                .saturating_sub(accuracy.len() / 5)
+                .min(accuracy.len().saturating_sub(1))..,
+        )
+        .and_then(|tail| median(&tail.iter().map(|p| p.value).collect::<Vec<_>>()));
+    if dist > ctx.cfg.chance_tolerance || late.is_some_and(|a| a > 1.5 / classes) {
         return None;
     }
     Some(finding(pts[0].step, loss, end, classes, dist))
@@ -112,7 +132,9 @@ fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
 
 /// Every validation loss of the run's later half within [`VAL_TOLERANCE`] of ln K (the early
 /// ones may come down to it from above: an untrained head is worse than uniform), and validation
-/// accuracy (when logged) never clearly above 1/K.
+/// accuracy (when logged) never clearly above 1/K. Or a validation accuracy at 1/K (its later
+/// half's median; no point clearly above) while the loss never lay clearly under ln K: a model that memorises its training
+/// set grows confident on validation, its loss drifting above ln K while it still guesses.
 fn on_validation(ctx: &Ctx) -> Option<Finding> {
     let pts: Vec<Point> = finite(ctx.st.points(Series::ValLoss));
     let accuracy = finite(ctx.st.points(Series::ValAccuracy)).len();
@@ -126,16 +148,40 @@ fn on_validation(ctx: &Ctx) -> Option<Finding> {
     }
     let vals: Vec<f64> = pts[pts.len() / 2..].iter().map(|p| p.value).collect();
     let level = median(&vals)?;
-    let classes = classes(ctx, level)?;
-    let chance = classes.ln();
-    let dist = vals
-        .iter()
-        .map(|v| (v - chance).abs() / chance)
-        .fold(0.0, f64::max);
-    if dist > VAL_TOLERANCE || accuracy_above_chance(ctx, Series::ValAccuracy, classes, true) {
-        return None;
+    let dist_of = |chance: f64| {
+        vals.iter()
+            .map(|v| (v - chance).abs() / chance)
+            .fold(0.0, f64::max)
+    };
+    if let Some(classes) = classes(ctx, level)
+        && dist_of(classes.ln()) <= VAL_TOLERANCE
+        && !accuracy_above_chance(ctx, Series::ValAccuracy, classes, true)
+    {
+        return Some(finding(
+            pts[0].step,
+            Series::ValLoss,
+            level,
+            classes,
+            dist_of(classes.ln()),
+        ));
     }
-    Some(finding(pts[0].step, Series::ValLoss, level, classes, dist))
+    // The accuracy's evidence: K from the loss's lowest point (before any drift up).
+    let lowest = pts.iter().map(|p| p.value).fold(f64::INFINITY, f64::min);
+    let classes = classes(ctx, lowest)?;
+    let acc = finite(ctx.st.points(Series::ValAccuracy));
+    let late = median(&acc[acc.len() / 2..].iter().map(|p| p.value).collect::<Vec<_>>());
+    let guesses = accuracy >= needed
+        && late.is_some_and(|a| (a * classes - 1.0).abs() <= ACCURACY_AT_CHANCE)
+        && !accuracy_above_chance(ctx, Series::ValAccuracy, classes, true);
+    (guesses && lowest >= (1.0 - VAL_TOLERANCE) * classes.ln()).then(|| {
+        finding(
+            pts[0].step,
+            Series::ValLoss,
+            level,
+            classes,
+            dist_of(classes.ln()),
+        )
+    })
 }
 
 /// The evaluations span the patience (300 steps, or 3 epochs; a short run in steps: three times
