@@ -723,6 +723,42 @@ fn a_model_that_memorises_while_validation_guesses_is_stuck_at_chance_and_overfi
 }
 
 #[test]
+fn a_loss_that_doubles_at_once_and_stays_up_diverged_and_heavy_tailed_batch_noise_did_not() {
+    // A binary classifier logged every 10 steps learns from ln 2 to ~0.35, then one update
+    // throws it back to ~0.68 for the rest of its 500 steps: no point of that is a spike.
+    let collapse: Vec<(u64, f64)> = (1..=50u64)
+        .map(|i| {
+            let noise = 0.06 * (jitter(i) - 0.5);
+            let level = if i <= 30 {
+                0.35 + 0.33 * (-(i as f64) / 8.0).exp()
+            } else {
+                0.68
+            };
+            (i * 10, level + noise)
+        })
+        .collect();
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&collapse, &[], 500))])[0];
+    let f = finding(r, Label::LossSpike);
+    assert_eq!(f.step, 310);
+    assert!(f.recommendation.contains("stayed there"), "{}", f.recommendation);
+    // A DPO loss on tiny batches: most points near 0, every few a batch near ln 2 or above,
+    // the same from start to end — its jumps come back at once.
+    let noisy: Vec<(u64, f64)> = (1..=200u64)
+        .map(|i| {
+            let u = jitter(i);
+            let v = if u < 0.7 {
+                0.001 + 0.02 * jitter(i + 7)
+            } else {
+                0.1 + 0.9 * jitter(i + 7)
+            };
+            (i, if i <= 5 { 0.693 } else { v })
+        })
+        .collect();
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&noisy, &[], 200))])[0];
+    assert!(!labels(r).contains(&Label::LossSpike), "{:?}", labels(r));
+}
+
+#[test]
 fn three_evaluations_at_ln_k_with_accuracy_at_one_in_k_are_stuck_at_chance() {
     // A 3-epoch trial: validation at ln 10 and 11 % accuracy at each epoch end.
     let eval = [

@@ -71,10 +71,78 @@ const DIVERGED_FOR: usize = 3;
 /// How far above everything before it a diverging jump goes.
 const DIVERGED_JUMP: f64 = 4.0;
 
+/// A training loss that diverged: [`blow_up`], else [`lasting_jump`].
+pub fn divergence(ctx: &Ctx) -> Option<Finding> {
+    blow_up(ctx).or_else(|| lasting_jump(ctx))
+}
+
+/// Points before a jump whose median is the level it left.
+const LEVEL_BEFORE: usize = 10;
+/// Points after a jump that must hold its new level (and at most looked at).
+const LEVEL_AFTER: (usize, usize) = (5, 50);
+/// Points before a jump its noise is measured on.
+const NOISE_BEFORE: usize = 200;
+/// Noise units (of one point before it) a lasting jump's new level must stand above the old.
+const LASTING_Z: f64 = 3.0;
+
+/// A training loss that jumped to [`DoctorConfig::spike_ratio`] times its level at once and
+/// stayed there: the median of the points after the jump (at least [`LEVEL_AFTER`]'s first) and
+/// the run's last points that far above the level before, above every point of it and beyond
+/// [`LASTING_Z`] noise units. An
+/// update that threw the model off the minimum it was in (often back to the classes' prior),
+/// which no single spike test sees: the points after the jump are no spike, they are the level.
+fn lasting_jump(ctx: &Ctx) -> Option<Finding> {
+    let pts = finite(ctx.st.points(Series::TrainLoss));
+    let v: Vec<f64> = pts.iter().map(|p| p.value).collect();
+    let ratio = ctx.cfg.spike_ratio;
+    let end = crate::stats::median(&v[v.len().saturating_sub(LEVEL_BEFORE)..])?;
+    let material = super::material(ctx, Series::TrainLoss)?;
+    (LEVEL_BEFORE..v.len().saturating_sub(LEVEL_AFTER.0 - 1)).find_map(|i| {
+        let before = &v[i - LEVEL_BEFORE..i];
+        let level = crate::stats::median(before)?;
+        if level <= 0.0 || v[i] < ratio * level || end < ratio * level {
+            return None;
+        }
+        let after = crate::stats::median(&v[i..(i + LEVEL_AFTER.1).min(v.len())])?;
+        // The noise of the run's points so far: ten quiet points say little of a noisy loss.
+        let logs: Vec<f64> = v[i.saturating_sub(NOISE_BEFORE)..i]
+            .iter()
+            .map(|x| x.max(f64::MIN_POSITIVE).ln())
+            .collect();
+        let noise = crate::stats::point_noise(&logs)?.max(0.01);
+        let shift = (after / level).ln();
+        // Above every point of the level it left: that level's own noise never reached it.
+        let high = before.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let lasting = after >= ratio * level && after > high && shift >= LASTING_Z * noise;
+        (lasting && after - level >= material).then(|| {
+            let p = pts[i];
+            let rec = format!(
+                "the loss jumped {:.1}x at step {} ({} -> {}) and stayed there (median {} \
+                 since, {} at the end): an update threw the model off where it was; restart \
+                 from the last checkpoint before step {} with the peak LR x 0.3, clip the global \
+                 gradient norm at 1.0 and keep >= 3 % warmup",
+                p.value / level,
+                p.step,
+                num(level),
+                num(p.value),
+                num(after),
+                num(end),
+                p.step
+            );
+            Finding::new(Label::LossSpike, Severity::Critical, p.step, rec)
+                .with("ratio_to_level_before", after / level)
+                .with("level_before", level)
+                .with("level_after", after)
+                .with("value", p.value)
+                .with("last", end)
+        })
+    })
+}
+
 /// A training loss that jumped [`DIVERGED_JUMP`] times above everything before
 /// it and never came back under twice that level: diverged, however short its history (the
 /// robust spike test needs 8 points before it judges; a run can blow up at its second step).
-pub fn divergence(ctx: &Ctx) -> Option<Finding> {
+fn blow_up(ctx: &Ctx) -> Option<Finding> {
     let pts = finite(ctx.st.points(Series::TrainLoss));
     let jump = DIVERGED_JUMP;
     let mut high = f64::NEG_INFINITY;
