@@ -759,6 +759,35 @@ fn a_loss_that_doubles_at_once_and_stays_up_diverged_and_heavy_tailed_batch_nois
 }
 
 #[test]
+fn a_loss_that_never_fell_under_a_decaying_lr_is_a_plateau_and_one_that_fell_then_flattened_is_not() {
+    // An LLM LoRA run logged every 10 steps for 1000, cosine from the peak at its first log;
+    // `fall` of its loss in its first 200 steps, then level, with per-log noise of ±5 %.
+    let state = |fall: f64| {
+        let rows: Vec<String> = (1..=100u64)
+            .map(|i| {
+                let s = i * 10;
+                let lr = 1e-4 * (1.0 + (std::f64::consts::PI * s as f64 / 1000.0).cos());
+                let level = 2.15 * (1.0 - fall * (s as f64 / 200.0).min(1.0));
+                let loss = level * (1.0 + 0.1 * (jitter(i) - 0.5));
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        format!(r#"{{"max_steps": 1000, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let r = &reports_of(&[("trainer_state.json", state(0.0))])[0];
+    let f = finding(r, Label::Plateau);
+    assert_eq!(f.evidence["never_improved"], 1.0, "{f:?}");
+    assert!(
+        f.recommendation.contains("never improved"),
+        "{}",
+        f.recommendation
+    );
+    // A loss that fell by a quarter and then flattened as its LR decayed converged.
+    let r = &reports_of(&[("trainer_state.json", state(0.25))])[0];
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+}
+
+#[test]
 fn three_evaluations_at_ln_k_with_accuracy_at_one_in_k_are_stuck_at_chance() {
     // A 3-epoch trial: validation at ln 10 and 11 % accuracy at each epoch end.
     let eval = [

@@ -286,13 +286,31 @@ fn recent(ctx: &Ctx, loss: Series) -> Option<Finding> {
     if rose && super::spike::jumped(ctx, loss, start) {
         return None;
     }
-    if lr_annealing(ctx, start) {
+    let annealing = lr_annealing(ctx, start);
+    if annealing && !never_improved(ctx, loss) {
         return None;
     }
     if converged(ctx, loss, start) {
         return None;
     }
-    Some(finding(ctx, loss, improvement, se, start, w))
+    let f = finding(ctx, loss, improvement, se, start, w);
+    Some(if annealing { never_fell(f, loss) } else { f })
+}
+
+/// The loss over the run's first half — its LR at or near its peak — improved by no more than
+/// its own noise tells (two standard errors of its fitted change, known within
+/// [`FLAT_WITHIN`]): a schedule's decay explains a loss that flattens after it fell, not one
+/// that never fell while the LR was high.
+fn never_improved(ctx: &Ctx, loss: Series) -> bool {
+    let pts = finite(ctx.st.points(loss));
+    let first = &pts[..pts.len() / 2];
+    if first.len() < 10 || first.iter().any(|p| p.value <= 0.0) {
+        return false;
+    }
+    let ys = block_medians(&first.iter().map(|p| p.value.ln()).collect::<Vec<_>>(), 32);
+    let xs = block_medians(&first.iter().map(|p| p.step as f64).collect::<Vec<_>>(), 32);
+    theil_sen_change(&xs, &ys)
+        .is_some_and(|(change, se)| 2.0 * se < FLAT_WITHIN && 1.0 - change.exp() < 2.0 * se)
 }
 
 /// A flat tail is convergence when the validation loss, evaluated at least 3 times in it, stays
@@ -421,6 +439,20 @@ fn lr_cut_or_unknown(ctx: &Ctx, from: u64, to: u64) -> bool {
         (Some(a), Some(b)) => b < 0.7 * a,
         _ => true,
     }
+}
+
+/// The plateau of a run whose loss never fell while its LR decayed: no LR cut helps it.
+fn never_fell(mut f: Finding, loss: Series) -> Finding {
+    f.recommendation = format!(
+        "{} never improved from its first log, its LR at its peak and decaying since: \
+         nothing this run's schedule did moved it. Check that the weights train (trainable \
+         parameters > 0, adapters on the layers the task needs, the LR reaching them), that \
+         the labels or loss mask cover what the model must learn, then raise the peak LR x 3 \
+         (or the adapter rank); if the base model already fits this data, compare its \
+         evaluation loss before training first",
+        loss.name()
+    );
+    f.with("never_improved", 1.0)
 }
 
 /// The finding for a recent window that did not improve.
