@@ -788,6 +788,33 @@ fn a_loss_that_never_fell_under_a_decaying_lr_is_a_plateau_and_one_that_fell_the
 }
 
 #[test]
+fn a_validation_loss_that_blows_up_between_two_evaluations_is_a_spike_the_training_loss_hides() {
+    // A classifier over 15 epochs of 100 steps: training falls smoothly; validation is noisy
+    // (0.4-1.3) and, with `blow_up`, jumps to 9.4 at epoch 9 and is back at the next.
+    let state = |blow_up: bool| {
+        let train: Vec<(u64, f64)> = (1..=150u64)
+            .map(|i| (i * 10, 0.02 + 0.25 * (-(i as f64) / 30.0).exp()))
+            .collect();
+        let eval: Vec<(u64, f64, Option<f64>)> = (1..=15u64)
+            .map(|e| {
+                let v = if blow_up && e == 9 {
+                    9.4
+                } else {
+                    0.4 + 0.9 * jitter(e)
+                };
+                (e * 100, v, None)
+            })
+            .collect();
+        trainer_state(&train, &eval, 1500)
+    };
+    let r = &reports_of(&[("trainer_state.json", state(true))])[0];
+    let f = finding(r, Label::LossSpike);
+    assert_eq!((f.step, f.evidence["on_validation"]), (900, 1.0), "{f:?}");
+    let r = &reports_of(&[("trainer_state.json", state(false))])[0];
+    assert!(!labels(r).contains(&Label::LossSpike), "{:?}", labels(r));
+}
+
+#[test]
 fn three_evaluations_at_ln_k_with_accuracy_at_one_in_k_are_stuck_at_chance() {
     // A 3-epoch trial: validation at ln 10 and 11 % accuracy at each epoch end.
     let eval = [

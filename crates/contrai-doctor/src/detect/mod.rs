@@ -69,6 +69,7 @@ pub fn on_point(ctx: &Ctx, series: Series) -> Vec<Finding> {
         Series::TrainLoss | Series::ValLoss if series == main_loss(ctx.st) => {
             out.extend(spike::loss_spike(ctx, series))
         }
+        Series::ValLoss => out.extend(spike::validation_jump(ctx)),
         Series::GradNorm => out.extend(spike::grad_explode(ctx)),
         _ => {}
     }

@@ -214,6 +214,41 @@ pub fn loss_spike(ctx: &Ctx, loss: Series) -> Option<Finding> {
     )
 }
 
+/// Validation points before a validation jump whose median it is measured against.
+const VAL_BEFORE: usize = 5;
+
+/// A validation-loss point [`JUMP_RATIO`] times the median of the [`VAL_BEFORE`] evaluations
+/// before it (a material change on its own scale), in a run whose main loss is the training
+/// loss: the evaluation blew up between two evaluations while training went on — a spike the
+/// training-loss test cannot see.
+pub fn validation_jump(ctx: &Ctx) -> Option<Finding> {
+    let pts = finite(ctx.st.points(Series::ValLoss));
+    let (last, before) = pts.split_last()?;
+    let before = &before[before.len().checked_sub(VAL_BEFORE)?..];
+    let level = crate::stats::median(&before.iter().map(|p| p.value).collect::<Vec<_>>())?;
+    let ratio = last.value / level;
+    if level <= 0.0 || ratio < JUMP_RATIO || last.value - level < super::material(ctx, Series::ValLoss)? {
+        return None;
+    }
+    let rec = format!(
+        "the validation loss jumped {ratio:.1}x above the median of its last {VAL_BEFORE} \
+         evaluations ({}) at step {}, to {}: evaluation is unstable — BatchNorm statistics from \
+         small batches (a larger batch, or freeze them late), weights thrown about by an LR \
+         too high for this phase (peak LR x 0.5), or an overflow in half-precision evaluation; \
+         keep the checkpoint with the best validation loss, not the last",
+        num(level),
+        last.step,
+        num(last.value)
+    );
+    Some(
+        Finding::new(Label::LossSpike, Severity::Warning, last.step, rec)
+            .with("ratio_to_median", ratio)
+            .with("recent_median", level)
+            .with("value", last.value)
+            .with("on_validation", 1.0),
+    )
+}
+
 /// A gradient-norm point an order of magnitude above its recent median.
 pub fn grad_explode(ctx: &Ctx) -> Option<Finding> {
     let (z, ratio, med, step) = newest_z(ctx, Series::GradNorm, ctx.cfg.grad_explode_ratio)?;
