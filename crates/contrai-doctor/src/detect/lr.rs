@@ -152,17 +152,25 @@ fn planned_total(ctx: &Ctx, last: u64) -> u64 {
 
 /// The share of the run its first steps are, where an early rise of the loss shows.
 const EARLY: f64 = 0.2;
+/// The fewest logs an early rise is judged on.
+const EARLY_LOGS: usize = 5;
 /// An early rise: the loss this many times its first logged value.
 const EARLY_RISE: f64 = 1.5;
 
 /// The training loss's first logged value, and its highest over the run's first [`EARLY`]
-/// (at least 5 logs) with its step, when that high is [`EARLY_RISE`] times the first.
+/// (at least its first [`EARLY_LOGS`] logs, in a sparse log, while they lie in its first half)
+/// with its step, when that high is [`EARLY_RISE`] times the first.
 fn early_rise(ctx: &Ctx, total: f64) -> Option<(f64, f64, u64)> {
     let loss = finite(ctx.st.points(Series::TrainLoss));
     let first = loss.first()?;
-    let until = first.step as f64 + EARLY * total;
-    let early: Vec<_> = loss.iter().take_while(|p| (p.step as f64) <= until).collect();
-    if early.len() < 5 || first.value <= 0.0 {
+    let (until, half) = (first.step as f64 + EARLY * total, first.step as f64 + total / 2.0);
+    let early: Vec<_> = loss
+        .iter()
+        .enumerate()
+        .take_while(|(i, p)| (p.step as f64) <= until || (*i < EARLY_LOGS && (p.step as f64) <= half))
+        .map(|(_, p)| p)
+        .collect();
+    if early.len() < EARLY_LOGS || first.value <= 0.0 {
         return None;
     }
     let high = early.iter().skip(1).max_by(|a, b| a.value.total_cmp(&b.value))?;
