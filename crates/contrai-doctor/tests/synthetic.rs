@@ -328,8 +328,31 @@ fn grad_vanish_and_control() {
         .iter()
         .map(|&(s, v)| (s, v * (-(s as f64) / 200.0).exp()))
         .collect();
-    let l = labels(&run(with(base.clone(), Series::GradNorm, vanish), XUnit::Step));
+    // The gradient gone 1000x by step 1400, the loss stops there.
+    let stalled: Vec<(u64, f64)> = base[0]
+        .1
+        .iter()
+        .map(|&(s, v)| {
+            (
+                s,
+                if s > 1400 {
+                    v / (0.3 + 2.0 * (-(s as f64) / 600.0).exp()) * 0.49
+                } else {
+                    v
+                },
+            )
+        })
+        .collect();
+    let both = with(
+        with(base.clone(), Series::GradNorm, vanish.clone()),
+        Series::TrainLoss,
+        stalled,
+    );
+    let l = labels(&run(both, XUnit::Step));
     assert!(l.contains(&Label::GradVanish), "{l:?}");
+    // A loss that still falls under the small norm is learning: the gradient carries it.
+    let l = labels(&run(with(base.clone(), Series::GradNorm, vanish), XUnit::Step));
+    assert!(!l.contains(&Label::GradVanish), "{l:?}");
     let mild: Vec<(u64, f64)> = base[3]
         .1
         .iter()

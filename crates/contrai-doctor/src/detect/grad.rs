@@ -24,6 +24,9 @@ pub fn vanish(ctx: &Ctx) -> Option<Finding> {
         .find(|p| p.value <= peak * ctx.cfg.grad_vanish_ratio)
         .map(|p| p.step)
         .unwrap_or(pts[0].step);
+    if still_learns(ctx, step) {
+        return None;
+    }
     let rec = format!(
         "gradient norm fell from {} to {} ({:.1e}x): check for dead activations or saturated \
          outputs, use pre-LN/residual paths, raise the LR x 3 if it was annealed too early, and \
@@ -38,6 +41,23 @@ pub fn vanish(ctx: &Ctx) -> Option<Finding> {
             .with("last_grad_norm", last)
             .with("ratio", last / peak),
     )
+}
+
+/// The least a loss must fall (relative, beyond twice its standard error) after the gradient
+/// norm fell for the gradients to be carrying what the model learns.
+const STILL_LEARNS: f64 = 0.01;
+
+/// True when the main loss kept falling beyond its noise from `from` on: a small gradient norm
+/// that still moves the loss is a fine-tune's or a converging run's, not a vanished gradient
+/// (which stops learning).
+fn still_learns(ctx: &Ctx, from: u64) -> bool {
+    let loss = finite(ctx.st.points(super::main_loss(ctx.st)));
+    let since: Vec<_> = loss.iter().filter(|p| p.step >= from && p.value > 0.0).collect();
+    since.len() >= 8
+        && super::fitted_change(since.iter().copied(), f64::ln).is_some_and(|(change, se)| {
+            let fall = 1.0 - change.exp();
+            fall >= STILL_LEARNS && fall > 2.0 * se
+        })
 }
 
 /// A sustained rise of the gradient norm: the latest tenth sits an order of magnitude above the
