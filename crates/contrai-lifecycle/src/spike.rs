@@ -15,7 +15,7 @@
 //! (1 % of the loss). Where that tail is wide the z-score of even a pathological batch stays low:
 //! the second route, a loss several times beyond anything in the window, catches it.
 //! On the default run (`contrai-train`'s golden `metrics.jsonl`) the highest robust z is 4.3 and
-//! the highest loss over its window's highest 1.87 (tests/spike.rs holds both under half the
+//! the highest loss over its window's highest 1.87 (tests/it/spike.rs holds both under half the
 //! thresholds). The window lives in [`State`] and comes back with the checkpoint a rollback
 //! restores; the triage's memory ([`Triage`]: the spikes, the rows that left, the LR factor) is
 //! kept through every rollback ([`crate::conductor::Conductor::adopt`]) and saved with the state.

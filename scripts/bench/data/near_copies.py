@@ -10,7 +10,7 @@ each original two copies: one with one word edited, one with max(1, 5 % of its w
 word replaced by another word of the corpus, or by itself with "un" before it, a word inserted,
 or a word deleted, at distinct places). OUT_DIR gets `planted.jsonl` (id, text, label) and
 `pairs.json` (band, kind, original id, copy id). The windows, edits and seed differ from the
-test suite's (`crates/contrai-data/tests/near_copies.rs`, seed 48): these pairs were not tuned on.
+test suite's (`crates/contrai-data/tests/it/near_copies.rs`, seed 48): these pairs were not tuned on.
 
 `score` reads a tool's clusters (a JSON list of lists of ids, every cluster of two or more, or
 datasketch_audit.py's output) and

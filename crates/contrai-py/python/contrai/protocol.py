@@ -2,7 +2,7 @@
 one ``Request``) and the observations it takes (``Observation``), plus what they hold.
 
 Generated from the Rust types (``contrai_lifecycle::protocol`` and what it names) by
-``crates/contrai-lifecycle/tests/python_protocol.rs``; do not edit: change the Rust type, then
+``crates/contrai-lifecycle/tests/it/python_protocol.rs``; do not edit: change the Rust type, then
 run that test with ``CONTRAI_BLESS=1``. Serde's forms: a unit variant is its name as a string
 (``"RoundTrip"``), any other variant a one-key dict (``{"Train": {...}}``); a measured value that
 is not finite arrives as the word ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``.

@@ -4,7 +4,7 @@
 //! to 563 steps, 2–6 minutes on 2 cores): the slowest tests of the workspace, and the ones that
 //! prove the README's numbers.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,6 @@
 //! `contrai data` end to end: exit codes, human and JSON output, files written, errors.
 
-mod util;
+use crate::util;
 
 use serde_json::Value;
 use util::{TempDir, contrai, read_json, read_to_string};

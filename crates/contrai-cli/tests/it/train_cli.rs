@@ -1,6 +1,6 @@
 //! `contrai train` end to end on a tiny recipe: the run directory, the holdout line, the report.
 
-mod util;
+use crate::util;
 
 use util::{TempDir, contrai, read_json, read_to_string};
 

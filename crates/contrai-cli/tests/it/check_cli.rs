@@ -1,7 +1,7 @@
 //! `contrai check`: each finding a recipe can have, planted; none on the default recipe; the exit
 //! status (0 without an error finding, 1 with one, 2 for a recipe that cannot be read).
 
-mod util;
+use crate::util;
 
 use serde_json::Value;
 use util::{TINY_BERT, TempDir, contrai};

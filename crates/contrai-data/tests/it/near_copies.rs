@@ -3,7 +3,7 @@
 //! partition; and among distinct real sentences, every pair the audit joins must be a near-copy
 //! by the definition, checked by brute force (`common::Reference`).
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! interrupted; so does one stopped by SIGTERM (a stop checkpoint of the step it stopped at); a
 //! corrupt newest checkpoint falls back to the previous one.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -113,7 +113,7 @@ fn train_rows(run: &Path) -> u64 {
 
 fn spawn_worker(run: &Path, data: &Path, signals: bool, net: Net) -> std::process::Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["worker_entry", "--exact", "--nocapture", "--test-threads=1"])
+    cmd.args(["resume::worker_entry", "--exact", "--nocapture", "--test-threads=1"])
         .env(WORKER_DIR, run)
         .env(WORKER_DATA, data)
         .stdout(Stdio::null())

@@ -1,7 +1,7 @@
 //! The loop's contracts: accumulation equivalence, the run directory, metrics rows, the holdout
 //! read once, refusing leaking splits, and learning the demo task.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

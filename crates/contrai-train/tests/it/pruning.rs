@@ -2,7 +2,7 @@
 //! with real zeros, whole heads (globally, and measured by diagnose), and masks that survive
 //! checkpoints, resumes and every optimizer step.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-mod common;
+use crate::common;
 
 use common::Reference;
 use contrai_data::demo::{DemoConfig, DemoSet, generate};

@@ -2,7 +2,7 @@
 //! the holdout file exactly the accuracy its model card recorded; CSV input gives the same rows;
 //! what cannot be predicted is refused with the file and the reason.
 
-mod common;
+use crate::common;
 
 use common::{
     Collect, demo_file, forced_contract, holdout_file, lifecycle_recipe, predict, predictions_match_the_card,

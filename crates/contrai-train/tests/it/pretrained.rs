@@ -3,7 +3,7 @@
 //! and attention matrices pruned by their Hugging Face names, int8, a student on the teacher's
 //! tokenizer — and every final model predicting what its card recorded.
 
-mod common;
+use crate::common;
 
 use common::{
     Collect, bert_recipe, demo_file, kinds, predictions_match_the_card, safetensors, tiny_bert_dir,

@@ -1,7 +1,7 @@
 //! Output piped into a reader that stops early (`contrai plan | head -1`): every subcommand that
 //! prints ends quietly — exit 0 or 141 (a closed pipe), no panic, no backtrace.
 
-mod util;
+use crate::util;
 
 use util::{TempDir, contrai};
 

@@ -2,7 +2,7 @@
 //! step, label noise that makes the model overfit, a main phase that stabilises, a contraction
 //! that hurts, a batch request below half, a pipeline that cannot learn. (Pruning: `pruning.rs`.)
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,6 @@
 //! `contrai recipe init` for a pretrained checkpoint, full and LoRA, checked by `contrai recipe check`.
 
-mod util;
+use crate::util;
 
 use util::{TINY_BERT, TempDir, contrai};
 

@@ -1,6 +1,6 @@
 //! Integration tests of `contrai doctor` (the binary).
 
-mod util;
+use crate::util;
 
 use std::io::Write;
 use std::path::Path;

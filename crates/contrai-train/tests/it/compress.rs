@@ -1,7 +1,7 @@
 //! `contrai compress` on a finished run: pruning with masked fine-tuning, int8 and the student,
 //! made from the run's best checkpoint and measured side by side.
 
-mod common;
+use crate::common;
 
 use common::{Collect, demo_file, tiny_recipe, zero_counts};
 use contrai_data::Silent;

@@ -2,7 +2,7 @@
 //! standardised on train only, all five phases (pruning its hidden layers, int8, a student), the
 //! holdout read once, exact resume, and the errors a numeric data set can raise.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

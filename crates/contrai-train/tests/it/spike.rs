@@ -4,7 +4,7 @@
 //! `quarantine.jsonl` names the rows; when a planted row spikes again in a later epoch it leaves
 //! the training set.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

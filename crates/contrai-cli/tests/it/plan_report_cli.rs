@@ -1,6 +1,6 @@
 //! `contrai plan` and `contrai report` end to end.
 
-mod util;
+use crate::util;
 
 use util::{TempDir, contrai, read_to_string};
 

@@ -2,7 +2,7 @@
 //! change), a path with no log yet says what it waits for, and beyond loopback a request without
 //! the printed access token is refused.
 
-mod util;
+use crate::util;
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Read, Write};
