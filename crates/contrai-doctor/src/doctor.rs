@@ -336,10 +336,14 @@ impl Report {
         if let Some(k) = s.schedule {
             parts.push(serde_json::to_value(k).ok()?.as_str()?.to_string());
         }
-        match (s.warmup_ratio, s.warmup_steps) {
-            (Some(r), _) => parts.push(format!("warmup {:.0} %", 100.0 * r)),
-            (None, Some(n)) => parts.push(format!("warmup {n} steps")),
+        match (s.warmup_ratio, s.warmup_steps, s.warmup_epochs) {
+            (Some(r), _, _) => parts.push(format!("warmup {:.0} %", 100.0 * r)),
+            (None, Some(n), _) => parts.push(format!("warmup {n} steps")),
+            (None, None, Some(e)) => parts.push(format!("warmup {e} epochs")),
             _ => {}
+        }
+        if let Some(e) = s.epochs {
+            parts.push(format!("{e} epochs"));
         }
         if let Some(lr) = s.peak_lr {
             parts.push(format!("peak LR {}", crate::detect::num(lr)));

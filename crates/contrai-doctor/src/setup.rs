@@ -79,6 +79,10 @@ pub struct Setup {
     pub warmup_ratio: Option<f64>,
     /// Warmup in steps.
     pub warmup_steps: Option<u64>,
+    /// Warmup in epochs (Lightning modules' `warmup_epochs`).
+    pub warmup_epochs: Option<f64>,
+    /// The epochs the run was set to train for.
+    pub epochs: Option<f64>,
     /// The peak (configured) learning rate.
     pub peak_lr: Option<f64>,
     /// The batch size per device (or in all, when the file does not split it).
@@ -119,6 +123,14 @@ impl Setup {
                 self.warmup_steps = count().map(u64::from);
                 self.warmup_steps.is_some()
             }
+            "warmup_epochs" if self.warmup_epochs.is_none() => {
+                self.warmup_epochs = num().filter(|e| *e > 0.0);
+                self.warmup_epochs.is_some()
+            }
+            k if EPOCH_KEYS.contains(&k) && self.epochs.is_none() => {
+                self.epochs = num().filter(|e| *e >= 1.0);
+                self.epochs.is_some()
+            }
             k if LR_KEYS.contains(&k) && self.peak_lr.is_none() => {
                 self.peak_lr = num().filter(|x| *x > 0.0);
                 self.peak_lr.is_some()
@@ -143,10 +155,13 @@ impl Setup {
         taken
     }
 
-    /// The warmup's share of a run of `total` steps, when the files state it.
+    /// The warmup's share of a run of `total` steps, when the files state it (as a ratio, in
+    /// steps, or in epochs beside the epochs the run was set to; above 1 when the run ends
+    /// inside its warmup).
     pub fn warmup_share(&self, total: Option<u64>) -> Option<f64> {
         let by_steps = || Some(self.warmup_steps? as f64 / total.filter(|t| *t > 0)? as f64);
-        self.warmup_ratio.or_else(by_steps)
+        let by_epochs = || Some(self.warmup_epochs? / self.epochs?);
+        self.warmup_ratio.or_else(by_steps).or_else(by_epochs)
     }
 
     /// "batch 8 x 4 accumulated = 32", when the batch is known.
@@ -163,6 +178,8 @@ impl Setup {
 pub const SCHEDULE_KEYS: [&str; 4] = ["lr_scheduler_type", "lr_scheduler", "scheduler", "lr_schedule"];
 /// Keys that give the peak learning rate.
 const LR_KEYS: [&str; 4] = ["learning_rate", "lr", "opt_learning_rate", "max_lr"];
+/// Keys that give the epochs a run is set to train for.
+pub const EPOCH_KEYS: [&str; 4] = ["max_epochs", "num_train_epochs", "epochs", "num_epochs"];
 /// Keys that give the batch size.
 const BATCH_KEYS: [&str; 3] = ["per_device_train_batch_size", "train_batch_size", "batch_size"];
 

@@ -4,7 +4,7 @@
 use super::{Ctx, finite, num};
 use crate::finding::{Detail, Finding, Label, Severity};
 use crate::series::{Point, Series};
-use crate::setup::{LrSchedule, SCHEDULE_KEYS, Setting};
+use crate::setup::{EPOCH_KEYS, LrSchedule, SCHEDULE_KEYS, Setting};
 
 /// Reviews the LR series; `final_` is true at the end of the run.
 pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
@@ -13,8 +13,9 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
     if pts.is_empty() {
         return if final_ { from_setup(ctx) } else { out };
     }
+    // An LR logged once or twice tells nothing of its course: the files' setup does.
     if pts.len() < 5 {
-        return out;
+        return if final_ { from_setup(ctx) } else { out };
     }
     let peak = pts.iter().map(|p| p.value).fold(0.0, f64::max);
     if peak <= 0.0 {
@@ -198,7 +199,7 @@ fn from_setup(ctx: &Ctx) -> Vec<Finding> {
         && let Some(s) = setup.setting(&SCHEDULE_KEYS)
     {
         let rec = format!(
-            "the run's LR never decays ({}; no LR is logged): use cosine decay with 3 % warmup \
+            "the run's LR never decays ({}; the LR's course is not logged): use cosine decay with 3 % warmup \
              down to min_lr = 0.1x the peak LR{peak}; at the least, drop the LR x 0.25 for the \
              last 20 % of the steps",
             quoted(s)
@@ -212,12 +213,24 @@ fn from_setup(ctx: &Ctx) -> Vec<Finding> {
     }
     if let Some(share) = setup.warmup_share(Some(total).filter(|t| *t > 0))
         && share > ctx.cfg.warmup_max
-        && let Some(s) = setup.setting(&["warmup_ratio", "warmup_steps"])
+        && let Some(s) = setup.setting(&["warmup_ratio", "warmup_steps", "warmup_epochs"])
     {
+        let epochs = setup
+            .setting(&EPOCH_KEYS)
+            .filter(|_| s.key == "warmup_epochs")
+            .map(|e| format!(" of {}", quoted(e)))
+            .unwrap_or_default();
+        let over = if share >= 1.0 {
+            "the run ends inside its LR warmup, which never reaches its peak".to_string()
+        } else {
+            format!(
+                "the run warms its LR up over {:.0} % of its {total} steps",
+                100.0 * share
+            )
+        };
         let rec = format!(
-            "the run warms its LR up over {:.0} % of its {total} steps ({}; no LR is logged): \
-             shorten the warmup to 2-5 % (~{} steps), then cosine-decay to 0.1x peak",
-            100.0 * share,
+            "{over} ({}{epochs}; the LR's course is not logged): shorten the warmup to 2-5 % of \
+             the run (~{} steps), then cosine-decay to 0.1x peak",
             quoted(s),
             (0.03 * total as f64).round()
         );

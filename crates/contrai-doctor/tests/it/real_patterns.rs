@@ -815,6 +815,36 @@ fn a_validation_loss_that_blows_up_between_two_evaluations_is_a_spike_the_traini
 }
 
 #[test]
+fn a_run_that_ends_inside_the_warmup_its_hparams_state_is_told_so() {
+    // A one-epoch smoke test of a recipe that warms up over 5 epochs: Lightning logged the LR
+    // once (a fifth of the peak, the scheduler steps per epoch), the loss every 10 steps.
+    let csv = |warmup: u32| {
+        let mut rows = vec![
+            "epoch,lr-AdamW,step,train_loss".to_string(),
+            ",0.0002,0,".to_string(),
+        ];
+        rows.extend((1..=60u64).map(|i| format!("0,,{},{}", 10 * i - 1, 2.3 - 0.8 * i as f64 / 60.0)));
+        let hparams = format!("learning_rate: 0.001\nmax_epochs: 1\nwarmup_epochs: {warmup}\n");
+        [("metrics.csv", rows.join("\n") + "\n"), ("hparams.yaml", hparams)]
+    };
+    let r = &reports_of(&csv(5))[0];
+    let f = finding(r, Label::LrWarmupTooLong);
+    assert!(
+        f.recommendation.contains("ends inside its LR warmup"),
+        "{}",
+        f.recommendation
+    );
+    assert!(
+        f.recommendation.contains("`warmup_epochs: 5` in hparams.yaml"),
+        "{}",
+        f.recommendation
+    );
+    // No warmup stated: nothing to say about it.
+    let r = &reports_of(&csv(0))[0];
+    assert!(!labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
+}
+
+#[test]
 fn three_evaluations_at_ln_k_with_accuracy_at_one_in_k_are_stuck_at_chance() {
     // A 3-epoch trial: validation at ln 10 and 11 % accuracy at each epoch end.
     let eval = [
