@@ -1,0 +1,167 @@
+//! Binds the checkpoint envelope: `Checkpoints`, `PendingCheckpoint`, sealing and verification.
+
+use std::path::{Path, PathBuf};
+
+use contrai_run::checkpoint::{self, Kind, Pending, Sealed};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    contrai._core,
+    CorruptCheckpoint,
+    pyo3::exceptions::PyRuntimeError,
+    "A checkpoint's files do not match the sums of its envelope."
+);
+
+/// A checkpoint-envelope error as a Python exception: a file that fails its sum (or is missing
+/// from it) a `CorruptCheckpoint`, the rest an `OSError`.
+fn envelope_err(e: contrai_run::RunError) -> PyErr {
+    match e {
+        contrai_run::RunError::Corrupt { .. } => CorruptCheckpoint::new_err(e.to_string()),
+        _ => PyOSError::new_err(e.to_string()),
+    }
+}
+
+/// `"step"` (scheduled) or `"stop"`.
+fn checkpoint_kind(kind: &str) -> PyResult<Kind> {
+    match kind {
+        "step" => Ok(Kind::Scheduled),
+        "stop" => Ok(Kind::Stop),
+        other => Err(PyValueError::new_err(format!(
+            "checkpoint kind `{other}`: expected step or stop"
+        ))),
+    }
+}
+
+/// The checkpoint envelope of one run's `checkpoints/` (`contrai_run::checkpoint`, the one the
+/// Burn engine writes): layout, `SHA256SUMS`, atomic placement, keep-last and verification. The
+/// PyTorch engine writes only its own files into it.
+#[pyclass(module = "contrai._core")]
+pub(crate) struct Checkpoints {
+    root: PathBuf,
+}
+
+#[pymethods]
+impl Checkpoints {
+    #[new]
+    fn new(root: PathBuf) -> Self {
+        Checkpoints { root }
+    }
+
+    /// Starts the checkpoint of `step` (`kind` `step` or `stop`): a temporary directory to write
+    /// files into, sealed and placed by `commit`.
+    #[pyo3(signature = (step, kind = "step"))]
+    fn begin(&self, step: u64, kind: &str) -> PyResult<PendingCheckpoint> {
+        let pending = Pending::begin(&self.root, checkpoint_kind(kind)?, step).map_err(envelope_err)?;
+        Ok(PendingCheckpoint { inner: Some(pending) })
+    }
+
+    /// The directory of step `step`'s checkpoint of `kind`.
+    #[pyo3(signature = (step, kind = "step"))]
+    fn dir(&self, step: u64, kind: &str) -> PyResult<PathBuf> {
+        Ok(self.root.join(checkpoint_kind(kind)?.dir_name(step)))
+    }
+
+    /// The steps that have a checkpoint of `kind`, oldest first.
+    #[pyo3(signature = (kind = "step"))]
+    fn steps(&self, kind: &str) -> PyResult<Vec<u64>> {
+        let kind = checkpoint_kind(kind)?;
+        Ok(checkpoint::list(&self.root, kind)
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect())
+    }
+
+    /// Checks every file of step `step`'s checkpoint against its sums; its `state.json` text
+    /// (`CorruptCheckpoint` when a file does not match).
+    #[pyo3(signature = (step, kind = "step"))]
+    fn verify(&self, step: u64, kind: &str) -> PyResult<String> {
+        verified_state(&self.root.join(checkpoint_kind(kind)?.dir_name(step))).map_err(envelope_err)
+    }
+
+    /// The newest scheduled checkpoint whose files match their sums — of a step below `below`
+    /// when one is, else of the rest: `(step, state.json text, the steps passed over)`, or `None`
+    /// with the steps passed over.
+    #[pyo3(signature = (below = None))]
+    fn latest(&self, below: Option<u64>) -> (Option<(u64, String)>, Vec<u64>) {
+        let below = below.unwrap_or(u64::MAX);
+        let (found, refused) =
+            checkpoint::latest_below(&self.root, &[Kind::Scheduled], below, |step, dir| {
+                verified_state(dir).map(|state| (step, state))
+            });
+        (found, refused.into_iter().map(|(s, ..)| s).collect())
+    }
+
+    /// Keeps the newest `keep_last` scheduled checkpoints and the steps in `keep`; removes the
+    /// rest and every stop checkpoint.
+    fn keep_last(&self, keep_last: usize, keep: Vec<u64>) -> PyResult<()> {
+        checkpoint::keep_last(&self.root, keep_last, &keep).map_err(envelope_err)
+    }
+
+    /// Removes the checkpoints newer than `step` and leftover temporaries.
+    fn discard_after(&self, step: u64) -> PyResult<()> {
+        checkpoint::discard_after(&self.root, step).map_err(envelope_err)
+    }
+}
+
+/// A checkpoint's `state.json` text after every file passed its sum.
+fn verified_state(dir: &Path) -> contrai_run::Result<String> {
+    let sealed = Sealed::open(dir)?;
+    sealed.verify()?;
+    let state = sealed.state()?;
+    String::from_utf8(state).map_err(|_| contrai_run::RunError::Corrupt {
+        path: dir.join(checkpoint::STATE),
+        message: "not UTF-8 text".into(),
+    })
+}
+
+/// A checkpoint being written (`Checkpoints.begin`).
+#[pyclass(module = "contrai._core")]
+pub(crate) struct PendingCheckpoint {
+    inner: Option<Pending>,
+}
+
+impl PendingCheckpoint {
+    fn pending(&mut self) -> PyResult<&mut Pending> {
+        self.inner.as_mut().ok_or_else(committed)
+    }
+}
+
+/// The error of a checkpoint used after its commit.
+fn committed() -> PyErr {
+    PyRuntimeError::new_err("this checkpoint was committed already")
+}
+
+#[pymethods]
+impl PendingCheckpoint {
+    /// The temporary directory to write the engine's files into.
+    fn path(&mut self) -> PyResult<PathBuf> {
+        Ok(self.pending()?.path().to_path_buf())
+    }
+
+    /// Writes `data` as the file `name` (forced to disk).
+    fn add(&mut self, name: &str, data: &[u8]) -> PyResult<()> {
+        self.pending()?.add(name, data).map_err(envelope_err)
+    }
+
+    /// Seals (every file forced to disk, `SHA256SUMS` written) and places the checkpoint; its
+    /// directory.
+    fn commit(&mut self) -> PyResult<PathBuf> {
+        let pending = self.inner.take().ok_or_else(committed)?;
+        pending.commit().map_err(envelope_err)
+    }
+}
+
+/// Seals a checkpoint directory a framework wrote (a Hugging Face `checkpoint-N`, Contrai's
+/// files added): `SHA256SUMS` over every file in it, written atomically; its path.
+#[pyfunction]
+pub(crate) fn seal(dir: PathBuf) -> PyResult<PathBuf> {
+    checkpoint::seal(&dir).map_err(envelope_err)
+}
+
+/// Checks every file a sealed directory lists against its sum (`CorruptCheckpoint` when one does
+/// not match, is missing, or the directory was never sealed).
+#[pyfunction]
+pub(crate) fn verify(dir: PathBuf) -> PyResult<()> {
+    Sealed::open(&dir).and_then(|s| s.verify()).map_err(envelope_err)
+}
