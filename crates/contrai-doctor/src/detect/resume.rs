@@ -7,12 +7,13 @@
 //! segment's robust noise, or a counter back at the start tell that the run was not resumed with
 //! its state; a boundary where both go on is a clean resume, reported as information.
 
-use std::collections::{BTreeMap, VecDeque};
-
 use super::{Ctx, main_loss, num};
 use crate::finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
-use crate::series::{Cut, LogOrder, Marker, Point, Series};
-use crate::stats::{median, median_gap, point_noise};
+use crate::series::{Cut, Point, Series};
+use crate::stats::{median, point_noise};
+
+mod segments;
+use segments::{Side, pairs};
 
 /// Points of the segment before whose median is its end level.
 const END_POINTS: usize = 5;
@@ -20,15 +21,10 @@ const END_POINTS: usize = 5;
 const START_POINTS: usize = 3;
 /// Points of the segment before the noise is measured on.
 const NOISE_POINTS: usize = 40;
-/// A cut the log is past again within this many points may be a logger's interleaving.
-const JITTER_PASS: usize = 3;
 /// A restart after fewer points than this is a false start: information, not a warning.
 const FALSE_START: usize = 5;
 /// An LR at this share of the earlier peak or above has gone back to the peak.
 const PEAK_SHARE: f64 = 0.8;
-/// How far a warm-restart schedule's cycle may stray from its law, as a share of the length the
-/// law predicts.
-const CYCLE_SLACK: f64 = 0.1;
 /// Boundaries named in the advice besides the one it describes.
 const MORE_NAMED: usize = 4;
 
@@ -66,147 +62,6 @@ struct Judged {
     level_step: Option<u64>,
     /// The loss level at the start of the segment before.
     start_level: Option<f64>,
-}
-
-/// A kept cut of one series, with the segments on either side in log order.
-struct Side<'a> {
-    cut: Cut,
-    before: &'a [Point],
-    after: &'a [Point],
-    /// The lowest step the log had before the cut: where the run started.
-    first: u64,
-}
-
-/// The loss's and the LR's sides of each boundary, matched by the file's steps there.
-fn pairs<'a>(
-    loss: Option<&'a LogOrder>,
-    lr: Option<&'a LogOrder>,
-    loss_repeats: bool,
-) -> Vec<(Option<Side<'a>>, Option<Side<'a>>)> {
-    let mut out: Vec<(Option<Side<'a>>, Option<Side<'a>>)> = Vec::new();
-    let mut open: BTreeMap<(u64, u64), VecDeque<usize>> = BTreeMap::new();
-    for s in loss.map(|l| sides(l, loss_repeats)).unwrap_or_default() {
-        open.entry(s.cut.log_steps).or_default().push_back(out.len());
-        out.push((Some(s), None));
-    }
-    for s in lr.map(|l| sides(l, true)).unwrap_or_default() {
-        match open.get_mut(&s.cut.log_steps).and_then(VecDeque::pop_front) {
-            Some(i) => {
-                if let Some(slot) = out.get_mut(i) {
-                    slot.1 = Some(s);
-                }
-            }
-            None => out.push((None, Some(s))),
-        }
-    }
-    out
-}
-
-/// The segments on either side of each kept cut of a series (`repeats`: a repeated step counts).
-fn sides(log: &LogOrder, repeats: bool) -> Vec<Side<'_>> {
-    let mut kept = kept_cuts(log);
-    kept.retain(|c| repeats || !c.repeated() || c.marker.is_some());
-    let mut out = Vec::with_capacity(kept.len());
-    let mut first = u64::MAX;
-    for (j, cut) in kept.iter().enumerate() {
-        let start = if j == 0 { 0 } else { kept[j - 1].index };
-        let end = kept.get(j + 1).map_or(log.points.len(), |n| n.index);
-        let (Some(before), Some(after)) = (log.points.get(start..cut.index), log.points.get(cut.index..end))
-        else {
-            continue;
-        };
-        first = before.iter().map(|p| p.step).fold(first, u64::min);
-        out.push(Side {
-            cut: *cut,
-            before,
-            after,
-            first,
-        });
-    }
-    out
-}
-
-/// The cuts that start segments: every marked one; a step cut unless it is a duplicate record
-/// (same step, same value) or belongs to a pervasive pattern of shallow cuts the log is past again
-/// within a few points — two writers a few steps apart, a train row and an eval row at each step
-/// — which is how a logger writes, not where a run resumed.
-fn kept_cuts(log: &LogOrder) -> Vec<Cut> {
-    let p = &log.points;
-    let prev = |c: &Cut| c.index.checked_sub(1).and_then(|i| p.get(i));
-    let back = |c: &Cut| prev(c).zip(p.get(c.index)).is_some_and(|(a, b)| b.step <= a.step);
-    let passes = |c: &Cut| {
-        prev(c).is_some_and(|a| {
-            p.iter()
-                .skip(c.index + 1)
-                .take(JITTER_PASS)
-                .any(|n| n.step > a.step)
-        })
-    };
-    let duplicate = |c: &Cut| {
-        c.repeated()
-            && prev(c)
-                .zip(p.get(c.index))
-                .is_some_and(|(a, b)| a.value.to_bits() == b.value.to_bits())
-    };
-    let depth = |c: &Cut| c.log_steps.0.saturating_sub(c.log_steps.1) as f64;
-    let steps: Vec<&Cut> = log
-        .cuts
-        .iter()
-        .filter(|c| c.marker.is_none() && back(c))
-        .collect();
-    let pervasive = steps.len() > (p.len() / 20).max(3);
-    let mut depths: Vec<f64> = steps.iter().map(|c| depth(c)).collect();
-    depths.sort_by(f64::total_cmp);
-    let shallow = depths.get(depths.len() * 9 / 10).copied().unwrap_or(0.0) * 2.0;
-    // A shallow cut another cut follows at once (a writer's lag just before a resume) is one too.
-    let cut_follows = |c: &Cut| {
-        let next = steps.partition_point(|n| n.index <= c.index);
-        steps.get(next).is_some_and(|n| n.index <= c.index + JITTER_PASS)
-    };
-    let jitter = |c: &Cut| {
-        pervasive && c.marker.is_none() && back(c) && depth(c) <= shallow && (passes(c) || cut_follows(c))
-    };
-    let warm = warm_restarts(log);
-    log.cuts
-        .iter()
-        .filter(|c| c.marker != Some(Marker::LrRestart) || !warm)
-        .filter(|c| c.marker.is_some() || !(duplicate(c) || jitter(c)))
-        .copied()
-        .collect()
-}
-
-/// True when the log's LR restarts are a warm-restart schedule, not resumes: there are several
-/// and their cycles follow one law — equal (cosine with restarts) or each an integer multiple of
-/// the one before (SGDR's `T_mult`). A job resumed several times with a recomputed schedule
-/// restarts at whatever steps it died at.
-fn warm_restarts(log: &LogOrder) -> bool {
-    let starts: Vec<f64> = log
-        .cuts
-        .iter()
-        .filter(|c| c.marker == Some(Marker::LrRestart))
-        .filter_map(|c| log.points.get(c.index))
-        .map(|p| p.step as f64)
-        .collect();
-    if starts.len() < 2 {
-        return false;
-    }
-    // The cycles between restarts; the first cycle (which may hold a warmup) only when there is
-    // no second one to compare with.
-    let mut periods: Vec<f64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
-    if periods.len() < 2 {
-        let first = log.points.first().map_or(0.0, |p| p.step as f64);
-        periods.insert(0, starts[0] - first);
-    }
-    let ratios: Vec<f64> = periods.windows(2).map(|w| w[1] / w[0].max(1.0)).collect();
-    let law = median(&ratios).unwrap_or(1.0).round();
-    // Restarts are seen at logged steps only: a cycle may be off by a log interval at each end.
-    let steps: Vec<u64> = log.points.iter().map(|p| p.step).collect();
-    let gap = median_gap(&steps);
-    law >= 1.0
-        && periods.windows(2).all(|w| {
-            let predicted = law * w[0];
-            (w[1] - predicted).abs() <= CYCLE_SLACK * predicted + 2.0 * gap * (1.0 + law)
-        })
 }
 
 /// Where the new segment starts on the earlier segment's axis: the file's step at the cut,
