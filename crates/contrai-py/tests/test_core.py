@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,3 +145,66 @@ def test_the_sensitivity_scan_takes_evenly_spread_whole_batches() -> None:
     sampled = DataLoader(Numbers(), batch_sampler=BatchSampler(SequentialSampler(range(40)), 4, False))
     assert sampled.batch_size is None
     assert [b.tolist() for b in spread_batches(sampled, 8)] == [[0, 1, 2, 3], [20, 21, 22, 23]]
+
+
+def stub_signatures() -> dict[str, list[str]]:
+    """What ``_core.pyi`` declares: each function and method (``Class.method``) with its
+    parameter names, ``self`` left out; each class as a name with no parameters."""
+    import ast
+
+    stub = Path(_core.__file__).with_name("_core.pyi")
+    if not stub.is_file():
+        stub = Path(contrai.__file__).with_name("_core.pyi")
+    tree = ast.parse(stub.read_text())
+    out: dict[str, list[str]] = {}
+
+    def params(f: ast.FunctionDef) -> list[str]:
+        names = [a.arg for a in f.args.posonlyargs + f.args.args + f.args.kwonlyargs]
+        return [n for n in names if n != "self"]
+
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            out[node.name] = params(node)
+        elif isinstance(node, ast.ClassDef):
+            out[node.name] = []
+            for f in node.body:
+                if isinstance(f, ast.FunctionDef) and not (f.name.startswith("__") and f.name != "__init__"):
+                    out[f"{node.name}.{f.name}"] = params(f)
+    return out
+
+
+def core_signatures() -> dict[str, list[str]]:
+    """What the built extension exports, read the same way from its text signatures (a class's
+    constructor from the class's own)."""
+    import inspect
+
+    out: dict[str, list[str]] = {}
+
+    def params(obj: Any) -> list[str]:
+        if getattr(obj, "__text_signature__", None) is None:
+            return []
+        return [p for p in inspect.signature(obj).parameters if p not in ("self", "cls")]
+
+    for name, obj in vars(_core).items():
+        if name.startswith("_") or not callable(obj):
+            continue
+        if isinstance(obj, type):
+            out[name] = []
+            if getattr(obj, "__text_signature__", None) is not None:
+                out[f"{name}.__init__"] = params(obj)
+            for m, f in vars(obj).items():
+                if not m.startswith("_") and callable(getattr(obj, m)):
+                    out[f"{name}.{m}"] = params(getattr(obj, m))
+        else:
+            out[name] = params(obj)
+    return out
+
+
+def test_the_stub_declares_what_the_extension_exports() -> None:
+    """``_core.pyi`` is written by hand for its types; its names and parameter names are checked
+    against the built extension, so the two cannot drift apart."""
+    stub, core = stub_signatures(), core_signatures()
+    assert sorted(set(core) - set(stub)) == [], "exported but not in _core.pyi"
+    assert sorted(set(stub) - set(core)) == [], "in _core.pyi but not exported"
+    differ = {k: (stub[k], core[k]) for k in stub if stub[k] != core[k]}
+    assert differ == {}, "parameters differ (stub, extension)"
