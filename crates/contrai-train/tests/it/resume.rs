@@ -113,11 +113,16 @@ fn train_rows(run: &Path) -> u64 {
 
 fn spawn_worker(run: &Path, data: &Path, signals: bool, net: Net) -> std::process::Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["resume::worker_entry", "--exact", "--nocapture", "--test-threads=1"])
-        .env(WORKER_DIR, run)
-        .env(WORKER_DATA, data)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    cmd.args([
+        "resume::worker_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(WORKER_DIR, run)
+    .env(WORKER_DATA, data)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
     if signals {
         cmd.env(WORKER_SIGNALS, "1");
     }
