@@ -43,7 +43,7 @@ class ContraiPlugin(BasePlugin):  # type: ignore[misc]  # Axolotl ships no type 
             raise ValueError("plugins lists contrai.axolotl.ContraiPlugin but the YAML sets no contrai_recipe "
                              "(a recipe: contrai recipe init --for hf > recipe.toml)")
         if not cfg.get("max_steps"):
-            from .engine import planned_steps
+            from .job import planned_steps
 
             cfg["max_steps"] = planned_steps(Path(recipe).read_text(), recipe)
 

@@ -73,8 +73,10 @@ from .preflight import Mode, facts_hf, gate, refuse_nothing_to_train, under_reci
 from .resume import Order, Resumed, fingerprint, gathered, replayed, rng_states
 from .adapters import merge
 from .checkpoints import Checkpoints, load_weights
-from .engine import (KEEP_LAST, Engine, Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning,
-                     train_also, trained_past_merge)
+from .engine import Engine
+from .job import Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning
+from .lora import train_also, trained_past_merge
+from .persist import KEEP_LAST
 from .model import unwrap
 from .trackers import Sink, hf_sinks
 

@@ -72,8 +72,9 @@ from .preempt import Preemption, stopped
 from .preflight import Mode, facts_lightning, gate, refuse_nothing_to_train, under_recipe
 from .resume import gathered, rng_states, set_rng_states
 from .adapters import mark_merged
-from .engine import (Engine, Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning, train_also,
-                     trained_past_merge)
+from .engine import Engine
+from .job import Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning
+from .lora import train_also, trained_past_merge
 from .model import unwrap
 from .trackers import Sink, lightning_sinks
 
