@@ -116,14 +116,7 @@ fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let classes = classes(ctx, end).or_else(|| dead_output(ctx, &vals))?;
     let chance = classes.ln();
     let dist = (end - chance).abs() / chance;
-    let late = accuracy
-        .get(
-            accuracy
-                .len()
-                .saturating_sub(accuracy.len() / 5)
-                .min(accuracy.len().saturating_sub(1))..,
-        )
-        .and_then(|tail| median(&tail.iter().map(|p| p.value).collect::<Vec<_>>()));
+    let late = tail_median(&accuracy, (accuracy.len() / 5).max(1));
     if dist > ctx.cfg.chance_tolerance || late.is_some_and(|a| a > 1.5 / classes) {
         return None;
     }
@@ -133,11 +126,13 @@ fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
 /// Every validation loss of the run's later half within [`VAL_TOLERANCE`] of ln K (the early
 /// ones may come down to it from above: an untrained head is worse than uniform), and validation
 /// accuracy (when logged) never clearly above 1/K. Or a validation accuracy at 1/K (its later
-/// half's median; no point clearly above) while the loss never lay clearly under ln K: a model that memorises its training
-/// set grows confident on validation, its loss drifting above ln K while it still guesses.
+/// half's median; no point clearly above) while the loss never lay clearly under ln K: a model
+/// that memorises its training set grows confident on validation, its loss drifting above ln K
+/// while it still guesses.
 fn on_validation(ctx: &Ctx) -> Option<Finding> {
     let pts: Vec<Point> = finite(ctx.st.points(Series::ValLoss));
-    let accuracy = finite(ctx.st.points(Series::ValAccuracy)).len();
+    let acc = finite(ctx.st.points(Series::ValAccuracy));
+    let accuracy = acc.len();
     let needed = if accuracy >= pts.len() {
         MIN_VAL_EVALS - 1
     } else {
@@ -154,22 +149,16 @@ fn on_validation(ctx: &Ctx) -> Option<Finding> {
             .fold(0.0, f64::max)
     };
     if let Some(classes) = classes(ctx, level)
-        && dist_of(classes.ln()) <= VAL_TOLERANCE
+        && let dist = dist_of(classes.ln())
+        && dist <= VAL_TOLERANCE
         && !accuracy_above_chance(ctx, Series::ValAccuracy, classes, true)
     {
-        return Some(finding(
-            pts[0].step,
-            Series::ValLoss,
-            level,
-            classes,
-            dist_of(classes.ln()),
-        ));
+        return Some(finding(pts[0].step, Series::ValLoss, level, classes, dist));
     }
     // The accuracy's evidence: K from the loss's lowest point (before any drift up).
     let lowest = pts.iter().map(|p| p.value).fold(f64::INFINITY, f64::min);
     let classes = classes(ctx, lowest)?;
-    let acc = finite(ctx.st.points(Series::ValAccuracy));
-    let late = median(&acc[acc.len() / 2..].iter().map(|p| p.value).collect::<Vec<_>>());
+    let late = tail_median(&acc, accuracy - accuracy / 2);
     let guesses = accuracy >= needed
         && late.is_some_and(|a| (a * classes - 1.0).abs() <= ACCURACY_AT_CHANCE)
         && !accuracy_above_chance(ctx, Series::ValAccuracy, classes, true);
@@ -182,6 +171,12 @@ fn on_validation(ctx: &Ctx) -> Option<Finding> {
             dist_of(classes.ln()),
         )
     })
+}
+
+/// The median value of the last `n` points (all of them when fewer); `None` when there are none.
+fn tail_median(points: &[Point], n: usize) -> Option<f64> {
+    let tail = &points[points.len().saturating_sub(n)..];
+    median(&tail.iter().map(|p| p.value).collect::<Vec<_>>())
 }
 
 /// The evaluations span the patience (300 steps, or 3 epochs; a short run in steps: three times

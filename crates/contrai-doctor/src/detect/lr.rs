@@ -108,9 +108,10 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
     let span_after = (last.step.saturating_sub(pts[peak_i].step)) as f64;
     if late && after_peak >= 3 && span_after >= 0.3 * total {
         let ratio = last.value / peak;
-        // A schedule that decayed and began again (a resume, a warm restart) did decay.
+        // Never under the ratio after the peak, the last point included: a schedule that decayed
+        // and began again (a resume, a warm restart) did decay.
         let lowest = pts[peak_i..].iter().map(|p| p.value).fold(peak, f64::min);
-        if ratio >= ctx.cfg.no_decay_ratio && lowest >= ctx.cfg.no_decay_ratio * peak {
+        if lowest >= ctx.cfg.no_decay_ratio * peak {
             let rec = format!(
                 "the LR stays at {:.0} % of its peak {} to the end: use cosine decay with 3 % \
                  warmup (~{} steps) down to min_lr = 0.1x peak ({}); at the least, drop to peak \
@@ -199,9 +200,9 @@ fn from_setup(ctx: &Ctx) -> Vec<Finding> {
         && let Some(s) = setup.setting(&SCHEDULE_KEYS)
     {
         let rec = format!(
-            "the run's LR never decays ({}; the LR's course is not logged): use cosine decay with 3 % warmup \
-             down to min_lr = 0.1x the peak LR{peak}; at the least, drop the LR x 0.25 for the \
-             last 20 % of the steps",
+            "the run's LR never decays ({}; the LR's course is not logged): use cosine decay \
+             with 3 % warmup down to min_lr = 0.1x the peak LR{peak}; at the least, drop the LR \
+             x 0.25 for the last 20 % of the steps",
             quoted(s)
         );
         let mut f = Finding::new(Label::LrNoDecay, Severity::Warning, first.step, rec);

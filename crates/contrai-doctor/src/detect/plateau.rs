@@ -20,14 +20,7 @@ pub(crate) fn recent_change(ctx: &Ctx, loss: Series) -> Option<(f64, f64, u64, u
     let w = w.clamp(4, pts.len());
     let win = &pts[pts.len() - w..];
     let positive = win.iter().all(|p| p.value > 0.0);
-    let ys: Vec<f64> = win
-        .iter()
-        .map(|p| if positive { p.value.ln() } else { p.value })
-        .collect();
-    let xs: Vec<f64> = win.iter().map(|p| p.step as f64).collect();
-    // 32 block medians keep Theil-Sen at <= 496 pairs whatever the log's length.
-    let ys = block_medians(&ys, 32);
-    let xs = block_medians(&xs, 32);
+    let (xs, ys) = blocked(win, 32, |v| if positive { v.ln() } else { v });
     // The change over the recent window (the last 40 % of the run seen so far).
     let span = xs.last()? - xs.first()?;
     // A plateau must last at least the patience (300 steps, or 3 epochs).
@@ -51,6 +44,14 @@ pub(crate) fn recent_change(ctx: &Ctx, loss: Series) -> Option<(f64, f64, u64, u
         change / level
     };
     Some((rel, se, win[0].step, w))
+}
+
+/// The points' steps and `value(point)`s as at most `blocks` block medians each: Theil–Sen over
+/// them stays at <= blocks² / 2 pairs whatever the log's length (32: 496).
+fn blocked(points: &[Point], blocks: usize, value: impl Fn(f64) -> f64) -> (Vec<f64>, Vec<f64>) {
+    let xs: Vec<f64> = points.iter().map(|p| p.step as f64).collect();
+    let ys: Vec<f64> = points.iter().map(|p| value(p.value)).collect();
+    (block_medians(&xs, blocks), block_medians(&ys, blocks))
 }
 
 /// True when the LR is being annealed over the steps from `from` (or, with no LR logged, the
@@ -307,8 +308,7 @@ fn never_improved(ctx: &Ctx, loss: Series) -> bool {
     if first.len() < 10 || first.iter().any(|p| p.value <= 0.0) {
         return false;
     }
-    let ys = block_medians(&first.iter().map(|p| p.value.ln()).collect::<Vec<_>>(), 32);
-    let xs = block_medians(&first.iter().map(|p| p.step as f64).collect::<Vec<_>>(), 32);
+    let (xs, ys) = blocked(first, 32, f64::ln);
     theil_sen_change(&xs, &ys)
         .is_some_and(|(change, se)| 2.0 * se < FLAT_WITHIN && 1.0 - change.exp() < 2.0 * se)
 }
@@ -351,8 +351,7 @@ fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
     if loss != Series::TrainLoss || pts.len() < 30 || pts.iter().any(|p| p.value <= 0.0) {
         return None;
     }
-    let ys = block_medians(&pts.iter().map(|p| p.value.ln()).collect::<Vec<_>>(), 60);
-    let xs = block_medians(&pts.iter().map(|p| p.step as f64).collect::<Vec<_>>(), 60);
+    let (xs, ys) = blocked(&pts, 60, f64::ln);
     let m = ys.len();
     // A drop must stand out of the curve's own swing from block to block, and be material on
     // the loss's own scale (a logged 0.0002 -> 0.0001 at a loss that began at 1 is rounding).

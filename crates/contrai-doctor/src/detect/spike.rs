@@ -88,9 +88,9 @@ const LASTING_Z: f64 = 3.0;
 /// A training loss that jumped to [`DoctorConfig::spike_ratio`] times its level at once and
 /// stayed there: the median of the points after the jump (at least [`LEVEL_AFTER`]'s first) and
 /// the run's last points that far above the level before, above every point of it and beyond
-/// [`LASTING_Z`] noise units. An
-/// update that threw the model off the minimum it was in (often back to the classes' prior),
-/// which no single spike test sees: the points after the jump are no spike, they are the level.
+/// [`LASTING_Z`] noise units. An update that threw the model off the minimum it was in (often
+/// back to the classes' prior), which no single spike test sees: the points after the jump are
+/// no spike, they are the level.
 fn lasting_jump(ctx: &Ctx) -> Option<Finding> {
     let pts = finite(ctx.st.points(Series::TrainLoss));
     let v: Vec<f64> = pts.iter().map(|p| p.value).collect();
