@@ -9,6 +9,8 @@
 use std::path::PathBuf;
 
 pub mod browser;
+#[cfg(feature = "conductor")]
+pub mod engine;
 mod proto;
 pub mod tfevents;
 pub mod wandb;

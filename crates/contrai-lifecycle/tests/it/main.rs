@@ -2,5 +2,6 @@
 //! the crate and everything under it, so one link serves them all.
 
 mod conductor;
+mod curve_engine;
 mod python_protocol;
 mod spike;

@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use contrai_lifecycle::{
-    Action, Conductor, Observation, Request, RestorePoint, RestoreScope, RunInfo, SkippedBatch, State, Turn,
+    Action, Conductor, Observation, Request, RestorePoint, RestoreScope, RunInfo, SkippedBatch, State,
 };
 use contrai_recipe::{Decay, Phase, Recipe};
-use contrai_run::{Decision, DecisionKind, MetricsRow, QuarantineEntry, SpikeCause, TrainRow};
+use contrai_run::{DecisionKind, MetricsRow, QuarantineEntry, SpikeCause, TrainRow};
+use contrai_testkit::engine::{Simulated, Transcript};
 
 const ROWS: usize = 1000;
 const BATCH: usize = 4;
@@ -49,8 +50,8 @@ struct Sim {
     /// The rows each step trained on (the last try of each step).
     trained: BTreeMap<u64, Vec<u64>>,
     quarantine: Vec<QuarantineEntry>,
-    turns: Vec<Turn>,
-    end: Option<Result<(), String>>,
+    /// Every turn the conductor gave, and how the run ended.
+    log: Transcript,
 }
 
 fn info() -> RunInfo {
@@ -99,8 +100,7 @@ impl Sim {
             checkpoints: BTreeMap::new(),
             trained: BTreeMap::new(),
             quarantine: Vec::new(),
-            turns: Vec::new(),
-            end: None,
+            log: Transcript::default(),
         }
     }
 
@@ -151,43 +151,6 @@ impl Sim {
         }
     }
 
-    fn run(&mut self, c: &mut Conductor, first: Turn) {
-        let mut turn = first;
-        loop {
-            self.turns.push(turn.clone());
-            for a in &turn.actions {
-                self.act(a);
-            }
-            let obs = match &turn.request {
-                Request::Finish(_) => {
-                    self.end = Some(Ok(()));
-                    return;
-                }
-                Request::Fail(f) => {
-                    self.end = Some(Err(format!("{f:?}")));
-                    return;
-                }
-                r => self.answer(r),
-            };
-            turn = c.observe(obs).expect("the conductor accepts every answer");
-        }
-    }
-
-    fn act(&mut self, a: &Action) {
-        match a {
-            Action::Checkpoint { state, .. } => {
-                assert_eq!(state.step, self.step);
-                let at = ((**state).clone(), self.history.len(), self.cursor);
-                self.checkpoints.insert(self.step, at);
-                self.tries_at.insert(self.step, self.tries.clone());
-            }
-            Action::DropSamples { rows } => self.dropped = rows.clone(),
-            Action::SkipBatches { batches } => self.skipped = batches.clone(),
-            Action::Quarantine(e) => self.quarantine.push(e.clone()),
-            _ => {}
-        }
-    }
-
     /// The planted loss and length of step `step` on `rows`.
     fn loss(&mut self, step: u64, rows: &[u64]) -> (f32, Option<f32>) {
         let tries = self.tries.entry(step).or_default();
@@ -213,6 +176,36 @@ impl Sim {
             loss = 10.0;
         }
         (loss, length)
+    }
+
+    /// The LR each try of `step` ran at.
+    fn lrs_of(&self, step: u64) -> Vec<f64> {
+        self.lrs()
+            .into_iter()
+            .filter(|(s, ..)| *s == step)
+            .map(|(.., lr)| lr)
+            .collect()
+    }
+}
+
+impl Simulated for Sim {
+    fn transcript(&mut self) -> &mut Transcript {
+        &mut self.log
+    }
+
+    fn act(&mut self, a: &Action) {
+        match a {
+            Action::Checkpoint { state, .. } => {
+                assert_eq!(state.step, self.step);
+                let at = ((**state).clone(), self.history.len(), self.cursor);
+                self.checkpoints.insert(self.step, at);
+                self.tries_at.insert(self.step, self.tries.clone());
+            }
+            Action::DropSamples { rows } => self.dropped = rows.clone(),
+            Action::SkipBatches { batches } => self.skipped = batches.clone(),
+            Action::Quarantine(e) => self.quarantine.push(e.clone()),
+            _ => {}
+        }
     }
 
     fn answer(&mut self, r: &Request) -> Observation {
@@ -289,38 +282,13 @@ impl Sim {
             other => panic!("not asked in these runs: {other:?}"),
         }
     }
+}
 
-    fn decisions(&self) -> Vec<&Decision> {
-        self.turns
-            .iter()
-            .flat_map(|t| &t.actions)
-            .filter_map(|a| match a {
-                Action::Record(d) => Some(d),
-                _ => None,
-            })
-            .collect()
-    }
+impl std::ops::Deref for Sim {
+    type Target = Transcript;
 
-    fn of_kind(&self, kind: DecisionKind) -> Vec<&Decision> {
-        self.decisions().into_iter().filter(|d| d.kind == kind).collect()
-    }
-
-    fn restores(&self) -> usize {
-        self.turns
-            .iter()
-            .filter(|t| matches!(t.request, Request::Restore { .. }))
-            .count()
-    }
-
-    /// The LR each try of `step` ran at.
-    fn lrs_of(&self, step: u64) -> Vec<f64> {
-        self.turns
-            .iter()
-            .filter_map(|t| match &t.request {
-                Request::Train(p) if p.step + 1 == step => Some(p.lr),
-                _ => None,
-            })
-            .collect()
+    fn deref(&self) -> &Transcript {
+        &self.log
     }
 }
 
