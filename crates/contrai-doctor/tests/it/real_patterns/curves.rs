@@ -1,0 +1,367 @@
+//! Loss curves of real runs: a noisy rise after the minimum, divergence that stays, plateaus
+//! (a stall an LR cut breaks, a loss that never fell, a frozen validation), convergence that is
+//! not one, spikes in sparse logs and in validation, how sure a verdict is.
+
+use super::*;
+
+#[test]
+fn a_noisy_rise_after_the_minimum_is_overfitting_and_the_advice_names_the_raw_best() {
+    let r = &reports_of(&[("trainer_state.json", noisy_rise())])[0];
+    let f = finding(r, Label::Overfitting);
+    assert_eq!(
+        f.evidence["best_step"], 800.0,
+        "the raw best evaluation, not the smoothed curve's"
+    );
+    assert!(
+        f.recommendation.contains("best checkpoint was step 800"),
+        "{}",
+        f.recommendation
+    );
+}
+
+#[test]
+fn the_advice_resumes_from_a_checkpoint_the_runs_folder_holds() {
+    // A Trainer's output directory: the state in its last checkpoint, the others beside it.
+    let resume = |saved: &[u64]| {
+        let out = tempfile::tempdir().unwrap();
+        for s in saved {
+            fs::create_dir(out.path().join(format!("checkpoint-{s}"))).unwrap();
+        }
+        fs::write(
+            out.path().join("checkpoint-2200").join("trainer_state.json"),
+            noisy_rise(),
+        )
+        .unwrap();
+        let r = reports(&out.path().join("checkpoint-2200")).remove(0);
+        let f = r
+            .findings
+            .into_iter()
+            .find(|f| f.label == Label::Overfitting)
+            .unwrap();
+        (
+            f.recommendation,
+            f.evidence.get("resume_checkpoint_step").copied(),
+        )
+    };
+    let (rec, step) = resume(&[600, 1200, 2200]);
+    assert!(
+        rec.contains("Resume from checkpoint-600 (step 600, the last saved before it)"),
+        "{rec}"
+    );
+    assert_eq!(step, Some(600.0));
+    let (rec, _) = resume(&[400, 800, 2200]);
+    assert!(rec.contains("Resume from checkpoint-800 with"), "{rec}");
+    let (rec, _) = resume(&[1000, 2200]);
+    assert!(
+        rec.contains("checkpoint-1000 (step 1000: none was kept at or before step 800)"),
+        "{rec}"
+    );
+}
+
+#[test]
+fn a_loss_that_jumps_at_its_second_step_and_never_comes_back_has_diverged_not_plateaued() {
+    // LR 5 instead of 5e-5: 1.64, then ln 32000 for the rest of the run.
+    let mut train = vec![(1, 1.637), (2, 11.807), (3, 11.605), (4, 10.383)];
+    train.extend((5..=10).map(|s| (s, 32000f64.ln())));
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &[], 10))])[0];
+    let f = finding(r, Label::LossSpike);
+    assert_eq!(f.step, 2);
+    assert!(
+        f.recommendation.contains("never came back"),
+        "{}",
+        f.recommendation
+    );
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+    // The same jump that comes back is no divergence.
+    let mut back = train.clone();
+    for p in back.iter_mut().skip(4) {
+        p.1 = 1.5;
+    }
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&back, &[], 10))])[0];
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| !f.recommendation.contains("never came back")),
+        "{:?}",
+        labels(r)
+    );
+}
+
+#[test]
+fn a_validation_loss_that_jumps_up_and_back_at_many_evaluations_oscillates() {
+    // The training loss falls smoothly; validation doubles and comes back at every other eval.
+    let train: Vec<(u64, f64)> = (1..=120)
+        .map(|i| (i * 10, 1.5 / (1.0 + 0.02 * i as f64)))
+        .collect();
+    let swinging = noisy_falling_eval(12, 0.4);
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &swinging, 1200))])[0];
+    let f = finding(r, Label::Oscillation);
+    assert!(
+        f.recommendation.starts_with("val_loss swings"),
+        "{}",
+        f.recommendation
+    );
+    assert!(f.evidence["evaluations_swinging"] >= 3.0, "{:?}", f.evidence);
+    // The same run with a validation loss that wobbles 5 %: no oscillation.
+    let calm = noisy_falling_eval(12, 0.05);
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &calm, 1200))])[0];
+    assert!(!labels(r).contains(&Label::Oscillation), "{:?}", labels(r));
+}
+
+#[test]
+fn a_stall_that_one_late_lr_cut_breaks_is_a_plateau_and_a_new_epochs_drop_is_not() {
+    // 180 epochs: down to 0.65 by 30, 3 % better by 90, then -20 % at once and on down to 0.25.
+    let loss = |i: f64| {
+        if i < 30.0 {
+            1.65 - i / 30.0
+        } else if i < 91.0 {
+            0.65 - 0.02 * (i - 30.0) / 60.0 + 0.005 * (i % 2.0)
+        } else {
+            0.25 + 0.24 * (-(i - 91.0) / 20.0).exp()
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    mlflow_run(dir.path(), &[("train_loss", mlflow_lines(180, &loss))], &[]);
+    let r = &reports(dir.path())[0];
+    let f = finding(r, Label::Plateau);
+    assert!(
+        f.recommendation.contains("stalled from step"),
+        "{}",
+        f.recommendation
+    );
+    assert!(
+        (85.0..=91.0).contains(&f.evidence["window_end_step"]),
+        "{:?}",
+        f.evidence
+    );
+    // The same drop with a logged LR that did not move: the data's (a new epoch), no late cut.
+    let dir = tempfile::tempdir().unwrap();
+    let lr = mlflow_lines(180, &|_| 1e-3);
+    mlflow_run(
+        dir.path(),
+        &[("train_loss", mlflow_lines(180, &loss)), ("lr", lr)],
+        &[],
+    );
+    let r = &reports(dir.path())[0];
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| !f.recommendation.contains("stalled from step")),
+        "{:?}",
+        labels(r)
+    );
+}
+
+#[test]
+fn a_flat_tail_with_validation_flat_at_its_best_is_convergence_not_a_plateau() {
+    // 300 epochs: 2.0 down to 0.25 by 150, then flat; validation flat at its best from 150 on.
+    let train = |i: f64| 0.25 + 1.75 * (-i / 25.0).exp() + 0.002 * (i % 3.0);
+    let val = |i: f64| 0.27 + 0.3 * (-i / 25.0).exp() + 0.001 * (i % 2.0);
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = [
+        ("train_loss", mlflow_lines(300, &train)),
+        ("val_loss", mlflow_lines(300, &val)),
+    ];
+    mlflow_run(dir.path(), &metrics, &[("epochs", "300")]);
+    let r = &reports(dir.path())[0];
+    assert_eq!(labels(r), vec![Label::Healthy]);
+    // Without a validation loss nothing says the tail converged: a plateau.
+    let dir = tempfile::tempdir().unwrap();
+    mlflow_run(dir.path(), &metrics[..1], &[("epochs", "300")]);
+    let r = &reports(dir.path())[0];
+    assert!(labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+}
+
+#[test]
+fn a_second_epoch_no_better_than_the_first_is_a_plateau_whatever_the_lr_decay_does() {
+    // 2.5 down to 1.93 in 15 steps, then flat (+-2 %) for three epochs.
+    let flat = |s: f64| 1.93 + 0.57 * (-s / 5.0).exp() + 0.04 * ((s * 7.0) % 3.0 - 1.0);
+    let r = &reports_of(&[("trainer_state.json", three_epochs(&flat))])[0];
+    let f = finding(r, Label::Plateau);
+    assert_eq!(f.evidence["steps_per_epoch"], 100.0);
+    assert!(f.recommendation.contains("second epoch"), "{}", f.recommendation);
+    // A fine-tune that steps down 10 % at each new epoch learns.
+    let steps = |s: f64| flat(s) * 0.9f64.powi((s / 100.0).floor() as i32);
+    let r = &reports_of(&[("trainer_state.json", three_epochs(&steps))])[0];
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+}
+
+#[test]
+fn a_jump_in_a_sparse_log_is_a_spike_even_after_earlier_ones_and_no_plateau() {
+    // 25 logs every 50 steps: a noisy descent to 1e-4 with 10x blips, then 0.083 near the end.
+    let values = [
+        0.345, 0.26, 0.167, 0.0899, 0.0492, 0.0348, 0.0154, 0.155, 0.00394, 0.0511, 0.000499, 0.00708,
+        0.000381, 0.00184, 0.000238, 0.000106, 0.000215, 0.000314, 0.000104, 0.000157, 0.000241, 0.000109,
+        0.00321, 0.0833, 0.0128,
+    ];
+    let train: Vec<(u64, f64)> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (49 + 50 * i as u64, *v))
+        .collect();
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &[], 1250))])[0];
+    let f = finding(r, Label::LossSpike);
+    assert_eq!(f.step, 1199);
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+}
+
+#[test]
+fn a_loss_that_doubles_at_once_and_stays_up_diverged_and_heavy_tailed_batch_noise_did_not() {
+    // A binary classifier logged every 10 steps learns from ln 2 to ~0.35, then one update
+    // throws it back to ~0.68 for the rest of its 500 steps: no point of that is a spike.
+    let collapse: Vec<(u64, f64)> = (1..=50u64)
+        .map(|i| {
+            let noise = 0.06 * (jitter(i) - 0.5);
+            let level = if i <= 30 {
+                0.35 + 0.33 * (-(i as f64) / 8.0).exp()
+            } else {
+                0.68
+            };
+            (i * 10, level + noise)
+        })
+        .collect();
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&collapse, &[], 500))])[0];
+    let f = finding(r, Label::LossSpike);
+    assert_eq!(f.step, 310);
+    assert!(f.recommendation.contains("stayed there"), "{}", f.recommendation);
+    // A DPO loss on tiny batches: most points near 0, every few a batch near ln 2 or above,
+    // the same from start to end — its jumps come back at once.
+    let noisy: Vec<(u64, f64)> = (1..=200u64)
+        .map(|i| {
+            let u = jitter(i);
+            let v = if u < 0.7 {
+                0.001 + 0.02 * jitter(i + 7)
+            } else {
+                0.1 + 0.9 * jitter(i + 7)
+            };
+            (i, if i <= 5 { 0.693 } else { v })
+        })
+        .collect();
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&noisy, &[], 200))])[0];
+    assert!(!labels(r).contains(&Label::LossSpike), "{:?}", labels(r));
+}
+
+#[test]
+fn a_loss_that_never_fell_under_a_decaying_lr_is_a_plateau_and_one_that_fell_then_flattened_is_not() {
+    // An LLM LoRA run logged every 10 steps for 1000, cosine from the peak at its first log;
+    // `fall` of its loss in its first 200 steps, then level, with per-log noise of ±5 %.
+    let state = |fall: f64| {
+        let rows: Vec<String> = (1..=100u64)
+            .map(|i| {
+                let s = i * 10;
+                let lr = 1e-4 * (1.0 + (std::f64::consts::PI * s as f64 / 1000.0).cos());
+                let level = 2.15 * (1.0 - fall * (s as f64 / 200.0).min(1.0));
+                let loss = level * (1.0 + 0.1 * (jitter(i) - 0.5));
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        format!(r#"{{"max_steps": 1000, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let r = &reports_of(&[("trainer_state.json", state(0.0))])[0];
+    let f = finding(r, Label::Plateau);
+    assert_eq!(f.evidence["never_improved"], 1.0, "{f:?}");
+    assert!(
+        f.recommendation.contains("never improved"),
+        "{}",
+        f.recommendation
+    );
+    // A loss that fell by a quarter and then flattened as its LR decayed converged.
+    let r = &reports_of(&[("trainer_state.json", state(0.25))])[0];
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+}
+
+#[test]
+fn a_validation_loss_that_blows_up_between_two_evaluations_is_a_spike_the_training_loss_hides() {
+    // A classifier over 15 epochs of 100 steps: training falls smoothly; validation is noisy
+    // (0.4-1.3) and, with `blow_up`, jumps to 9.4 at epoch 9 and is back at the next.
+    let state = |blow_up: bool| {
+        let train: Vec<(u64, f64)> = (1..=150u64)
+            .map(|i| (i * 10, 0.02 + 0.25 * (-(i as f64) / 30.0).exp()))
+            .collect();
+        let eval: Vec<(u64, f64, Option<f64>)> = (1..=15u64)
+            .map(|e| {
+                let v = if blow_up && e == 9 {
+                    9.4
+                } else {
+                    0.4 + 0.9 * jitter(e)
+                };
+                (e * 100, v, None)
+            })
+            .collect();
+        trainer_state(&train, &eval, 1500)
+    };
+    let r = &reports_of(&[("trainer_state.json", state(true))])[0];
+    let f = finding(r, Label::LossSpike);
+    assert_eq!((f.step, f.evidence["on_validation"]), (900, 1.0), "{f:?}");
+    let r = &reports_of(&[("trainer_state.json", state(false))])[0];
+    assert!(!labels(r).contains(&Label::LossSpike), "{:?}", labels(r));
+}
+
+#[test]
+fn a_healthy_verdict_is_as_sure_as_what_it_could_judge() {
+    // 600 steps under a linear decay, the loss falling; `evals` evaluations every 100 steps.
+    let state = |evals: u64| {
+        let mut rows: Vec<String> = (1..=60u64)
+            .map(|i| {
+                let (lr, loss) = (5e-5 * (1.0 - i as f64 / 61.0), 2.0 / (1.0 + 0.05 * i as f64));
+                format!(r#"{{"step": {}, "loss": {loss}, "learning_rate": {lr}}}"#, i * 10)
+            })
+            .collect();
+        rows.extend((1..=evals).map(|i| {
+            let loss = 2.1 / (1.0 + 0.5 * i as f64);
+            format!(r#"{{"step": {}, "eval_loss": {loss}}}"#, i * 100)
+        }));
+        format!(r#"{{"max_steps": 600, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let confidence = |evals: u64| {
+        let r = reports_of(&[("trainer_state.json", state(evals))]).remove(0);
+        let f = r.findings.into_iter().find(|f| f.label == Label::Healthy);
+        f.map(|f| f.confidence)
+    };
+    assert_eq!(
+        confidence(6),
+        Some(Confidence::High),
+        "six evaluations, 60 losses"
+    );
+    assert_eq!(confidence(2), Some(Confidence::Medium), "two evaluations");
+    assert_eq!(
+        confidence(0),
+        Some(Confidence::Low),
+        "no validation: overfitting unjudged"
+    );
+}
+
+#[test]
+fn a_spike_far_past_its_threshold_is_sure_and_one_nearer_it_is_not() {
+    // A smooth falling loss with one jump at step 300: 20x, then 2.5x.
+    let spike = |jump: f64| {
+        let train: Vec<(u64, f64)> = (1..=40)
+            .map(|i| {
+                let v = 1.0 / (1.0 + 0.02 * i as f64) * (1.0 + 0.003 * (i % 2) as f64);
+                (i * 10, if i == 30 { v * jump } else { v })
+            })
+            .collect();
+        let r = reports_of(&[("trainer_state.json", trainer_state(&train, &[], 400))]).remove(0);
+        r.findings.into_iter().find(|f| f.label == Label::LossSpike)
+    };
+    assert_eq!(spike(20.0).map(|f| f.confidence), Some(Confidence::High));
+    let nearer = spike(2.5).expect("a 2.5x jump on a smooth curve is a spike");
+    assert_eq!(nearer.confidence, Confidence::Medium, "{:?}", nearer.evidence);
+}
+
+#[test]
+fn a_validation_loss_frozen_for_the_last_third_of_the_run_is_a_plateau() {
+    // Validation falls to 1.0 at its 20th evaluation, then reads the same value to the last digit
+    // for 10 more (the model collapsed to one output), while the LR stays up.
+    let train: Vec<(u64, f64)> = (1..=300).map(|s| (s, 1.0 / (1.0 + s as f64 / 30.0))).collect();
+    let eval: Vec<(u64, f64, Option<f64>)> = (1..=30)
+        .map(|e| (10 * e, if e <= 20 { 2.0 - 0.05 * e as f64 } else { 1.0 }, None))
+        .collect();
+    let r = &reports_of(&[("trainer_state.json", trainer_state(&train, &eval, 300))])[0];
+    let f = finding(r, Label::Plateau);
+    assert!(
+        f.recommendation.contains("at each of its last 11 evaluations"),
+        "{}",
+        f.recommendation
+    );
+}

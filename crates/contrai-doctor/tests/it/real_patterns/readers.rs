@@ -1,0 +1,232 @@
+//! How real runs' files are read: W&B exports split a metric a file, LLaMA-Factory's two logs of
+//! one run, every evaluation set of a Trainer, CSV loggers of any name and separator, MLflow
+//! values without a step, Lightning's validation rows on their own counter.
+
+use super::*;
+
+#[test]
+fn a_wandb_export_split_a_metric_a_file_is_one_run() {
+    let train: Vec<String> = (1..=200)
+        .map(|s| format!("{s},{}", 1.5 * (-(s as f64) / 40.0).exp() + 0.05))
+        .collect();
+    let val: Vec<String> = (1..=10)
+        .map(|e| {
+            format!(
+                "{},{}",
+                e * 20,
+                [1.0, 0.6, 0.4, 0.35, 0.37, 0.40, 0.44, 0.47, 0.50, 0.53][e as usize - 1]
+            )
+        })
+        .collect();
+    let rs = reports_of(&[
+        (
+            "train_loss.csv",
+            format!("Step,run-7 - train/loss\n{}\n", train.join("\n")),
+        ),
+        (
+            "val_loss.csv",
+            format!("Step,run-7 - val/loss\n{}\n", val.join("\n")),
+        ),
+    ]);
+    assert_eq!(rs.len(), 1, "{:?}", sources(&rs));
+    assert!(rs[0].source.contains("train_loss.csv") && rs[0].source.contains("val_loss.csv"));
+    assert!(
+        labels(&rs[0]).contains(&Label::Overfitting),
+        "{:?}",
+        labels(&rs[0])
+    );
+}
+
+#[test]
+fn llama_factorys_two_logs_of_one_run_are_read_once_as_a_language_model() {
+    let train: Vec<(u64, f64)> = (1..=50)
+        .map(|i| (i * 10, 1.2 + 0.8 * (-(i as f64) / 10.0).exp()))
+        .collect();
+    let log: Vec<String> = train
+        .iter()
+        .map(|(s, l)| format!(r#"{{"current_steps": {s}, "total_steps": 500, "loss": {l}, "lr": 2e-5}}"#))
+        .collect();
+    let rs = reports_of(&[
+        ("trainer_state.json", trainer_state(&train, &[], 500)),
+        ("trainer_log.jsonl", log.join("\n")),
+    ]);
+    assert_eq!(rs.len(), 1);
+    assert_eq!(rs[0].task, Task::LanguageModel);
+}
+
+#[test]
+fn every_evaluation_set_of_a_trainer_is_judged_and_named() {
+    // Set `a` rises after step 600 while training falls; set `b` keeps falling.
+    let train: Vec<(u64, f64)> = (1..=30)
+        .map(|i| (i * 100, 0.7 * (-(i as f64) / 8.0).exp()))
+        .collect();
+    let mut rows: Vec<String> = train
+        .iter()
+        .map(|(s, l)| format!(r#"{{"step": {s}, "loss": {l}, "learning_rate": 2e-5}}"#))
+        .collect();
+    for i in 1..=15u64 {
+        let a = if i <= 3 {
+            0.5 - 0.05 * i as f64
+        } else {
+            0.35 + 0.03 * (i - 3) as f64
+        };
+        let b = 0.3 + 0.4 * (-(i as f64) / 4.0).exp();
+        rows.push(format!(
+            r#"{{"step": {}, "eval_a_loss": {a}, "eval_b_loss": {b}}}"#,
+            i * 200
+        ));
+    }
+    let state = format!(r#"{{"max_steps": 3000, "log_history": [{}]}}"#, rows.join(", "));
+    let rs = reports_of(&[("trainer_state.json", state)]);
+    let names: Vec<&str> = rs.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(rs.len(), 2, "{names:?}");
+    let by = |set: &str| {
+        rs.iter()
+            .find(|r| r.name.ends_with(&format!("[eval set {set}]")))
+            .unwrap()
+    };
+    assert!(
+        labels(by("a")).contains(&Label::Overfitting),
+        "{:?}",
+        labels(by("a"))
+    );
+    assert!(
+        !labels(by("b")).contains(&Label::Overfitting),
+        "{:?}",
+        labels(by("b"))
+    );
+}
+
+#[test]
+fn a_csv_logger_file_separated_by_semicolons_is_read() {
+    // Keras's CSVLogger(separator=";"): validation turns up at epoch 12 while the loss falls.
+    let rows: Vec<String> = (0..40)
+        .map(|e| {
+            let e = e as f64;
+            let val = 0.3 + 0.002 * (e - 12.0).powi(2) / (1.0 + 0.05 * (e - 12.0).abs());
+            format!("{e};0.9;{};0.8;{val}", 0.6 * (-e / 10.0).exp())
+        })
+        .collect();
+    let rs = reports_of(&[(
+        "training_logs.csv",
+        format!("epoch;acc;loss;val_acc;val_loss\n{}\n", rows.join("\n")),
+    )]);
+    assert_eq!(rs.len(), 1, "{:?}", sources(&rs));
+    assert!(
+        labels(&rs[0]).contains(&Label::Overfitting),
+        "{:?}",
+        labels(&rs[0])
+    );
+}
+
+#[test]
+fn a_csv_logger_file_of_any_name_is_read_and_a_text_log_beside_it_is_passed_over() {
+    let rows: Vec<String> = (0..40)
+        .map(|e| format!("{e},0.6428571428571429,{}", 5.7939 - 1e-6 * e as f64))
+        .collect();
+    let rs = reports_of(&[
+        (
+            "predict_age.log",
+            format!("epoch,acc,loss\n{}\n", rows.join("\n")),
+        ),
+        (
+            "run.log",
+            "INFO starting, batch 32\nloss went down, nice\n".into(),
+        ),
+    ]);
+    assert_eq!(rs.len(), 1, "{:?}", sources(&rs));
+    assert!(rs[0].source.ends_with("predict_age.log"));
+}
+
+#[test]
+fn a_trainer_state_saved_under_another_name_is_read_by_its_content() {
+    let train: Vec<(u64, f64)> = (1..=30).map(|i| (i * 10, 1.0 / i as f64)).collect();
+    let rs = reports_of(&[
+        ("__init__.py", trainer_state(&train, &[], 300)),
+        ("run_lrqa.py", "import transformers\n".to_string()),
+    ]);
+    assert_eq!(rs.len(), 1, "{:?}", sources(&rs));
+    assert!(rs[0].source.ends_with("__init__.py"), "{}", rs[0].source);
+}
+
+#[test]
+fn mlflow_values_logged_without_a_step_are_ordered_by_time_and_tr_ls_is_the_training_loss() {
+    // Thirteen epochs logged at step 0, written out of order; the last blows up.
+    let mut values = vec![
+        0.86, 0.73, 0.71, 0.70, 0.69, 0.68, 0.68, 0.67, 0.66, 0.66, 0.65, 0.65,
+    ];
+    values.push(9.6e7);
+    let line = |(i, v): (usize, &f64)| format!("{} {v} 0\n", 1_592_800_000_000u64 + 1000 * i as u64);
+    let mut lines: Vec<String> = values.iter().enumerate().map(line).collect();
+    lines.swap(3, 4);
+    let val: String = (0..13)
+        .map(|i| format!("{} {} 0\n", 1_592_800_000_500u64 + 1000 * i, 0.9))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    mlflow_run(
+        dir.path(),
+        &[("tr_ls", lines.concat()), ("val_ls", val)],
+        &[("tr_epochs", "50")],
+    );
+    let r = &reports(dir.path())[0];
+    let f = finding(r, Label::LossSpike);
+    assert_eq!(f.step, 12);
+    assert!(
+        (f.evidence["value"] / 9.6e7 - 1.0).abs() < 1e-9,
+        "{:?}",
+        f.evidence
+    );
+}
+
+#[test]
+fn mlflow_epochs_named_by_any_epochs_parameter_make_the_patience_epochs() {
+    // 200 epochs logged at steps 0..199, planned in a parameter named `Epochs`: validation
+    // turns at 40 and sits 7 % above its best while the training loss falls by a third. Read
+    // as steps, 300 steps of patience would be 300 evaluations: more than the run has.
+    let train = mlflow_lines(200, &|i| {
+        if i < 40.0 {
+            1.6
+        } else {
+            1.1 + 0.5 * (-(i - 40.0) / 20.0).exp()
+        }
+    });
+    let val = mlflow_lines(200, &|i| {
+        if i < 40.0 {
+            1.6 - 0.0005 * i
+        } else {
+            1.70 - 0.12 * (-(i - 40.0) / 15.0).exp()
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = [("train_loss", train), ("validation_loss", val)];
+    mlflow_run(dir.path(), &metrics, &[("Epochs", "200")]);
+    let r = &reports(dir.path())[0];
+    assert!(labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
+    // Without the parameter the steps stay steps, and the patience with them.
+    let dir = tempfile::tempdir().unwrap();
+    mlflow_run(dir.path(), &metrics, &[]);
+    let r = &reports(dir.path())[0];
+    assert!(!labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
+}
+
+#[test]
+fn lightning_validation_batch_rows_on_their_own_counter_are_no_resume() {
+    // Lightning writes `val_loss_step` against the validation loop's counter (one batch an
+    // epoch: step = epoch), between rows on the training step (4 batches an epoch).
+    let mut rows =
+        vec!["epoch,step,train_loss_epoch,train_loss_step,val_loss_epoch,val_loss_step".to_string()];
+    for e in 0..60u64 {
+        let s = 4 * e + 3;
+        let v = 0.2 + 0.5 / (1.0 + e as f64);
+        rows.push(format!(",{e},,,,{v}"));
+        rows.push(format!("{e},{s},,,{v},"));
+        rows.push(format!("{e},{s},{},{},,", v - 0.05, v - 0.04));
+    }
+    let r = &reports_of(&[("metrics.csv", rows.join("\n") + "\n")])[0];
+    assert!(
+        !labels(r).contains(&Label::ResumeDiscontinuity),
+        "{:?}",
+        labels(r)
+    );
+    assert!(labels(r).contains(&Label::Healthy), "{:?}", labels(r));
+}

@@ -1,0 +1,226 @@
+//! LR schedules of real runs: warmups too long for a short run, a run ended inside its warmup,
+//! schedules and warmups stated but not logged, no warmup where the loss rises, resumes and warm
+//! restarts.
+
+use super::*;
+
+#[test]
+fn a_warmup_over_a_tenth_of_a_short_run_is_no_finding_and_one_over_a_third_is() {
+    let state = |warmup: u64| {
+        let rows: Vec<String> = (1..=75u64)
+            .map(|s| {
+                let lr = if s <= warmup {
+                    5e-5 * s as f64 / warmup as f64
+                } else {
+                    5e-5 * (75 - s) as f64 / (75 - warmup) as f64
+                };
+                format!(
+                    r#"{{"step": {s}, "loss": {}, "learning_rate": {lr}}}"#,
+                    0.7 - 0.004 * s as f64
+                )
+            })
+            .collect();
+        format!(r#"{{"max_steps": 75, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let r = &reports_of(&[("trainer_state.json", state(10))])[0];
+    assert!(!labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
+    let r = &reports_of(&[("trainer_state.json", state(25))])[0];
+    assert!(labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
+}
+
+#[test]
+fn a_run_that_ends_inside_the_warmup_its_hparams_state_is_told_so() {
+    // A one-epoch smoke test of a recipe that warms up over 5 epochs: Lightning logged the LR
+    // once (a fifth of the peak, the scheduler steps per epoch), the loss every 10 steps.
+    let csv = |warmup: u32| {
+        let mut rows = vec![
+            "epoch,lr-AdamW,step,train_loss".to_string(),
+            ",0.0002,0,".to_string(),
+        ];
+        rows.extend((1..=60u64).map(|i| format!("0,,{},{}", 10 * i - 1, 2.3 - 0.8 * i as f64 / 60.0)));
+        let hparams = format!("learning_rate: 0.001\nmax_epochs: 1\nwarmup_epochs: {warmup}\n");
+        [("metrics.csv", rows.join("\n") + "\n"), ("hparams.yaml", hparams)]
+    };
+    let r = &reports_of(&csv(5))[0];
+    let f = finding(r, Label::LrWarmupTooLong);
+    assert!(
+        f.recommendation.contains("ends inside its LR warmup"),
+        "{}",
+        f.recommendation
+    );
+    assert!(
+        f.recommendation.contains("`warmup_epochs: 5` in hparams.yaml"),
+        "{}",
+        f.recommendation
+    );
+    // No warmup stated: nothing to say about it.
+    let r = &reports_of(&csv(0))[0];
+    assert!(!labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
+}
+
+#[test]
+fn with_no_lr_logged_the_schedule_and_warmup_the_run_states_are_judged_and_quoted() {
+    let args = "stage: sft\nlr_scheduler_type: constant\nwarmup_ratio: 0.3\n\
+                learning_rate: 1.0e-4\nper_device_train_batch_size: 8\n\
+                gradient_accumulation_steps: 4\n";
+    let falling = |s: f64| 0.5 + 1.5 / (1.0 + 0.02 * s);
+    let r = &reports_of(&[
+        ("trainer_log.jsonl", loss_only_log(400, &falling)),
+        ("training_args.yaml", args.to_string()),
+    ])[0];
+    assert_eq!(
+        r.setup_line().as_deref(),
+        Some("constant, warmup 30 %, peak LR 1.00e-4, batch 8 x 4 accumulated = 32 (training_args.yaml)")
+    );
+    let f = finding(r, Label::LrNoDecay);
+    assert!(
+        f.recommendation
+            .contains("`lr_scheduler_type: constant` in training_args.yaml"),
+        "{}",
+        f.recommendation
+    );
+    match &f.detail {
+        Some(Detail::Setting(s)) => assert_eq!(
+            (s.key.as_str(), s.value.as_str()),
+            ("lr_scheduler_type", "constant")
+        ),
+        other => panic!("{other:?}"),
+    }
+    let f = finding(r, Label::LrWarmupTooLong);
+    assert_eq!(f.evidence["warmup_fraction"], 0.3);
+    // A decaying schedule: no finding about the LR.
+    let cosine = args.replace("constant", "cosine").replace("0.3", "0.03");
+    let r = &reports_of(&[
+        ("trainer_log.jsonl", loss_only_log(400, &falling)),
+        ("training_args.yaml", cosine),
+    ])[0];
+    assert!(!labels(r).contains(&Label::LrNoDecay), "{:?}", labels(r));
+    assert!(!labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
+}
+
+#[test]
+fn a_flat_tail_under_a_decaying_schedule_the_params_name_is_convergence() {
+    // 300 epochs falling to a flat tail, no LR logged, no validation.
+    let train = |i: f64| 0.25 + 1.75 * (-i / 25.0).exp() + 0.002 * (i % 3.0);
+    let plateau_with = |schedule: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let params = [("epochs", "300"), ("lr_scheduler_type", schedule)];
+        mlflow_run(dir.path(), &[("train_loss", mlflow_lines(300, &train))], &params);
+        labels(&reports(dir.path())[0]).contains(&Label::Plateau)
+    };
+    assert!(
+        !plateau_with("SchedulerType.COSINE"),
+        "the LR anneals over the tail"
+    );
+    assert!(plateau_with("constant"), "the LR stays: a plateau to act on");
+}
+
+#[test]
+fn no_warmup_and_a_loss_that_rises_in_the_first_steps_is_a_warmup_too_short() {
+    // 2000 steps under linear decay from the peak at step 0, a log every 25 steps.
+    let state = |loss: &dyn Fn(f64) -> f64| {
+        let rows: Vec<String> = (1..=80u64)
+            .map(|i| {
+                let s = i * 25;
+                let lr = 1e-4 * (1.0 - s as f64 / 2000.0);
+                format!(
+                    r#"{{"step": {s}, "loss": {}, "learning_rate": {lr}}}"#,
+                    loss(s as f64)
+                )
+            })
+            .collect();
+        format!(r#"{{"max_steps": 2000, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    // The loss triples over the first 150 steps before it comes down.
+    let unstable = |s: f64| {
+        if s <= 150.0 {
+            0.27 + 0.0047 * (s - 25.0)
+        } else {
+            0.2 + 0.66 * (-(s - 150.0) / 600.0).exp()
+        }
+    };
+    let r = &reports_of(&[("trainer_state.json", state(&unstable))])[0];
+    let f = finding(r, Label::LrWarmupTooShort);
+    assert_eq!(f.severity, contrai_doctor::Severity::Warning);
+    assert_eq!(f.evidence["early_high_step"], 150.0);
+    assert!(
+        f.recommendation.contains("with no warmup"),
+        "{}",
+        f.recommendation
+    );
+    // No warmup and a loss that falls from the start: nothing to say about the warmup.
+    let falling = |s: f64| 0.2 + 0.5 * (-s / 400.0).exp();
+    let r = &reports_of(&[("trainer_state.json", state(&falling))])[0];
+    assert!(!labels(r).contains(&Label::LrWarmupTooShort), "{:?}", labels(r));
+}
+
+#[test]
+fn an_lr_schedule_that_begins_again_while_the_steps_go_on_is_a_resume_and_warm_restarts_are_not() {
+    // Linear decay from 1e-4 over 2000 steps, a log every 25; `restart(step)` gives the step the
+    // schedule counts from.
+    let state = |restart: &dyn Fn(u64) -> u64| {
+        let rows: Vec<String> = (1..=80u64)
+            .map(|i| {
+                let s = i * 25;
+                let lr = 1e-4 * (1.0 - (restart(s) - 25) as f64 / 2000.0);
+                let loss = 0.3 + 0.4 * (-(s as f64) / 500.0).exp();
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        format!(r#"{{"max_steps": 2000, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let once = |s: u64| if s >= 825 { s - 800 } else { s };
+    let r = &reports_of(&[("trainer_state.json", state(&once))])[0];
+    let f = finding(r, Label::ResumeDiscontinuity);
+    assert_eq!(f.step, 825);
+    match &f.detail {
+        Some(Detail::Resume(res)) => {
+            assert_eq!(res.boundaries[0].marker, Some(contrai_doctor::Marker::LrRestart))
+        }
+        other => panic!("{other:?}"),
+    }
+    // A schedule that begins again every 500 steps is planned (warm restarts): no resume.
+    let periodic = |s: u64| (s - 25) % 500 + 25;
+    let r = &reports_of(&[("trainer_state.json", state(&periodic))])[0];
+    assert!(
+        !labels(r).contains(&Label::ResumeDiscontinuity),
+        "{:?}",
+        labels(r)
+    );
+}
+
+#[test]
+fn a_job_resumed_at_irregular_steps_with_a_schedule_from_zero_each_time_is_resumed() {
+    // A warmup from 0 over 10 steps then a linear decay, logged every step; each segment's
+    // schedule is its own (a resume that recomputes it), beginning at `starts`.
+    let state = |starts: &[u64]| {
+        let rows: Vec<String> = (1..=1000u64)
+            .map(|s| {
+                let from = starts.iter().rev().find(|&&b| b <= s).copied().unwrap_or(1);
+                let (t, len) = ((s - from) as f64, (1001 - from) as f64);
+                let lr = if t < 10.0 {
+                    2e-4 * t / 10.0
+                } else {
+                    2e-4 * (1.0 - (t - 10.0) / (len - 10.0))
+                };
+                let loss = 0.3 + 0.4 * (-(s as f64) / 300.0).exp();
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        format!(r#"{{"max_steps": 1000, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let r = &reports_of(&[("trainer_state.json", state(&[1, 401, 531, 851]))])[0];
+    let f = finding(r, Label::ResumeDiscontinuity);
+    assert_eq!(f.step, 401);
+    match &f.detail {
+        Some(Detail::Resume(res)) => assert_eq!(res.boundaries.len(), 3, "{res:?}"),
+        other => panic!("{other:?}"),
+    }
+    // Cycles of one length from zero (cosine-with-restarts' shape) are planned: no resume.
+    let r = &reports_of(&[("trainer_state.json", state(&[1, 251, 501, 751]))])[0];
+    assert!(
+        !labels(r).contains(&Label::ResumeDiscontinuity),
+        "{:?}",
+        labels(r)
+    );
+}
