@@ -6,8 +6,8 @@
 #
 #   scripts/compat/llm_tools.sh [llamafactory] [axolotl]      (default: both)
 #
-# LLaMA-Factory's job attaches through contrai.llamafactory.attach_on_build, Axolotl's through the
-# plugin contrai.axolotl.ContraiPlugin. The package is built once as a wheel by the main venv.
+# LLaMA-Factory's job attaches through contrai.integrations.llamafactory.attach_on_build, Axolotl's through the
+# plugin contrai.integrations.axolotl.ContraiPlugin. The package is built once as a wheel by the main venv.
 # Environment: CONTRAI_LLM (the SmolLM2 folder: scripts/fixtures/smollm2.py makes it),
 # CONTRAI_MAIN_VENV (default ~/.cache/contrai-ci-venv), CONTRAI_COMPAT_ROOT (default ~/.cache: the
 # venvs contrai-llamafactory-venv and contrai-axolotl-venv), OUT (default /tmp/contrai-llm-tools).

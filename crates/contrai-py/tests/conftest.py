@@ -42,6 +42,8 @@ OPTIONAL = {
     "mlflow": "mlflow",
     "tensorboard": "tensorboard",
     "trackio": "trackio",
+    # Axolotl's plugin config types (contrai.integrations.axolotl), Axolotl itself not installed.
+    "pydantic": "pydantic",
 }
 
 

@@ -13,7 +13,7 @@ from transformers import Trainer, TrainingArguments
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from contrai import DroppableDataset
-from contrai.hf import ContraiCallback
+from contrai.integrations.hf import ContraiCallback
 
 out = Path(sys.argv[1])
 recipe = out / "recipe.toml"  # written by the test before the ranks start

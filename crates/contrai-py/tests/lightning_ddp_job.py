@@ -11,7 +11,7 @@ from conftest import ServedRows, dataset
 from test_lightning import Mlp, first_weight, task
 from torch.utils.data import DataLoader
 
-from contrai.lightning import ContraiCallback
+from contrai.integrations.lightning import ContraiCallback
 
 out = Path(sys.argv[1])
 recipe = out / "recipe.toml"  # written by the test before the ranks start

@@ -22,7 +22,7 @@ from conftest import tiny_bert, token_task
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from contrai import DroppableDataset
-from contrai.hf import ContraiCallback, last_checkpoint
+from contrai.integrations.hf import ContraiCallback, last_checkpoint
 
 out = Path(sys.argv[1])
 options = dict(o.split("=", 1) for o in sys.argv[2:])

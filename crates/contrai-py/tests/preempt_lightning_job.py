@@ -20,7 +20,7 @@ from test_lightning import Mlp, task
 from torch.utils.data import DataLoader
 
 from contrai import DroppableDataset, ResumableLoader
-from contrai.lightning import ContraiCallback, last_checkpoint
+from contrai.integrations.lightning import ContraiCallback, last_checkpoint
 
 out = Path(sys.argv[1])
 options = dict(o.split("=", 1) for o in sys.argv[2:])

@@ -13,8 +13,8 @@ require("torch")
 
 import torch
 
-from contrai.checkpoints import Checkpoints, CorruptCheckpoint, load_weights, put_back
-from contrai.masks import Masks
+from contrai.engine.checkpoints import Checkpoints, CorruptCheckpoint, load_weights, put_back
+from contrai.engine.masks import Masks
 
 
 class LoraLike(torch.nn.Module):

@@ -20,12 +20,12 @@ from transformers import (AutoModelForSequenceClassification, BertForSequenceCla
                           TrainerCallback, TrainerControl, TrainerState, TrainingArguments)
 
 import contrai
-from contrai._compat import UntestedVersion
-from contrai._compat import hf as compat
+from contrai.integrations._compat import UntestedVersion
+from contrai.integrations._compat import hf as compat
 from contrai.conductor import Conductor, RunInfo
 from contrai.engine import Engine, job_steps, planned_steps
-from contrai.hf import ContraiCallback
-from contrai.model import recompute, recomputes
+from contrai.integrations.hf import ContraiCallback
+from contrai.engine.model import recompute, recomputes
 
 if TYPE_CHECKING:
     from transformers.models.bert.modeling_bert import BertLayer
@@ -299,7 +299,7 @@ def test_whole_heads_and_units_are_pruned_in_a_bert(tmp_path: Path, recipe_file:
 
 
 def test_masks_take_structures_whole_only_where_the_names_show_them() -> None:
-    from contrai.masks import Masks
+    from contrai.engine.masks import Masks
 
     order = {"targets": {"bert.encoder.layer.0.intermediate.dense.weight": {"sparsity": 0.25, "cap": 1.0}},
              "scope": "module", "heads": 2, "units": True}
@@ -316,9 +316,9 @@ def test_masks_take_structures_whole_only_where_the_names_show_them() -> None:
 
 
 def test_layers_that_lost_different_numbers_of_units_all_lose_the_fewest(tmp_path: Path) -> None:
-    from contrai.adapters import PEFT_PREFIX
-    from contrai.compact import Cut, cut_in_place, units_removed
-    from contrai.masks import Masks
+    from contrai.engine.adapters import PEFT_PREFIX
+    from contrai.engine.compact import Cut, cut_in_place, units_removed
+    from contrai.engine.masks import Masks
 
     model = tiny_bert()
     model.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers

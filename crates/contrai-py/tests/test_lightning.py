@@ -17,10 +17,10 @@ from lightning.pytorch.utilities.types import STEP_OUTPUT
 from packaging.specifiers import SpecifierSet
 from torch.utils.data import DataLoader
 
-from contrai._compat import UntestedVersion
-from contrai._compat import lightning as compat
+from contrai.integrations._compat import UntestedVersion
+from contrai.integrations._compat import lightning as compat
 from contrai.engine import planned_steps
-from contrai.lightning import ContraiCallback
+from contrai.integrations.lightning import ContraiCallback
 
 RECIPE = """
 [run]

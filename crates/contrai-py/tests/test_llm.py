@@ -17,8 +17,8 @@ peft = require("peft")
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Trainer, TrainingArguments
 
-from contrai.adapters import is_adapter, plain, unprefixed
-from contrai.hf import ContraiCallback
+from contrai.engine.adapters import is_adapter, plain, unprefixed
+from contrai.integrations.hf import ContraiCallback
 
 RECIPE = """
 [run]
@@ -239,9 +239,9 @@ def test_a_restore_to_mains_checkpoint_after_the_merge_splits_the_adapters_again
     """Past main the adapters are merged and the merged and pruned matrices train in their own
     optimizer group; a rollback to a checkpoint written before (main's) puts back the model that
     checkpoint held — adapters apart, base weights as they were, the group gone — exactly."""
-    from contrai.adapters import merged
+    from contrai.engine.adapters import merged
     from contrai.engine import MERGED, Engine, Job
-    from contrai.masks import Masks
+    from contrai.engine.masks import Masks
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -292,7 +292,7 @@ def lightning_lm(tmp_path: Path, run: str, *, stop_at: int | None = None, ckpt: 
     from conftest import dataset
     from contrai import ResumableLoader
     from contrai.engine import planned_steps
-    from contrai.lightning import ContraiCallback as LightningCallback
+    from contrai.integrations.lightning import ContraiCallback as LightningCallback
     from test_lightning import StopAt
 
     from test_preflight import CausalLm

@@ -15,7 +15,7 @@ require("torch")
 
 import torch
 
-from contrai.masks import Masks
+from contrai.engine.masks import Masks
 
 FIXTURE = Path(__file__).parent / "data" / "masks.json"
 

@@ -25,8 +25,8 @@ from test_lightning import RECIPE as LIGHTNING_RECIPE
 import contrai
 from contrai import ResumableLoader
 from contrai._core import CorruptCheckpoint, RunLock
-from contrai.hf import last_checkpoint
-from contrai.lightning import last_checkpoint as last_lightning_checkpoint
+from contrai.integrations.hf import last_checkpoint
+from contrai.integrations.lightning import last_checkpoint as last_lightning_checkpoint
 
 HERE = Path(__file__).parent
 SIGTERM_EXIT = 128 + 15

@@ -21,8 +21,8 @@ from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedModel, Traine
                           get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup)
 
 from contrai import preflight
-from contrai.hf import ContraiCallback
-from contrai.lightning import ContraiCallback as LightningCallback
+from contrai.integrations.hf import ContraiCallback
+from contrai.integrations.lightning import ContraiCallback as LightningCallback
 from contrai.preflight import Finding
 
 import peft

@@ -14,7 +14,7 @@ import pytest
 from conftest import require, shared
 
 import contrai
-from contrai.data import _id_order, near_duplicate_clusters, signatures
+from contrai.integrations.ray import _id_order, near_duplicate_clusters, signatures
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network at run time
 # Ray is an optional dependency (its join needs polars): without them these tests are skipped and

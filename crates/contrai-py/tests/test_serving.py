@@ -18,8 +18,8 @@ require("torch", "transformers")
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from contrai.serving import ExportError, umask, write_compressed_tensors, write_gguf
-from contrai.weightquant import QuantizeError, Scheme, each_pass, quantized_in_place
+from contrai.quant.serving import ExportError, umask, write_compressed_tensors, write_gguf
+from contrai.quant.weights import QuantizeError, Scheme, each_pass, quantized_in_place
 
 TEXT = ("Subject: meeting moved\n\nHi Bob, the 10am call moved to Tuesday; bring the Q3 numbers. "
         "Free money!!! Click http://win.example now to claim 1,000,000 dollars. ") * 20
@@ -232,7 +232,7 @@ def test_a_gguf_file_llama_cpp_cannot_run_leaves_the_card_without_latency_and_th
     """The card times a GGUF file in a child process: a file llama.cpp fails on (here a header
     and nothing else) gives no figure and the reason, and the process that asked goes on."""
     require("llama_cpp")
-    from contrai.card import llama_cpp_latency_ms
+    from contrai.engine.card import llama_cpp_latency_ms
 
     bad = tmp_path / "model-q8_0.gguf"
     bad.write_bytes(b"GGUF" + bytes(60))

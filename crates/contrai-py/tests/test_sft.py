@@ -23,8 +23,8 @@ import torch
 from trl import SFTTrainer  # type: ignore[attr-defined]  # (trl re-exports lazily)
 
 from contrai.engine import planned_steps
-from contrai.hf import ContraiCallback, last_checkpoint
-from contrai.weightquant import Scheme, quantized_in_place
+from contrai.integrations.hf import ContraiCallback, last_checkpoint
+from contrai.quant.weights import Scheme, quantized_in_place
 
 RECIPE = """
 [run]

@@ -22,7 +22,7 @@ from transformers import (LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallbac
                           TrainingArguments)
 
 from contrai import DroppableDataset
-from contrai.hf import ContraiCallback
+from contrai.integrations.hf import ContraiCallback
 
 RECIPE = """
 [run]
@@ -241,7 +241,7 @@ def test_a_planted_bad_batch_leaves_a_lightning_job_too(tmp_path: Path) -> None:
     from test_lightning import Mlp, task
     from torch.utils.data import DataLoader
 
-    from contrai.lightning import ContraiCallback as LightningCallback
+    from contrai.integrations.lightning import ContraiCallback as LightningCallback
 
     rows = task(400, 1, noise=0.0)
     for r in PLANTED:  # far from the boundary and labelled the other side of it

@@ -1,7 +1,7 @@
 """Runs where they live: a real W&B run (``wandb`` in offline mode, from a Hugging Face Trainer
 job's ``report_to``) read by the doctor, which must find in it what it finds in the same job's
 Trainer state; and the lifecycle's decisions, phase and final figures in every tracker a job logs
-to (W&B, MLflow, TensorBoard, Trackio: ``contrai.trackers``), each read back from the tracker's own
+to (W&B, MLflow, TensorBoard, Trackio: ``contrai.integrations.trackers``), each read back from the tracker's own
 records at the job's steps."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from transformers import Trainer, TrainingArguments
 
 import contrai
 from contrai import protocol
-from contrai.hf import ContraiCallback
-from contrai.trackers import PHASES, Trackers
+from contrai.integrations.hf import ContraiCallback
+from contrai.integrations.trackers import PHASES, Trackers
 
 def findings(runs: list[dict[str, Any]]) -> list[tuple[str, int | None, str]]:
     return sorted((f["label"], f.get("step"), f["severity"]) for run in runs for f in run["findings"])
@@ -385,7 +385,7 @@ def test_a_lightning_jobs_decisions_are_in_each_of_its_loggers(tmp_path: Path, m
     from conftest import dataset
     from test_lightning import RECIPE, NanOnce as NanModule, task
 
-    from contrai.lightning import ContraiCallback as LightningCallback
+    from contrai.integrations.lightning import ContraiCallback as LightningCallback
 
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(RECIPE)

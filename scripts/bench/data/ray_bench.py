@@ -25,7 +25,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import ray  # noqa: E402
 
-from contrai.data import _id_order, near_duplicate_clusters  # noqa: E402
+from contrai.integrations.ray import _id_order, near_duplicate_clusters  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 CLI = ROOT / "target" / "release" / "contrai"

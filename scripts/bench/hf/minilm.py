@@ -27,7 +27,7 @@ from transformers import (AutoModelForSequenceClassification, AutoTokenizer, Tra
 
 import contrai
 from contrai import DroppableDataset
-from contrai.hf import ContraiCallback
+from contrai.integrations.hf import ContraiCallback
 
 RECIPE = """
 [run]

@@ -25,7 +25,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 
 import contrai
-from contrai.hf import ContraiCallback
+from contrai.integrations.hf import ContraiCallback
 from minilm import load  # this folder's MiniLM bench: the split's rows, tokenized
 
 RECIPE = """

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from contrai import weightquant
-from contrai.weightquant import Scheme, each_pass, quantized_in_place
+from contrai.quant.weights import Scheme, each_pass, quantized_in_place
 from quantize import blocks, load  # this folder's quantize.py (a script's folder is on its path)
 
 

@@ -7,7 +7,7 @@ built) against the model's bytes:
 
 - ``contrai``: ``quantized_in_place`` (int8, group 128, round to nearest), then the
   compressed-tensors export and the GGUF Q8_0 export (group 32) — what the PyTorch engine and
-  ``contrai.serving`` do;
+  ``contrai.quant.serving`` do;
 - ``torch``: the engine's former int8 — a CPU copy of the model, then PyTorch's
   ``quantize_dynamic`` of its linear layers.
 
@@ -69,8 +69,8 @@ def child(way: str, out: Path) -> dict[str, Any]:
     reset_peak()
     t = time.perf_counter()
     if way == "contrai":
-        from contrai.serving import write_compressed_tensors, write_gguf
-        from contrai.weightquant import Scheme, quantized_in_place
+        from contrai.quant.serving import write_compressed_tensors, write_gguf
+        from contrai.quant.weights import Scheme, quantized_in_place
 
         tok = AutoTokenizer.from_pretrained(os.environ["CONTRAI_LLM"])
         with quantized_in_place(model, Scheme(8, 128), spill=out) as q:

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from contrai.serving import write_compressed_tensors, write_gguf
-from contrai.weightquant import Scheme, each_pass, quantized_in_place
+from contrai.quant.serving import write_compressed_tensors, write_gguf
+from contrai.quant.weights import Scheme, each_pass, quantized_in_place
 
 SEQ = 128
 

@@ -35,9 +35,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from quantize import SEQ, folder_bytes, llama_cpp_run, measure
 
 from contrai.engine import planned_steps
-from contrai.hf import ContraiCallback
-from contrai.serving import write_gguf
-from contrai.weightquant import Scheme, each_pass, quantized_in_place
+from contrai.integrations.hf import ContraiCallback
+from contrai.quant.serving import write_gguf
+from contrai.quant.weights import Scheme, each_pass, quantized_in_place
 
 RECIPE = """
 [run]

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoTokenizer, BertForSequenceClassification, Trainer, TrainingArguments
 
 from contrai import DroppableDataset
-from contrai.hf import ContraiCallback
+from contrai.integrations.hf import ContraiCallback
 
 model_dir, data, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 torch.set_num_threads(2)

@@ -12,7 +12,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
 from contrai import DroppableDataset
-from contrai.hf import ContraiCallback
+from contrai.integrations.hf import ContraiCallback
 
 data, out = Path(sys.argv[1]), Path(sys.argv[2])
 torch.set_num_threads(2)

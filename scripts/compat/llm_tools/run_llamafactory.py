@@ -1,5 +1,5 @@
 """A LLaMA-Factory LoRA SFT of SmolLM2-135M on CPU under ContraiCallback, attached through
-``contrai.llamafactory.attach_on_build`` — ``run_llamafactory.py MODEL DATA_DIR OUT_DIR`` (the
+``contrai.integrations.llamafactory.attach_on_build`` — ``run_llamafactory.py MODEL DATA_DIR OUT_DIR`` (the
 data from ``make_data.py``; the run directory is ``OUT_DIR/run``)."""
 
 import json
@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from contrai.engine import planned_steps
-from contrai.hf import ContraiCallback
-from contrai.llamafactory import attach_on_build
+from contrai.integrations.hf import ContraiCallback
+from contrai.integrations.llamafactory import attach_on_build
 from llamafactory.train.tuner import run_exp
 
 RECIPE = Path(__file__).resolve().parent / "recipe.toml"

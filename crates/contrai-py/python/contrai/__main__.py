@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from ._bin import ContraiBinNotFound, find_contrai_bin
+from contrai._bin import ContraiBinNotFound, find_contrai_bin
 
 
 def main() -> int:

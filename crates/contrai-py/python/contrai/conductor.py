@@ -13,8 +13,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import _core
-from .protocol import Observation, RunPlan, State, Task, Tuning, Turn
+from contrai import _core
+from contrai.protocol import Observation, RunPlan, State, Task, Tuning, Turn
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from .resume import bytes_tensor, text_of
+from contrai.resume import bytes_tensor, text_of
 
 
 class ResumableLoader(DataLoader[Any]):

@@ -14,7 +14,7 @@ out of the facts, and the rules that need it stay silent.
     findings = preflight.check_hf(trainer)          # or check_hf(args, model), check_lightning(trainer, module)
     preflight.report(findings)                      # [contrai] pre-flight: <sentence>
 
-Private attributes of the frameworks are read only through ``contrai._compat``.
+Private attributes of the frameworks are read only through ``contrai.integrations._compat``.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
 
 import torch
 
-from . import _core
-from .model import tuning
-from .protocol import CheckpointCadence, DecayShape, JobFacts, Precision, PreflightFinding
+from contrai import _core
+from contrai.engine.model import tuning
+from contrai.protocol import CheckpointCadence, DecayShape, JobFacts, Precision, PreflightFinding
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -215,7 +215,7 @@ def _hf_schedule(args: TrainingArguments, trainer: Trainer | None, total: int | 
 def _hf_checkpointing(args: TrainingArguments, model: torch.nn.Module) -> JobFacts:
     """Gradient checkpointing as it will run: turned on by the Trainer (``gradient_checkpointing``,
     with its kwargs and, on a text model, transformers' input-gradient hook), or already on."""
-    from ._compat import hf as compat
+    from contrai.integrations._compat import hf as compat
 
     grads = compat.input_grads(model)
     if compat.trainer_checkpointing(args):
@@ -238,7 +238,7 @@ def _checkpointing(reentrant: bool | None, input_grads: bool | None) -> JobFacts
 
 def _hf_loss(model: torch.nn.Module, trainer: Trainer | None) -> JobFacts:
     """Whether the loss is per token, and whether the Trainer normalises it over the window."""
-    from ._compat import hf as compat
+    from contrai.integrations._compat import hf as compat
 
     token = compat.token_level_loss(model)
     if token is None:
@@ -336,7 +336,7 @@ def _lightning_total_steps(trainer: pl.Trainer, epoch_steps: int | None) -> int 
 
 def _lightning_model(module: pl.LightningModule, over_window: bool | None) -> JobFacts:
     """Checkpointing and the loss of the transformers model inside ``module`` (none: nothing)."""
-    from ._compat import hf as compat
+    from contrai.integrations._compat import hf as compat
 
     inner = _transformers_model(module)
     if inner is None:
@@ -415,7 +415,7 @@ def _lightning_cadence(trainer: pl.Trainer, epoch_steps: int | None) -> Checkpoi
     """How often the fit's ``ModelCheckpoint``s save: none, ``every_n_train_steps``, or, saving
     after each validation, at the ``val_check_interval`` (batches, or a share of an epoch) or once
     in ``every_n_epochs`` epochs."""
-    from ._compat import lightning as compat
+    from contrai.integrations._compat import lightning as compat
 
     callbacks = trainer.checkpoint_callbacks
     if not callbacks:
@@ -442,7 +442,7 @@ def _lightning_eval(trainer: pl.Trainer, module: pl.LightningModule, given: Any)
     with validation data given, loaded by ``fit``, or defined by the module or datamodule."""
     from lightning.pytorch.utilities.model_helpers import is_overridden
 
-    from ._compat import lightning as compat
+    from contrai.integrations._compat import lightning as compat
 
     if trainer.limit_val_batches == 0 or not is_overridden("validation_step", module):
         return False

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-from . import _core
+from contrai import _core
 
 
 def recipe_check(text: str, path: str = "recipe.toml") -> str:

@@ -1,5 +1,6 @@
 """Every place the package reaches into a framework past its public API, one module a framework:
-``contrai._compat.hf`` (transformers, Accelerate) and ``contrai._compat.lightning`` (Lightning).
+``contrai.integrations._compat.hf`` (transformers, Accelerate) and
+``contrai.integrations._compat.lightning`` (Lightning).
 
 Each module declares the version range it is tested with (``TESTED``, the same range
 ``pyproject.toml`` declares in its optional dependencies) and warns, without failing, when the
@@ -26,6 +27,6 @@ def check_version(package: str, tested: tuple[str, ...]) -> bool:
     if spec.contains(installed, prereleases=True):
         return True
     warnings.warn(f"contrai-ml is tested with {package}{spec}, and {package} {installed} is installed: the "
-                  f"framework internals contrai._compat reaches into may have moved (report what breaks)",
+                  f"framework internals contrai.integrations._compat reaches into may have moved (report what breaks)",
                   UntestedVersion, stacklevel=3)
     return False

@@ -9,7 +9,7 @@ from typing import Iterator, TypeVar
 
 import torch
 
-from .protocol import Task, Tuning
+from contrai.protocol import Task, Tuning
 
 M = TypeVar("M", bound=torch.nn.Module)
 

@@ -19,11 +19,12 @@ from typing import Any, Callable
 
 import torch
 
-from .card import Variant, disk_bytes, llama_cpp_latency_ms, nan0
-from .protocol import Quantize
-from .serving import GGUF_BLOCK, GGUF_TYPES, gguf_file, gguf_refusal, save_codes, write_compressed_tensors, write_gguf
-from .weightquant import (Calibrate, Quantized, QuantizeError, Reduce, Scheme, fitting_group, quantized_bytes,
-                          quantized_in_place)
+from contrai.engine.card import Variant, disk_bytes, llama_cpp_latency_ms, nan0
+from contrai.protocol import Quantize
+from contrai.quant.serving import (GGUF_BLOCK, GGUF_TYPES, gguf_file, gguf_refusal, save_codes, write_compressed_tensors,
+                                   write_gguf)
+from contrai.quant.weights import (Calibrate, Quantized, QuantizeError, Reduce, Scheme, fitting_group, quantized_bytes,
+                                   quantized_in_place)
 
 # The code width of each variant ``refine.quantize`` may list.
 BITS: dict[Quantize, int] = {"int8": 8, "int4": 4}

@@ -6,12 +6,12 @@ from typing import Any, Callable
 
 import torch
 
-from . import _core
-from .adapters import adapted_weights, fit_scheduler, merge, merged, split
-from .checkpoints import Checkpoints
-from .job import Job, distributed
-from .masks import matrices
-from .model import tuning, unwrap
+from contrai import _core
+from contrai.engine.adapters import adapted_weights, fit_scheduler, merge, merged, split
+from contrai.engine.checkpoints import Checkpoints
+from contrai.engine.job import Job, distributed
+from contrai.engine.masks import matrices
+from contrai.engine.model import tuning, unwrap
 
 # The key that marks the optimizer parameter group of a LoRA job's merged weights (a saved
 # optimizer state keeps it).
@@ -30,7 +30,7 @@ class Merging:
     substitute: Callable[[str, str, dict[str, Any]], None]
 
     def merge_adapters(self) -> None:
-        """A LoRA job's adapters merged into the weights they adapt (``contrai.adapters``), once;
+        """A LoRA job's adapters merged into the weights they adapt (``contrai.engine.adapters``), once;
         from then on the merged matrices and those the recipe prunes train (optimizer state for
         them alone: a large model's other weights stay frozen). Their values before are kept
         (``Checkpoints.keep_originals``): a rollback to main's checkpoints needs them back. Under

@@ -1,4 +1,4 @@
-"""What ``contrai.hf`` needs of a Hugging Face ``Trainer`` that its public API does not give.
+"""What ``contrai.integrations.hf`` needs of a Hugging Face ``Trainer`` that its public API does not give.
 
 Each function says what it reaches into and why. Tested with the ``transformers`` versions in
 ``TESTED`` (``scripts/compat/run.sh`` runs the package's tests with the oldest and the newest).
@@ -14,7 +14,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from . import check_version
+from contrai.integrations._compat import check_version
 
 TESTED = (">=4.47", "<6")
 

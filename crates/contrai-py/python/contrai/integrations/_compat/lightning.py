@@ -1,4 +1,4 @@
-"""What ``contrai.lightning`` needs of a Lightning ``Trainer`` that its public API does not give.
+"""What ``contrai.integrations.lightning`` needs of a Lightning ``Trainer`` that its public API does not give.
 
 Each function says what it reaches into and why. Tested with the ``lightning`` versions in
 ``TESTED`` (``scripts/compat/run.sh`` runs the package's tests with the oldest and the newest).
@@ -11,7 +11,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
-from . import check_version
+from contrai.integrations._compat import check_version
 
 TESTED = (">=2.4", "<3")
 

@@ -21,8 +21,8 @@ from typing import Any, Callable, Container, Iterator, Mapping
 
 import torch
 
-from . import _core
-from .adapters import is_adapter, plain
+from contrai import _core
+from contrai.engine.adapters import is_adapter, plain
 
 
 def matrices(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:

@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 import torch
 
-from .data import DroppableDataset
-from .resume import gathered
+from contrai.data import DroppableDataset
+from contrai.resume import gathered
 
 
 def batch_size(inputs: Any) -> int | None:

@@ -11,13 +11,13 @@ from typing import Any, Callable
 
 import torch
 
-from . import _core
-from .adapters import merged
-from .checkpoints import Checkpoints, load_weights
-from .job import Job
-from .masks import Masks
-from .model import evaluating, unwrap
-from .protocol import State
+from contrai import _core
+from contrai.engine.adapters import merged
+from contrai.engine.checkpoints import Checkpoints, load_weights
+from contrai.engine.job import Job
+from contrai.engine.masks import Masks
+from contrai.engine.model import evaluating, unwrap
+from contrai.protocol import State
 
 WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
 # Rollback checkpoints kept besides the best ones (and the Trainer's own, unless it was told).

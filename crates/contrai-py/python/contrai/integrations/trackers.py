@@ -37,7 +37,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from .rows import words_json
+from contrai.rows import words_json
 
 # The phase as a scalar: the conductor's phases (contrai_recipe::Phase, protocol.Phase) in their order.
 PHASES: dict[str, int] = {"validate": 0, "main": 1, "diagnose": 2, "contract": 3, "refine": 4}

@@ -5,8 +5,8 @@ It holds no lifecycle rule: when to evaluate, checkpoint, prune, roll back or mo
 conductor's (in the Rust core). How to do it on a PyTorch model is here. What the engine cannot
 do as asked it records as an ``engine_substitute`` decision — never silently.
 
-The framework adapters (``contrai.hf``, ``contrai.lightning``) give it a :class:`Job`
-(``contrai.job``): the model, the optimizer, the data and the model's outputs on a batch.
+The framework adapters (``contrai.integrations.hf``, ``contrai.integrations.lightning``) give it a :class:`Job`
+(``contrai.engine.job``): the model, the optimizer, the data and the model's outputs on a batch.
 
 This module holds the engine's construction, its turn loop and the actions it carries out; its
 other parts are mixins laid out as the Burn engine's files are: ``measure`` (evaluations and
@@ -25,23 +25,23 @@ from typing import Any, Callable
 
 import torch
 
-from . import _core
-from .checkpoints import Checkpoints
-from .conductor import Conductor, RunInfo, kind
-from .data import DroppableDataset
-from .finale import Finishing
-from .job import (Job, OriginalRows, Outputs, distributed, job_steps, per_sample, planned_steps,
-                  refuse_sharded_pruning)
-from .lora import MERGED, Merging, fit_schedulers, train_also, trained_past_merge
-from .masks import Masks, head_count, matrices
-from .measure import CALIBRATION, Measuring, single_samples, spread_batches
-from .model import dropout_sites, recompute, recomputes, set_dropout, task, tuning, unwrap
-from .persist import KEEP_LAST, WRITER, Persisting, resume_masks
-from .protocol import Turn
-from .resume import check_lr
-from .rows import words_json
-from .trackers import Trackers
-from .variants import Variants
+from contrai import _core
+from contrai.conductor import Conductor, RunInfo, kind
+from contrai.data import DroppableDataset
+from contrai.engine.checkpoints import Checkpoints
+from contrai.engine.finale import Finishing
+from contrai.engine.job import (Job, OriginalRows, Outputs, distributed, job_steps, per_sample, planned_steps,
+                                refuse_sharded_pruning)
+from contrai.engine.lora import MERGED, Merging, fit_schedulers, train_also, trained_past_merge
+from contrai.engine.masks import Masks, head_count, matrices
+from contrai.engine.measure import CALIBRATION, Measuring, single_samples, spread_batches
+from contrai.engine.model import dropout_sites, recompute, recomputes, set_dropout, task, tuning, unwrap
+from contrai.engine.persist import KEEP_LAST, WRITER, Persisting, resume_masks
+from contrai.integrations.trackers import Trackers
+from contrai.protocol import Turn
+from contrai.quant.variants import Variants
+from contrai.resume import check_lr
+from contrai.rows import words_json
 
 # The engine, and what its parts hold that callers import from here.
 __all__ = ["CALIBRATION", "HELD", "KEEP_LAST", "MERGED", "WRITER", "Engine", "Hook", "Job", "OriginalRows",

@@ -9,11 +9,11 @@ from typing import Any, Iterable, Iterator
 import torch
 import torch.nn.functional as F
 
-from . import _core
-from .conductor import Conductor, RunInfo
-from .data import DroppableDataset
-from .model import first_device
-from .trackers import Sink
+from contrai import _core
+from contrai.conductor import Conductor, RunInfo
+from contrai.data import DroppableDataset
+from contrai.engine.model import first_device
+from contrai.integrations.trackers import Sink
 
 
 @dataclass

@@ -7,13 +7,13 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 import torch
 
-from . import _core
-from .card import nan0
-from .checkpoints import put_back
-from .job import Job, distributed
-from .masks import Masks, matrices, unit_inputs
-from .model import evaluating, unwrap
-from .weightquant import each_pass
+from contrai import _core
+from contrai.engine.card import nan0
+from contrai.engine.checkpoints import put_back
+from contrai.engine.job import Job, distributed
+from contrai.engine.masks import Masks, matrices, unit_inputs
+from contrai.engine.model import evaluating, unwrap
+from contrai.quant.weights import each_pass
 
 # Training samples whose activations score feed-forward units for pruning and calibrate GPTQ.
 CALIBRATION = 64

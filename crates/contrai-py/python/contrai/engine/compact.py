@@ -14,8 +14,8 @@ from typing import Mapping
 
 import torch
 
-from .adapters import is_peft_model, unprefixed
-from .masks import Masks, group_of, matrices
+from contrai.engine.adapters import is_peft_model, unprefixed
+from contrai.engine.masks import Masks, group_of, matrices
 
 # The intermediate size left is a multiple of this: an odd size costs more than the units it
 # saves (MiniLM-L6 on a 2-core AVX2 CPU, batch 32 × 128 tokens: 1,383 units ran at 1.04× the
@@ -62,7 +62,7 @@ class Cut:
 def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str | None:
     """The cut of the model's pruned units — the same number from every layer —, or why none can
     be, or None when no unit was pruned whole. ``masks`` may name the weights as a PEFT model
-    around ``model`` does (``contrai.adapters.unloaded``)."""
+    around ``model`` does (``contrai.engine.adapters.unloaded``)."""
     size = getattr(getattr(model, "config", None), "intermediate_size", None)
     peft = is_peft_model(model)
     keep = masks.keep if peft else {unprefixed(k): v for k, v in masks.keep.items()}

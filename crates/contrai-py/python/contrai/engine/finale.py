@@ -7,19 +7,19 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from .adapters import merged, unloaded
-from .batches import batch_size, token_rows
-from .card import Variant, card, describe, disk_bytes, dtype_name, latency_ms, nan0
-from .compact import Cut, cut_in_place, units_removed
-from .job import Job
-from .masks import Masks
-from .model import class_names, evaluating, first_device, unwrap
-from .rows import words_json
-from .trackers import Trackers, figures
-from .variants import Variants
+from contrai.engine.adapters import merged, unloaded
+from contrai.engine.batches import batch_size, token_rows
+from contrai.engine.card import Variant, card, describe, disk_bytes, dtype_name, latency_ms, nan0
+from contrai.engine.compact import Cut, cut_in_place, units_removed
+from contrai.engine.job import Job
+from contrai.engine.masks import Masks
+from contrai.engine.model import class_names, evaluating, first_device, unwrap
+from contrai.integrations.trackers import Trackers, figures
+from contrai.quant.variants import Variants
+from contrai.rows import words_json
 
 if TYPE_CHECKING:
-    from .measure import Evaluation
+    from contrai.engine.measure import Evaluation
 
 
 class Finishing:
@@ -111,7 +111,7 @@ class Finishing:
 
     def quantize(self, p: dict[str, Any]) -> dict[str, Any]:
         """A weight-only variant of the final model (``p["to"]``: int8 or int4), made and evaluated
-        on validation in place (``contrai.variants``)."""
+        on validation in place (``contrai.quant.variants``)."""
         return self.variants.make(p["to"], p["block"], self.served(),
                                   lambda: self.evaluation(self.job.model, self.job.eval_batches())[:2])
 
@@ -136,7 +136,7 @@ class Finishing:
         return {"HoldoutRead": {"loss": nan0(loss), "accuracy": nan0(acc), "samples": n, "quantized": quantized}}
 
     def write_card(self, verdicts: list[dict[str, Any]]) -> None:
-        """``final/model-card.json`` (``contrai.card``): the exported model, and each quantized
+        """``final/model-card.json`` (``contrai.engine.card``): the exported model, and each quantized
         variant refine made (its file when kept; its bytes as counted when refused), with its GGUF
         file and llama.cpp's latency on the same batch when one was written."""
         model = self.served()

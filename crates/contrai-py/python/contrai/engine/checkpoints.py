@@ -5,7 +5,7 @@ A checkpoint holds what training can change, not the whole model: the trainable 
 buffers, the optimizer state, the pruning masks and the record (counters, journal lengths, the
 conductor's state). Frozen parameters are left out — a LoRA job's base is written once by the
 framework that loaded it, not at every checkpoint. A frozen parameter changes in
-two ways — pruning, and a LoRA job's merge (``contrai.adapters``), after which the merged and the
+two ways — pruning, and a LoRA job's merge (``contrai.engine.adapters``), after which the merged and the
 pruned matrices train —: before a frozen matrix first changes, its values are kept once in
 ``originals/``, and a restore to a checkpoint that left it out rebuilds it as those values under
 the checkpoint's mask.
@@ -29,10 +29,10 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from . import _core
-from ._core import CorruptCheckpoint as CorruptCheckpoint
-from .adapters import plain
-from .masks import Masks
+from contrai import _core
+from contrai._core import CorruptCheckpoint as CorruptCheckpoint
+from contrai.engine.adapters import plain
+from contrai.engine.masks import Masks
 
 FORMAT = 3
 
