@@ -65,19 +65,18 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 
 from contrai import _core
 from contrai.data import DroppableDataset
-from contrai.engine import Engine
 from contrai.engine.adapters import merge
-from contrai.engine.batches import StepBatches, unwatch, watch
-from contrai.engine.checkpoints import Checkpoints, load_weights
-from contrai.engine.checkpoints import newest_verified
-from contrai.engine.job import Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning
+from contrai.engine.batches import StepBatches, watch
+from contrai.engine.checkpoints import Checkpoints, load_weights, newest_verified
+from contrai.engine.job import Job, OriginalRows, refuse_sharded_pruning
 from contrai.engine.lora import train_also, trained_past_merge
 from contrai.engine.model import unwrap
 from contrai.engine.persist import KEEP_LAST
 from contrai.integrations._compat import hf as compat
+from contrai.integrations.callback import LifecycleCallback
 from contrai.integrations.trackers import Sink, hf_sinks
-from contrai.preempt import Preemption, stopped
-from contrai.preflight import Mode, facts_hf, gate, refuse_nothing_to_train, under_recipe
+from contrai.preempt import stopped
+from contrai.preflight import Mode, facts_hf, refuse_nothing_to_train
 from contrai.resume import Order, Resumed, fingerprint, gathered, replayed, rng_states
 
 
@@ -173,7 +172,7 @@ class _Step:
         return out
 
 
-class ContraiCallback(TrainerCallback):
+class ContraiCallback(LifecycleCallback, TrainerCallback):
     """Runs Contrai's lifecycle in a Hugging Face ``Trainer``: build it, then :meth:`attach` it to
     the Trainer (``ContraiCallback("recipe.toml", run_dir="runs/x").attach(trainer)``).
 
@@ -192,25 +191,16 @@ class ContraiCallback(TrainerCallback):
             ``"off"`` skips it.
     """
 
+    START_HOOK = "on_train_begin"
+    MAX_STEPS = "TrainingArguments(max_steps={})"
+
     def __init__(self, recipe: str | os.PathLike[str], run_dir: str | os.PathLike[str], *,
                  holdout_dataset: Any = None, classes: int | None = None,
                  turn_log: str | os.PathLike[str] | None = None, preflight: Mode = "stop") -> None:
-        from contrai._core import recipe_check
-
-        self.recipe_path = os.fspath(recipe)
-        self.recipe_toml = Path(recipe).read_text()
-        recipe_check(self.recipe_toml, self.recipe_path)  # a ValueError naming key, line, nearest key
-        self.run_dir = Path(run_dir)
-        self.holdout = holdout_dataset
-        self.classes = classes
-        self.turn_log = turn_log
-        self.preflight = preflight
-        self.planned = 0  # optimizer steps the recipe plans (set when training starts)
-        self.job_steps: int | None = None  # the Trainer's budget, when the recipe leaves main.steps to it
+        super().__init__(recipe, run_dir, holdout_dataset=holdout_dataset, classes=classes, turn_log=turn_log,
+                         preflight=preflight)
         self.trainer: Trainer | None = None
-        self.engine: Engine | None = None
         self._step = _Step()
-        self._preemption = Preemption()
         # This rank's sample order in the epoch under way; what a resume checks at its first step.
         self._order = Order()
         self._resumed: Resumed | None = None
@@ -285,39 +275,28 @@ class ContraiCallback(TrainerCallback):
                              "generalisation worsens): set load_best_model_at_end=False")
         if compat.shards_parameters(trainer):
             refuse_sharded_pruning(self.recipe_toml, self.recipe_path, "FSDP or DeepSpeed ZeRO-3")
-        self.job_steps = job_steps(self.recipe_toml, max_steps)
-        total = self.planned = planned_steps(self.recipe_toml, self.recipe_path, self.job_steps)
-        if max_steps < total:
-            raise ValueError(
-                f"the recipe plans {total} optimizer steps (main, contract and refine) but the Trainer stops at "
-                f"{max_steps}: set TrainingArguments(max_steps={total}) — the lifecycle stops the "
-                "Trainer itself when it ends")
+        self._plan(max_steps, max_steps)
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: Any = None, train_dataloader: Any = None, lr_scheduler: Any = None,
                        **kw: Any) -> TrainerControl:
         trainer = self._bound_trainer()
         self._check(trainer, state.max_steps)
-        if self.preflight != "off":
-            findings = under_recipe(facts_hf(args, trainer.model, trainer), self.recipe_toml, self.recipe_path,
-                                    self.holdout is not None)
-            gate(findings, self.preflight, speak=args.process_index == 0)
+        self._gate(facts_hf(args, trainer.model, trainer), speak=args.process_index == 0)
         classes = self.classes or int(getattr(getattr(model, "config", None), "num_labels", 2))
         job = HfJob(trainer, train_dataloader, None if self.holdout is None else
                     compat.prepared_like_eval(trainer, self.holdout))
-        self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, classes, turn_log=self.turn_log,
-                             job_steps=self.job_steps)
+        engine = self._new_engine(job, classes)
         self._step = _Step()  # a fresh one: taps of an earlier train() keep feeding the old
         compat.tap_loss(trainer, self._step.add_loss, self._trained)
         compat.tap_grad_norm(trainer, self._step.set_grad_norm)
         compat.hold_lr(lr_scheduler, self._lr)
         self._limit_saves(args)
         record = self._resume_record(args, state)
-        self.engine.start(record)
-        if record is not None and self.engine.failed is None:
+        engine.start(record)
+        if record is not None and engine.failed is None:
             self._certify(trainer, record)
-        watch(job.train_dataset())  # from here on, what it serves is what the Trainer trains
-        self._preemption.install()
+        self._going()
         return self._after(control)
 
     def _certify(self, trainer: Trainer, record: dict[str, Any]) -> None:
@@ -402,12 +381,6 @@ class ContraiCallback(TrainerCallback):
 
     # ---- every step ---------------------------------------------------------------------------
 
-    def _running(self) -> Engine:
-        """The engine of the run under way."""
-        if self.engine is None:
-            raise RuntimeError("ContraiCallback: the Trainer stepped before on_train_begin")
-        return self.engine
-
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kw: Any) -> TrainerControl:
         e = self._running()
@@ -427,22 +400,14 @@ class ContraiCallback(TrainerCallback):
         """A stop signal any rank got (the ranks agree at every step): this step is saved — the
         Trainer's checkpoint with the lifecycle's record, sealed — and the job stops, exiting in
         ``on_train_end``."""
-        e = self._running()
-        if e.finished is not None or e.stopped_by is not None:
-            return control
-        signum = self._preemption.agreed(e.job.all_reduce)
-        if signum is not None:
-            e.stop_for(signum)
+        if self._agreed_stop():
             control.should_save = True
             control.should_training_stop = True
         return control
 
     def _after(self, control: TrainerControl) -> TrainerControl:
         """Carries the engine's state to the Trainer: stop, save, the next step's LR."""
-        e = self._running()
-        if e.failed is not None:
-            self._end()
-            raise RuntimeError(f"contrai: the run stopped: {e.failed}")
+        e = self._raise_if_failed()
         if e.last_record is not None and e.last_record.get("step") == e.step:
             control.should_save = True
         if e.finished is not None:
@@ -473,25 +438,11 @@ class ContraiCallback(TrainerCallback):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kw: Any) -> None:
-        e = self.engine
-        if e is None:
-            return
-        e.stopped_early(state.global_step, self.planned, "TrainingArguments(max_steps={})")
-        # Every rank leaves the job together: a rank gone while rank 0 still writes the model card
-        # made rank 0's process abort at exit (gloo, SIGABRT after a finished run; 1 in 4 jobs).
-        e.job.barrier()
-        self._end()
-        if e.stopped_by is not None:
+        e = self._finish(state.global_step)
+        if e is not None and e.stopped_by is not None:
             raise stopped(e.stopped_by, state.global_step, str(compat.checkpoint_dir(args, state.global_step)),
                           "the script resumes with trainer.train(resume_from_checkpoint="
                           f"contrai.integrations.hf.last_checkpoint({str(args.output_dir)!r}))")
-
-    def _end(self) -> None:
-        """The job is over: the run directory let go, the signal handlers put back."""
-        self._preemption.restore()
-        if self.engine is not None:
-            unwatch(self.engine.job.train_dataset())
-            self.engine.release()
 
 
 def droppable(dataset: Any) -> Any:

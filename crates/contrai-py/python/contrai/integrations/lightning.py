@@ -65,17 +65,17 @@ import torch
 from torch.utils.data import DataLoader
 
 from contrai import _core
-from contrai.engine import Engine
 from contrai.engine.adapters import mark_merged
-from contrai.engine.batches import StepBatches, unwatch, watch
+from contrai.engine.batches import StepBatches, watch
 from contrai.engine.checkpoints import newest_verified
-from contrai.engine.job import Job, OriginalRows, job_steps, planned_steps, refuse_sharded_pruning
+from contrai.engine.job import Job, OriginalRows, refuse_sharded_pruning
 from contrai.engine.lora import train_also, trained_past_merge
 from contrai.engine.model import unwrap
 from contrai.integrations._compat import lightning as compat
+from contrai.integrations.callback import LifecycleCallback
 from contrai.integrations.trackers import Sink, lightning_sinks
-from contrai.preempt import Preemption, stopped
-from contrai.preflight import Mode, facts_lightning, gate, refuse_nothing_to_train, under_recipe
+from contrai.preempt import stopped
+from contrai.preflight import Mode, facts_lightning, refuse_nothing_to_train
 from contrai.resume import gathered, rng_states, set_rng_states
 
 Forward = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
@@ -173,7 +173,7 @@ class LightningJob(Job):
         return self.trainer.global_step
 
 
-class ContraiCallback(pl.Callback):
+class ContraiCallback(LifecycleCallback, pl.Callback):
     """Runs Contrai's lifecycle in a Lightning ``Trainer`` (pass it in ``callbacks=``: Lightning
     hands every hook its Trainer). Its state rides in Lightning's checkpoints through
     :meth:`state_dict` and :meth:`load_state_dict`.
@@ -193,27 +193,18 @@ class ContraiCallback(pl.Callback):
             ``"off"`` skips it.
     """
 
+    START_HOOK = "on_train_start"
+    MAX_STEPS = "Trainer(max_steps={})"
+
     def __init__(self, recipe: str | os.PathLike[str], run_dir: str | os.PathLike[str], *,
                  holdout_dataset: Any = None, classes: int = 2, forward: Forward | None = None,
                  turn_log: str | os.PathLike[str] | None = None, preflight: Mode = "stop") -> None:
-        from contrai._core import recipe_check
-
-        self.recipe_path = os.fspath(recipe)
-        self.recipe_toml = Path(recipe).read_text()
-        recipe_check(self.recipe_toml, self.recipe_path)
-        self.run_dir = Path(run_dir)
-        self.holdout = holdout_dataset
-        self.classes = classes
+        super().__init__(recipe, run_dir, holdout_dataset=holdout_dataset, classes=classes, turn_log=turn_log,
+                         preflight=preflight)
         self.forward = forward or default_forward
-        self.turn_log = turn_log
-        self.preflight = preflight
-        self.planned = 0  # optimizer steps the recipe plans (set when training starts)
-        self.job_steps: int | None = None  # the Trainer's budget, when the recipe leaves main.steps to it
-        self.engine: Engine | None = None
         self._resume: dict[str, Any] | None = None
         self._grad_norm: float | None = None
         self._optimizer_stepped = False
-        self._preemption = Preemption()
         self._stop_file: Path | None = None
         self._rng: list[dict[str, Any]] | None = None
         self._batches = StepBatches()
@@ -241,17 +232,11 @@ class ContraiCallback(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         compat.check()
         self._check(trainer)
-        if self.preflight != "off":
-            findings = under_recipe(facts_lightning(trainer, pl_module), self.recipe_toml, self.recipe_path,
-                                    self.holdout is not None)
-            gate(findings, self.preflight, speak=trainer.is_global_zero)
+        self._gate(facts_lightning(trainer, pl_module), speak=trainer.is_global_zero)
         job = LightningJob(trainer, pl_module, self.forward, self.holdout)
-        self.engine = Engine(job, self.run_dir, self.recipe_toml, self.recipe_path, self.classes,
-                             turn_log=self.turn_log, job_steps=self.job_steps)
-        self.engine.start(self._resume)
+        self._new_engine(job, self.classes or 2).start(self._resume)
         self._batches = StepBatches()
-        watch(job.train_dataset())  # from here on, what it serves is what the Trainer trains
-        self._preemption.install()
+        self._going()
         self._after(trainer)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -265,18 +250,8 @@ class ContraiCallback(pl.Callback):
                              "(the conductor evaluates at the recipe's cadence, run.eval_every)")
         if compat.shards_parameters(trainer.strategy):
             refuse_sharded_pruning(self.recipe_toml, self.recipe_path, type(trainer.strategy).__name__)
-        limit = trainer.max_steps if trainer.max_steps != -1 else compat.epoch_steps(trainer)
-        self.job_steps = job_steps(self.recipe_toml, limit)
-        total = self.planned = planned_steps(self.recipe_toml, self.recipe_path, self.job_steps)
-        if trainer.max_steps != -1 and trainer.max_steps < total:
-            raise ValueError(f"the recipe plans {total} optimizer steps but the Trainer stops at "
-                             f"{trainer.max_steps}: set Trainer(max_steps={total}) — the lifecycle stops it itself")
-
-    def _running(self) -> Engine:
-        """The engine of the run under way."""
-        if self.engine is None:
-            raise RuntimeError("ContraiCallback: the Trainer stepped before on_train_start")
-        return self.engine
+        limited = trainer.max_steps != -1
+        self._plan(trainer.max_steps if limited else compat.epoch_steps(trainer), trainer.max_steps if limited else None)
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                                  optimizer: torch.optim.Optimizer) -> None:
@@ -310,13 +285,8 @@ class ContraiCallback(pl.Callback):
         """A stop signal any rank got (the ranks agree at every step): Lightning's checkpoint of
         this step (the lifecycle's state in it) written by every rank's ``save_checkpoint`` into a
         directory of its own, sealed, and the fit stopped; the job exits in ``on_train_end``."""
-        e = self._running()
-        if e.finished is not None or e.stopped_by is not None:
+        if not self._agreed_stop():
             return
-        signum = self._preemption.agreed(e.job.all_reduce)
-        if signum is None:
-            return
-        e.stop_for(signum)
         folder = stop_dir(trainer) / f"stop-step={trainer.global_step}"
         self._stop_file = folder / "last.ckpt"
         trainer.save_checkpoint(self._stop_file)
@@ -326,34 +296,16 @@ class ContraiCallback(pl.Callback):
 
     def _after(self, trainer: pl.Trainer) -> None:
         """Carries the engine's state to the Trainer: a failure raised, the end a stop."""
-        e = self._running()
-        if e.failed is not None:
-            self._end()
-            raise RuntimeError(f"contrai: the run stopped: {e.failed}")
-        if e.finished is not None:
+        if self._raise_if_failed().finished is not None:
             trainer.should_stop = True
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        e = self.engine
-        if e is None:
-            return
-        e.stopped_early(trainer.global_step, self.planned, "Trainer(max_steps={})")
-        # Every rank leaves the job together: a rank gone while rank 0 still writes the model card
-        # made rank 0's process abort at exit (gloo, SIGABRT after a finished run; 1 in 4 jobs).
-        e.job.barrier()
-        self._end()
-        if e.stopped_by is not None and self._stop_file is not None:
+        e = self._finish(trainer.global_step)
+        if e is not None and e.stopped_by is not None and self._stop_file is not None:
             raise stopped(e.stopped_by, trainer.global_step, str(self._stop_file),
                           f"the script resumes with trainer.fit(..., ckpt_path={str(self._stop_file)!r}), or "
                           "ckpt_path=contrai.integrations.lightning.last_checkpoint("
                           f"{str(self._stop_file.parent.parent)!r})")
-
-    def _end(self) -> None:
-        """The job is over: the run directory let go, the signal handlers put back."""
-        self._preemption.restore()
-        if self.engine is not None:
-            unwatch(self.engine.job.train_dataset())
-            self.engine.release()
 
     def state_dict(self) -> dict[str, Any]:
         """What Lightning's checkpoint keeps of the lifecycle: the engine's record (counters, journal
