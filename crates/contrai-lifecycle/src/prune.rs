@@ -34,6 +34,100 @@ pub fn is_attention(module: &str) -> bool {
     module.ends_with("attn") || module.ends_with("attention.self") || module.ends_with("attention.output")
 }
 
+/// A structure pruned whole: its entries go together across the matrices that share it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whole {
+    /// An attention head: its query, key and value outputs with the output projection's inputs.
+    Heads,
+    /// A feed-forward unit: its expansion (and gate) output with the projection's input.
+    Units,
+}
+
+impl Whole {
+    /// The structure's name, as records and the Python engine say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Whole::Heads => "heads",
+            Whole::Units => "units",
+        }
+    }
+}
+
+/// How a weight matrix takes part in a structure pruned whole, for both engines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Heads or units.
+    pub whole: Whole,
+    /// The matrix whose pruning target decides the groups: the attention's query, the
+    /// feed-forward layer's expansion.
+    pub key: String,
+    /// Whether the groups are the matrix's input features (an output or down projection) rather
+    /// than its output features. Each engine maps this to its layout (PyTorch `[out, in]`: the
+    /// columns; Burn `[in, out]`: the rows).
+    pub by_inputs: bool,
+}
+
+/// How the matrix `path` takes part in whole heads (when `heads`) or whole units (when `units`),
+/// in the naming of either engine's models: Contrai's transformer (`blocks.N.attn.{query,key,value,
+/// output}`, `blocks.N.ffn.{up,down}`), the BERT family (`…attention.self.{query,key,value}` —
+/// `self_attn` in Contrai's port, `self` being a Rust keyword — with `…attention.output.dense`,
+/// and `…intermediate.dense` with `…output.dense`) and Llama's MLP (`…mlp.{up,gate,down}_proj`).
+/// `has` tells which matrices the model holds (BERT's output projection belongs to whichever of
+/// `self` and `self_attn` it has).
+pub fn member_of(path: &str, heads: bool, units: bool, has: &dyn Fn(&str) -> bool) -> Option<Member> {
+    let w = path.strip_suffix(".weight")?;
+    let head = heads.then(|| head_member(w, has)).flatten();
+    head.or_else(|| units.then(|| unit_member(path, w)).flatten())
+}
+
+/// [`member_of`] for attention heads: keyed by the attention module's query matrix.
+fn head_member(w: &str, has: &dyn Fn(&str) -> bool) -> Option<Member> {
+    let member = |module: &str, by_inputs| Member {
+        whole: Whole::Heads,
+        key: format!("{module}.query.weight"),
+        by_inputs,
+    };
+    if let Some(layer) = w.strip_suffix(".attention.output.dense") {
+        return ["self", "self_attn"]
+            .map(|s| format!("{layer}.attention.{s}"))
+            .into_iter()
+            .find(|m| has(&format!("{m}.query.weight")))
+            .map(|m| member(&m, true));
+    }
+    let (module, name) = w.rsplit_once('.')?;
+    let by_inputs = match name {
+        "query" | "key" | "value" => false,
+        "output" => true,
+        _ => return None,
+    };
+    is_attention(module).then(|| member(module, by_inputs))
+}
+
+/// [`member_of`] for feed-forward units: keyed by the layer's expansion matrix.
+fn unit_member(path: &str, w: &str) -> Option<Member> {
+    let member = |key: String, by_inputs| {
+        Some(Member {
+            whole: Whole::Units,
+            key,
+            by_inputs,
+        })
+    };
+    let (owner, name) = w.rsplit_once('.')?;
+    match name {
+        "up" if owner.ends_with(".ffn") => member(path.to_string(), false),
+        "down" if owner.ends_with(".ffn") => member(format!("{owner}.up.weight"), true),
+        "up_proj" if owner.ends_with(".mlp") => member(path.to_string(), false),
+        "gate_proj" if owner.ends_with(".mlp") => member(format!("{owner}.up_proj.weight"), false),
+        "down_proj" if owner.ends_with(".mlp") => member(format!("{owner}.up_proj.weight"), true),
+        "dense" if owner.ends_with(".intermediate") => member(path.to_string(), false),
+        "dense" if !owner.ends_with(".attention.output") => {
+            let layer = owner.strip_suffix(".output")?;
+            member(format!("{layer}.intermediate.dense.weight"), true)
+        }
+        _ => None,
+    }
+}
+
 /// The sparsity of a gradual schedule at `progress` in [0, 1]: cubic (Zhu & Gupta,
 /// `s_f + (s_i − s_f)(1 − p)³`: fast early, gentle as the model settles) or linear.
 pub fn scheduled_sparsity(init: f64, fin: f64, progress: f64, schedule: PruneSchedule) -> f64 {
@@ -228,5 +322,49 @@ mod tests {
         s.sparsity.insert("blocks.0.ffn".into(), 0.3);
         let t = p.order(&s, &r, Some(4)).targets["blocks.0.ffn.up.weight"];
         assert_eq!((t.sparsity, t.cap), (0.3, 0.3), "a frozen module holds");
+    }
+
+    #[test]
+    fn heads_and_units_are_named_alike_in_every_engines_models() {
+        let hf = [
+            "l.0.attention.self.query.weight",
+            "l.0.attention.output.dense.weight",
+        ];
+        let has = |p: &str| hf.contains(&p);
+        let m = |p: &str| member_of(p, true, true, &has).map(|m| (m.whole, m.key, m.by_inputs));
+        let q = "l.0.attention.self.query.weight".to_string();
+        assert_eq!(
+            m("l.0.attention.self.key.weight"),
+            Some((Whole::Heads, q.clone(), false))
+        );
+        assert_eq!(
+            m("l.0.attention.output.dense.weight"),
+            Some((Whole::Heads, q, true))
+        );
+        let burn = |p: &str| p == "l.0.attention.self_attn.query.weight";
+        let out = member_of("l.0.attention.output.dense.weight", true, false, &burn).unwrap();
+        assert_eq!(out.key, "l.0.attention.self_attn.query.weight");
+        assert!(member_of("l.0.attention.output.dense.weight", true, true, &|_| false).is_none());
+        let up = "l.0.intermediate.dense.weight".to_string();
+        assert_eq!(
+            m("l.0.output.dense.weight"),
+            Some((Whole::Units, up.clone(), true))
+        );
+        assert_eq!(
+            m("l.0.intermediate.dense.weight"),
+            Some((Whole::Units, up, false))
+        );
+        let up = "m.1.mlp.up_proj.weight".to_string();
+        assert_eq!(
+            m("m.1.mlp.gate_proj.weight"),
+            Some((Whole::Units, up.clone(), false))
+        );
+        assert_eq!(m("m.1.mlp.down_proj.weight"), Some((Whole::Units, up, true)));
+        let up = "blocks.2.ffn.up.weight".to_string();
+        assert_eq!(m("blocks.2.ffn.down.weight"), Some((Whole::Units, up, true)));
+        assert_eq!(m("blocks.2.attn.output.weight").map(|m| m.2), Some(true));
+        assert_eq!(member_of("blocks.2.attn.value.weight", false, true, &has), None);
+        assert_eq!(member_of("m.1.self_attn.q_proj.weight", true, true, &has), None);
+        assert_eq!(m("blocks.2.ffn.up.bias"), None);
     }
 }

@@ -47,6 +47,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(preflight::recipe_facts, m)?)?;
     m.add_function(wrap_pyfunction!(masks::module_of, m)?)?;
     m.add_function(wrap_pyfunction!(masks::is_attention, m)?)?;
+    m.add_function(wrap_pyfunction!(masks::whole_members, m)?)?;
     m.add_function(wrap_pyfunction!(masks::pruned_weights, m)?)?;
     m.add_function(wrap_pyfunction!(masks::magnitude_masks, m)?)?;
     m.add_function(wrap_pyfunction!(masks::weakest_groups, m)?)?;

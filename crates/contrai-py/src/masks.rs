@@ -29,6 +29,28 @@ pub(crate) fn is_attention(module: &str) -> bool {
     contrai_lifecycle::prune::is_attention(module)
 }
 
+/// How each of the model's matrices `paths` takes part in whole heads (`heads`) or whole units
+/// (`units`), by the rule both engines share (`contrai_lifecycle::prune::member_of`): by member
+/// path, the matrix whose target decides its groups, whether they are its input features (an
+/// output or down projection), and the structure (`heads` or `units`). Matrices in none are left
+/// out.
+#[pyfunction]
+pub(crate) fn whole_members(
+    paths: Vec<String>,
+    heads: bool,
+    units: bool,
+) -> std::collections::BTreeMap<String, (String, bool, &'static str)> {
+    let all: std::collections::BTreeSet<&str> = paths.iter().map(String::as_str).collect();
+    let has = |p: &str| all.contains(p);
+    paths
+        .iter()
+        .filter_map(|p| {
+            let m = contrai_lifecycle::prune::member_of(p, heads, units, &has)?;
+            Some((p.clone(), (m.key, m.by_inputs, m.whole.name())))
+        })
+        .collect()
+}
+
 /// Keep masks of magnitude pruning, by the rule both engines share
 /// (`contrai_lifecycle::select`): `pools` holds each module's scores (little-endian f32 bytes,
 /// masked entries −1) with its target's sparsity and cap; `scope` is `module` or `global`.

@@ -358,10 +358,12 @@ pub fn update_all<M: Module>(
     // What the groups decide (a targeted attention's projections, BERT's output one included, a
     // targeted feed-forward layer's two matrices) is not pruned a second time by magnitude; with
     // heads, attention is never pruned by single weights.
+    let paths: std::collections::BTreeSet<String> = matrix_paths(model).into_iter().collect();
+    let has = |p: &str| paths.contains(p);
     let grouped = |p: &str| {
         wholes
             .iter()
-            .any(|w| w.member(p).is_some_and(|(key, _)| target(&key).is_some()))
+            .any(|w| w.member(p, &has).is_some_and(|(key, _)| target(&key).is_some()))
     };
     let single = |p: &str| {
         let by_heads = structure.heads.is_some() && is_attention(&module_of(p));

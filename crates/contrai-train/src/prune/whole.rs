@@ -4,9 +4,9 @@
 
 use burn::module::Module;
 use contrai_lifecycle::Target;
-use contrai_lifecycle::prune::{is_attention, module_of};
+use contrai_lifecycle::prune::{member_of, module_of};
 
-use super::{Masks, Matrix, weights};
+use super::{Masks, Matrix, matrix_paths, weights};
 
 /// What is pruned whole rather than by single weights.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -44,12 +44,12 @@ pub(super) enum Whole {
 
 impl Whole {
     /// The path whose pruning target decides the group `path` belongs to, and whether `path`'s
-    /// groups are its rows (output projections) rather than its columns.
-    pub(super) fn member(self, path: &str) -> Option<(String, bool)> {
-        match self {
-            Whole::Heads(_) => head_member(path).map(|(m, rows)| (query_of(&m), rows)),
-            Whole::Units => unit_member(path),
-        }
+    /// groups are its rows (output projections: their inputs, in Burn's `[d_in, d_out]`) rather
+    /// than its columns — the rule both engines share ([`member_of`]); `has` tells which
+    /// matrices the model holds.
+    pub(super) fn member(self, path: &str, has: &dyn Fn(&str) -> bool) -> Option<(String, bool)> {
+        let heads = matches!(self, Whole::Heads(_));
+        member_of(path, heads, !heads, has).map(|m| (m.key, m.by_inputs))
     }
 
     /// Groups of a structure whose column-owning matrices have `cols` columns.
@@ -61,47 +61,6 @@ impl Whole {
     }
 }
 
-/// The attention module whose heads own `path`'s entries, and whether by rows (the output
-/// projection) or by columns (query, key, value): `blocks.0.attn.{query,key,value,output}`, and
-/// BERT's `…attention.self_attn.{query,key,value}` with its output projection
-/// `…attention.output.dense`.
-fn head_member(path: &str) -> Option<(String, bool)> {
-    let w = path.strip_suffix(".weight")?;
-    if let Some(layer) = w.strip_suffix(".attention.output.dense") {
-        return Some((format!("{layer}.attention.self_attn"), true));
-    }
-    let (module, name) = w.rsplit_once('.')?;
-    let rows = match name {
-        "query" | "key" | "value" => false,
-        "output" => true,
-        _ => return None,
-    };
-    is_attention(module).then(|| (module.to_string(), rows))
-}
-
-/// The query projection's path in attention module `module` (the key of its pruning target).
-fn query_of(module: &str) -> String {
-    format!("{module}.query.weight")
-}
-
-/// The expansion matrix of the feed-forward layer `path` belongs to (the key of its pruning
-/// target), and whether `path`'s units are rows: the transformer's `blocks.N.ffn.{up,down}`,
-/// BERT's `…layer.N.intermediate.dense` with its projection `…layer.N.output.dense`.
-fn unit_member(path: &str) -> Option<(String, bool)> {
-    let w = path.strip_suffix(".weight")?;
-    if let Some(ffn) = w.strip_suffix(".up") {
-        return ffn.ends_with(".ffn").then(|| (path.to_string(), false));
-    }
-    if let Some(ffn) = w.strip_suffix(".down") {
-        return ffn.ends_with(".ffn").then(|| (format!("{ffn}.up.weight"), true));
-    }
-    if w.ends_with(".intermediate.dense") {
-        return Some((path.to_string(), false));
-    }
-    let layer = w.strip_suffix(".output.dense")?;
-    (!layer.ends_with(".attention")).then(|| (format!("{layer}.intermediate.dense.weight"), true))
-}
-
 /// Prunes whole groups (heads or units): in each structure `target` selects, the groups with the
 /// smallest L2 norm over their columns and rows are masked, `floor(sparsity × groups)` of them
 /// (capped), groups masked before first. Returns each structure's module with its sparsity.
@@ -111,13 +70,15 @@ pub(super) fn update_group_masks<M: Module>(
     whole: Whole,
     target: &dyn Fn(&str) -> Option<Target>,
 ) -> Vec<(String, f64)> {
+    let paths: std::collections::BTreeSet<String> = matrix_paths(model).into_iter().collect();
+    let has = |p: &str| paths.contains(p);
     let all = weights(model, &|p| {
-        whole.member(p).is_some_and(|(k, _)| target(&k).is_some())
+        whole.member(p, &has).is_some_and(|(k, _)| target(&k).is_some())
     });
     // Each matrix's structure and whether its groups are rows, worked out once.
     let all: Vec<(String, bool, &Matrix)> = all
         .iter()
-        .filter_map(|m| whole.member(&m.0).map(|(k, rows)| (k, rows, m)))
+        .filter_map(|m| whole.member(&m.0, &has).map(|(k, rows)| (k, rows, m)))
         .collect();
     let keys: std::collections::BTreeSet<&str> = all.iter().map(|(k, ..)| k.as_str()).collect();
     let mut out = Vec::new();

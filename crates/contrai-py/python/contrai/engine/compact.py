@@ -15,7 +15,7 @@ from typing import Mapping
 import torch
 
 from contrai.engine.adapters import is_peft_model, unprefixed
-from contrai.engine.masks import Masks, group_of, matrices
+from contrai.engine.masks import Masks, matrices, members
 
 # The intermediate size left is a multiple of this: an odd size costs more than the units it
 # saves (MiniLM-L6 on a 2-core AVX2 CPU, batch 32 × 128 tokens: 1,383 units ran at 1.04× the
@@ -29,9 +29,9 @@ def kept_units(state: Mapping[str, torch.Tensor], keep: Mapping[str, torch.Tenso
     """Each feed-forward layer's kept units (over its expansion's rows), by expansion path; every
     expansion of the state is listed (one never pruned keeps all)."""
     out: dict[str, torch.Tensor] = {}
+    units = members(state, heads=False, units=True)
     for path, t in state.items():
-        g = group_of(path, heads=False, units=True)
-        if t.dim() == 2 and g is not None and g[0] == path:
+        if t.dim() == 2 and path in units and units[path][0] == path:
             k = keep.get(path)
             out[path] = k.cpu().any(dim=1) if k is not None else torch.ones(t.shape[0], dtype=torch.bool)
     return out
@@ -41,7 +41,7 @@ def kept_units(state: Mapping[str, torch.Tensor], keep: Mapping[str, torch.Tenso
 class Cut:
     """Which units each feed-forward layer keeps once the pruned ones are cut out."""
 
-    # the rows each expansion keeps (by its path, as :func:`group_of` keys the layer's units)
+    # the rows each expansion keeps (by its path, as :func:`~contrai.engine.masks.members` keys the layer's units)
     index: dict[str, torch.Tensor]
     # intermediate_size before and after
     before: int
@@ -53,7 +53,8 @@ class Cut:
         """``t`` — the weight, mask or expansion bias at ``path`` — with the cut units taken out;
         ``t`` itself where the cut does not reach."""
         bias = path.endswith(".bias")
-        g = group_of(path[: -len("bias")] + "weight" if bias else path, heads=False, units=True)
+        weight = path[: -len("bias")] + "weight" if bias else path
+        g = members([weight], heads=False, units=True).get(weight)
         if g is None or g[0] not in self.index or (bias and g[1] != 0) or t.dim() != (1 if bias else 2):
             return t
         return t.index_select(0 if bias else g[1], self.index[g[0]].to(t.device))

@@ -17,7 +17,7 @@ come from the same rule (``_core.module_of``).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Container, Iterator, Mapping
+from typing import Any, Callable, Container, Iterable, Iterator, Mapping
 
 import torch
 
@@ -100,14 +100,15 @@ class Masks:
         activations, and cut a pretrained LLM's critical units first (SmolLM2-135M, 10 % of
         every layer's units: e-mail loss 4.10 → 8.85 by weight norm, → 4.25 by output). Returns
         the paths masked this way, by structure."""
-        members: dict[str, list[tuple[str, int]]] = {}
-        for path in params:
-            g = group_of(path, heads is not None, units)
-            if g is not None and g[0] in targets and g[0] in params:
-                members.setdefault(g[0], []).append((path, g[1]))
+        groups_of: dict[str, list[tuple[str, int]]] = {}
+        kinds: dict[str, str] = {}
+        for path, (key, axis, kind) in members(params, heads is not None, units).items():
+            if key in targets and key in params:
+                groups_of.setdefault(key, []).append((path, axis))
+                kinds[key] = kind
         done: dict[str, set[str]] = {"heads": set(), "units": set()}
-        for key, ms in members.items():
-            kind = "heads" if key.endswith(HEAD_KEY) else "units"
+        for key, ms in groups_of.items():
+            kind = kinds[key]
             groups = heads if kind == "heads" else params[key].shape[0]
             if not groups or any(params[p].shape[axis] % groups for p, axis in ms):
                 continue
@@ -193,43 +194,20 @@ class Masks:
         return m
 
 
-# The path whose target decides a BERT-family attention's heads (the Burn engine keys them alike).
-HEAD_KEY = ".attention.self.query.weight"
-
-
-def group_of(path: str, heads: bool, units: bool) -> tuple[str, int] | None:
-    """The structure ``path``'s entries are pruned with, whole: the path whose target decides it,
-    and the axis its groups lie along (0: rows, PyTorch's output features; 1: columns)."""
-    if not path.endswith(".weight"):
-        return None
-    w = path[: -len(".weight")]
-    if heads:
-        if w.endswith(".attention.output.dense"):
-            return w[: -len(".output.dense")] + HEAD_KEY[len(".attention"):], 1
-        for name in ("query", "key", "value"):
-            if w.endswith(f".attention.self.{name}"):
-                return w[: -len(name) - len(".attention.self.")] + HEAD_KEY, 0
-    if units:
-        if w.endswith(".intermediate.dense") or w.endswith(".mlp.up_proj"):
-            return path, 0
-        if w.endswith(".output.dense") and not w.endswith(".attention.output.dense"):
-            return w[: -len("output.dense")] + "intermediate.dense.weight", 1
-        if w.endswith(".mlp.gate_proj"):
-            return w[: -len("gate_proj")] + "up_proj.weight", 0
-        if w.endswith(".mlp.down_proj"):
-            return w[: -len("down_proj")] + "up_proj.weight", 1
-    return None
+def members(paths: Iterable[str], heads: bool, units: bool) -> dict[str, tuple[str, int, str]]:
+    """How each of ``paths`` is pruned whole (heads when ``heads``, units when ``units``): the path
+    whose target decides its groups, the axis they lie along (0: rows, PyTorch's output features;
+    1: columns, its input features) and the structure (``"heads"`` or ``"units"``) — the rule
+    the Burn engine uses too (``contrai_lifecycle::prune::member_of``). Paths in none are left out."""
+    return {path: (key, 1 if by_inputs else 0, kind)
+            for path, (key, by_inputs, kind) in _core.whole_members(list(paths), heads, units).items()}
 
 
 def projections(model: torch.nn.Module) -> dict[str, str]:
     """The module projecting each feed-forward layer's units back (``down_proj``, BERT's
-    ``output.dense``), by the path that keys its units (:func:`group_of`)."""
-    out = {}
-    for path, _ in matrices(model):
-        g = group_of(path, heads=False, units=True)
-        if g is not None and g[1] == 1:
-            out[g[0]] = path[: -len(".weight")]
-    return out
+    ``output.dense``), by the path that keys its units (:func:`members`)."""
+    paths = [path for path, _ in matrices(model)]
+    return {key: path[: -len(".weight")] for path, (key, axis, _) in members(paths, False, True).items() if axis == 1}
 
 
 def unit_inputs(model: torch.nn.Module, forward: Callable[[], None], keys: Container[str]) -> dict[str, torch.Tensor]:
