@@ -450,6 +450,9 @@ impl RawRun {
                 }
             }
         }
+        for (_, i) in best.values_mut() {
+            *i = denser_twin(&self.tags, *i);
+        }
         let mut hints = self.hints;
         if hints.x_unit == XUnit::Step {
             hints.steps_per_epoch = steps_per_epoch(&self.epochs);
@@ -480,6 +483,19 @@ impl RawRun {
             hints,
         }
     }
+}
+
+/// The tag to read for tag `i`: Lightning logs a metric both ways (`on_step` and `on_epoch`) as
+/// `<name>_step` and `<name>_epoch`, and where the per-step one holds fewer points (a log every
+/// 50 steps of 13-step epochs) its per-epoch twin says more of the same quantity.
+fn denser_twin(tags: &[(String, Vec<Point>)], i: usize) -> usize {
+    let Some(stem) = tags[i].0.strip_suffix("_step") else {
+        return i;
+    };
+    let twin = format!("{stem}_epoch");
+    tags.iter()
+        .position(|(t, p)| *t == twin && p.len() > tags[i].1.len())
+        .unwrap_or(i)
 }
 
 /// A tag's points in log order with its segment starts: where the step goes back or repeats, and

@@ -5,8 +5,8 @@
 
 use super::{Ctx, finite, rel_drop};
 use crate::finding::{Finding, Label, Severity};
-use crate::series::{Point, Series, Task, XUnit};
-use crate::stats::median;
+use crate::series::{Point, Series, Task};
+use crate::stats::{block_medians, median};
 
 /// Validation evaluations needed to call a whole run stuck on validation; one fewer when a
 /// validation accuracy at 1/K at every one of them confirms the loss.
@@ -102,22 +102,26 @@ fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let end = median(&vals[vals.len() - k..])?;
     let initial = median(&vals[..3])?;
     let min = vals.iter().copied().fold(f64::INFINITY, f64::min);
-    let lowest = crate::stats::block_medians(&vals, 5)
-        .into_iter()
-        .fold(f64::INFINITY, f64::min);
+    let lowest = block_medians(&vals, 5).into_iter().fold(f64::INFINITY, f64::min);
     if end <= 0.0 || rel_drop(end, lowest) > 0.02 {
         return None;
     }
     let fell = rel_drop(start, end) > 0.02 || rel_drop(initial, min) > 0.05;
     let accuracy = finite(ctx.st.points(Series::TrainAccuracy));
-    if fell && accuracy.len() < 10 {
-        return None;
-    }
     let classes = classes(ctx, end).or_else(|| dead_output(ctx, &vals))?;
     let chance = classes.ln();
     let dist = (end - chance).abs() / chance;
     let late = tail_median(&accuracy, (accuracy.len() / 5).max(1));
     if dist > ctx.cfg.chance_tolerance || late.is_some_and(|a| a > 1.5 / classes) {
+        return None;
+    }
+    // A loss that fell came down to ln K from above only where accuracy says it guesses: the
+    // training accuracy's tail, or the run's last accuracy at 1/K with the loss's whole later
+    // half settled at ln K (an early rise at a too-high LR, then chance for good).
+    let settled = block_medians(&vals[vals.len() / 2..], 5)
+        .iter()
+        .all(|v| (v - chance).abs() <= ctx.cfg.chance_tolerance * chance);
+    if fell && accuracy.len() < 10 && !(settled && last_accuracy_at_chance(ctx, classes)) {
         return None;
     }
     Some(finding(pts[0].step, loss, end, classes, dist))
@@ -179,15 +183,12 @@ fn tail_median(points: &[Point], n: usize) -> Option<f64> {
     median(&tail.iter().map(|p| p.value).collect::<Vec<_>>())
 }
 
-/// The evaluations span the patience (300 steps, or 3 epochs; a short run in steps: three times
+/// The evaluations span the patience ([`Ctx::patience`]; or, a short run, three times
 /// the patience in evaluations) and, when the run's length is known, reach half of it: a run's
 /// first evaluations at chance are no verdict on the run.
 fn long_enough(ctx: &Ctx, pts: &[Point]) -> bool {
     let (first, last) = (pts[0].step as f64, pts[pts.len() - 1].step as f64);
-    let patience = match ctx.st.hints.x_unit {
-        XUnit::Epoch => ctx.cfg.patience_evals as f64,
-        XUnit::Step => ctx.cfg.patience_steps,
-    };
+    let patience = ctx.patience();
     let many = pts.len() >= 3 * ctx.cfg.patience_evals;
     let half = ctx.st.hints.total_steps.map_or(0.0, |t| t as f64 / 2.0);
     (last - first >= patience || many) && last >= half
@@ -220,6 +221,16 @@ fn dead_output(ctx: &Ctx, vals: &[f64]) -> Option<f64> {
     let k = median(vals)?.exp().round();
     let at = |v: &f64| (v - k.ln()).abs() <= DEAD_OUTPUT * k.ln();
     ((2.0..=100.0).contains(&k) && vals.iter().all(at)).then_some(k)
+}
+
+/// Whether the last accuracy the run logged (training's, else validation's) lies at 1/K (within
+/// [`ACCURACY_AT_CHANCE`]): a second, independent measure of guessing beside the loss at ln K.
+fn last_accuracy_at_chance(ctx: &Ctx, classes: f64) -> bool {
+    [Series::TrainAccuracy, Series::ValAccuracy]
+        .iter()
+        .filter_map(|s| finite(ctx.st.points(*s)).last().copied())
+        .next()
+        .is_some_and(|a| (a.value * classes - 1.0).abs() <= ACCURACY_AT_CHANCE)
 }
 
 /// Whether the run is known to classify: its files say so, or it logs accuracy.

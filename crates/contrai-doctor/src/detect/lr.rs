@@ -5,6 +5,7 @@ use super::{Ctx, finite, num};
 use crate::finding::{Detail, Finding, Label, Severity};
 use crate::series::{Point, Series};
 use crate::setup::{EPOCH_KEYS, LrSchedule, SCHEDULE_KEYS, Setting};
+use crate::stats::{median, point_noise};
 
 /// Reviews the LR series; `final_` is true at the end of the run.
 pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
@@ -156,8 +157,12 @@ fn planned_total(ctx: &Ctx, last: u64) -> u64 {
 const EARLY: f64 = 0.2;
 /// The fewest logs an early rise is judged on.
 const EARLY_LOGS: usize = 5;
-/// An early rise: the loss this many times its first logged value.
+/// An early rise: the loss this many times its first logged value...
 const EARLY_RISE: f64 = 1.5;
+/// ...or its early logs after the first this many times it at their median, with the high this
+/// many of the loss's own point-noise units above it (a quiet loss that climbs 25 % and stays
+/// up is as clear as a noisy one that jumps 1.5x).
+const EARLY_LIFT: (f64, f64) = (1.1, 8.0);
 
 /// The training loss's first logged value, and its highest over the run's first [`EARLY`]
 /// (at least its first [`EARLY_LOGS`] logs, in a sparse log, while they lie in its first half)
@@ -176,7 +181,14 @@ fn early_rise(ctx: &Ctx, total: f64) -> Option<(f64, f64, u64)> {
         return None;
     }
     let high = early.iter().skip(1).max_by(|a, b| a.value.total_cmp(&b.value))?;
-    (high.value >= EARLY_RISE * first.value).then_some((first.value, high.value, high.step))
+    let after: Vec<f64> = early[1..].iter().map(|p| p.value).collect();
+    let values: Vec<f64> = loss.iter().map(|p| p.value).collect();
+    // The lift is judged once the early stretch is over (its noise known from the points past it).
+    let over = loss.len() > early.len();
+    let lifted = over
+        && median(&after).is_some_and(|m| m >= EARLY_LIFT.0 * first.value)
+        && point_noise(&values).is_some_and(|n| high.value - first.value >= EARLY_LIFT.1 * n);
+    (high.value >= EARLY_RISE * first.value || lifted).then_some((first.value, high.value, high.step))
 }
 
 /// With no LR logged: a constant schedule, or a warmup over [`DoctorConfig::warmup_max`] of the

@@ -13,7 +13,7 @@ pub(crate) mod spike;
 
 use crate::doctor::{DoctorConfig, RunState};
 use crate::finding::{Finding, Label, Severity};
-use crate::series::{Point, Series};
+use crate::series::{Point, Series, XUnit};
 
 /// What the detectors see: thresholds and the buffered series.
 pub struct Ctx<'a> {
@@ -24,6 +24,27 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// How long a stretch must last to be judged (a plateau, a run at chance), on the run's
+    /// x-axis: [`DoctorConfig::patience_evals`] on an epoch axis; on a step axis
+    /// [`DoctorConfig::patience_steps`], or as many epochs where the run's epochs are known and
+    /// shorter (a run of 13-step epochs is patient after 3 epochs, not 23).
+    ///
+    /// [`DoctorConfig::patience_evals`]: crate::DoctorConfig::patience_evals
+    /// [`DoctorConfig::patience_steps`]: crate::DoctorConfig::patience_steps
+    pub fn patience(&self) -> f64 {
+        let evals = self.cfg.patience_evals as f64;
+        match self.st.hints.x_unit {
+            XUnit::Epoch => evals,
+            XUnit::Step => self
+                .st
+                .hints
+                .steps_per_epoch
+                .map_or(self.cfg.patience_steps, |e| {
+                    self.cfg.patience_steps.min(evals * e)
+                }),
+        }
+    }
+
     /// The highest finite, positive learning rate logged so far.
     pub fn peak_lr(&self) -> Option<f64> {
         let peak = self

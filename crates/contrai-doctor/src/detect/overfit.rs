@@ -85,7 +85,7 @@ fn past_patience(ctx: &Ctx) -> Option<Finding> {
     let (at_best, at_end, fall) = train_fall_since(ctx, best_p.step)?;
     // The checkpoint to resume from is the raw best evaluation (the smoothed curve only judges).
     let best_p = raw_best(ctx).unwrap_or(best_p);
-    if fall < ctx.cfg.train_fall_min {
+    if fall < ctx.cfg.train_fall_min && !falls_beyond_noise(ctx, best_p.step) {
         return None;
     }
     let start = val[best + 1].step;
@@ -198,6 +198,24 @@ fn train_fall_since(ctx: &Ctx, step: u64) -> Option<(f64, f64, f64)> {
         }
     }
     Some((at_best, at_end, rel_drop(at_best, at_end)))
+}
+
+/// Standard errors by which a training loss's fitted fall since a step must clear zero.
+const FALL_SE: f64 = 3.0;
+
+/// Whether the training loss has kept falling since `step` along its robust line (in log space)
+/// by more than [`FALL_SE`] standard errors: a long, quiet run creeping down less than
+/// [`DoctorConfig::train_fall_min`] is still fitting its training set while validation worsens.
+///
+/// [`DoctorConfig::train_fall_min`]: crate::DoctorConfig::train_fall_min
+fn falls_beyond_noise(ctx: &Ctx, step: u64) -> bool {
+    let train = finite(ctx.st.points(Series::TrainLoss));
+    let since: Vec<Point> = train
+        .into_iter()
+        .filter(|p| p.step >= step && p.value > 0.0)
+        .collect();
+    since.len() >= LEVEL_EVALS
+        && fitted_change(&since, f64::ln).is_some_and(|(change, se)| change < -FALL_SE * se)
 }
 
 /// The finding: stop where validation turned, back to the best checkpoint.

@@ -23,12 +23,8 @@ pub(crate) fn recent_change(ctx: &Ctx, loss: Series) -> Option<(f64, f64, u64, u
     let (xs, ys) = blocked(win, 32, |v| if positive { v.ln() } else { v });
     // The change over the recent window (the last 40 % of the run seen so far).
     let span = xs.last()? - xs.first()?;
-    // A plateau must last at least the patience (300 steps, or 3 epochs).
-    let patience = match ctx.st.hints.x_unit {
-        crate::series::XUnit::Epoch => ctx.cfg.patience_evals as f64,
-        crate::series::XUnit::Step => ctx.cfg.patience_steps,
-    };
-    if span < patience {
+    // A plateau must last at least the patience.
+    if span < ctx.patience() {
         return None;
     }
     let (change, se) = theil_sen_change(&xs, &ys)?;

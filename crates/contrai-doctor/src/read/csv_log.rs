@@ -85,8 +85,21 @@ impl Csv {
             self.metric_cols = cells
                 .iter()
                 .enumerate()
-                .filter(|(j, c)| Some(*j) != self.step_col.map(|s| s.0) && tags::classify(c).is_some())
-                .map(|(j, c)| (j, c.clone()))
+                // An epoch column beside a step column tells the epochs' length (`RunBuilder::push`).
+                .filter(|(j, c)| {
+                    Some(*j) != self.step_col.map(|s| s.0)
+                        && (tags::classify(c).is_some() || c.eq_ignore_ascii_case("epoch"))
+                })
+                .map(|(j, c)| {
+                    (
+                        j,
+                        if c.eq_ignore_ascii_case("epoch") {
+                            "epoch".into()
+                        } else {
+                            c.clone()
+                        },
+                    )
+                })
                 .collect();
             self.header = Some(cells);
             return Ok(());
@@ -100,7 +113,7 @@ impl Csv {
         self.row_index += 1;
         // A row that holds only validation-batch values (Lightning's `val_loss_step`) counts
         // its steps on the validation loop's own counter: not on the training axis.
-        let filled = |(j, _): &&(usize, String)| cells.get(*j).is_some_and(|c| !c.is_empty());
+        let filled = |(j, t): &&(usize, String)| t != "epoch" && cells.get(*j).is_some_and(|c| !c.is_empty());
         if self
             .metric_cols
             .iter()

@@ -178,3 +178,26 @@ fn three_evaluations_at_ln_k_with_accuracy_at_one_in_k_are_stuck_at_chance() {
     let r = &reports_of(&[("trainer_state.json", trainer_state(&[], &bare, 527))])[0];
     assert!(!labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
 }
+
+#[test]
+fn a_loss_that_climbed_to_ln_k_and_settled_there_with_its_last_accuracy_at_one_in_k_is_stuck() {
+    // No class count in any file: K is the one whose ln K the loss settles at (ln 4 = 1.386),
+    // confirmed by the one evaluation's accuracy at 1/4.
+    let train: Vec<(u64, f64)> = (1..=74u64)
+        .map(|i| {
+            let s = i * 100;
+            let v = match s {
+                100 => 1.25,
+                200..=500 => 1.25 + 0.31 * (s - 100) as f64 / 400.0,
+                _ => 1.40 - 0.01 * (s as f64 / 7400.0),
+            };
+            (s, v)
+        })
+        .collect();
+    let at = |acc: f64| trainer_state(&train, &[(7460, 1.3839, Some(acc))], 7460);
+    let r = &reports_of(&[("trainer_state.json", at(0.2516))])[0];
+    assert_eq!(finding(r, Label::StuckAtChance).evidence["classes"], 4.0);
+    // The same loss with an accuracy far above 1/K: it learned something; no verdict of chance.
+    let r = &reports_of(&[("trainer_state.json", at(0.61))])[0];
+    assert!(!labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
+}

@@ -365,3 +365,35 @@ fn a_validation_loss_frozen_for_the_last_third_of_the_run_is_a_plateau() {
         f.recommendation
     );
 }
+
+#[test]
+fn validation_creeping_up_while_a_quiet_training_loss_creeps_down_is_overfitting() {
+    // 100 epoch-end evaluations: validation at its lowest at epoch 5, then 13 % up by the end
+    // with ±0.02 swings; the training loss falls 1 % after it, steadily, ±0.001.
+    let rows = |train_fall: f64| {
+        let mut csv = String::from("epoch,step,train_loss,val_loss\n");
+        for e in 0..100u64 {
+            let step = 1628 * (e + 1) - 1;
+            let swing = 0.02 * ((e * 7919 % 13) as f64 / 6.0 - 1.0);
+            let val = if e <= 5 {
+                0.655 - 0.0072 * e as f64
+            } else {
+                0.6193 + 0.0009 * (e - 5) as f64 + swing
+            };
+            let base = if e <= 5 {
+                0.644 - 0.0066 * e as f64
+            } else {
+                0.611 - train_fall * (e - 5) as f64 / 94.0
+            };
+            let wobble = 0.001 * ((e * 31 % 5) as f64 / 2.0 - 1.0);
+            csv += &format!("{e},{step},{},{}\n", base + wobble, val);
+        }
+        csv
+    };
+    let r = &reports_of(&[("metrics.csv", rows(0.007))])[0];
+    finding(r, Label::Overfitting);
+    // The training loss level after the best (only its noise moves): validation worsening is
+    // not the model fitting its training set.
+    let r = &reports_of(&[("metrics.csv", rows(0.0))])[0];
+    assert!(!labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
+}

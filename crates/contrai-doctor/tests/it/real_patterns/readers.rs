@@ -230,3 +230,32 @@ fn lightning_validation_batch_rows_on_their_own_counter_are_no_resume() {
     );
     assert!(labels(r).contains(&Label::Healthy), "{:?}", labels(r));
 }
+
+#[test]
+fn lightnings_per_epoch_twin_is_read_where_the_per_step_loss_is_sparser_and_its_epochs_set_the_patience() {
+    // 50 epochs of 13 steps; `train_loss_step` every 50 steps (13 values), `train_loss_epoch` at
+    // every epoch's end: an MSE on an unscaled target that moves 0.6 % in the whole run.
+    let mut csv = String::from("epoch,step,train_loss_epoch,train_loss_step,val_loss\n");
+    for e in 0..50u64 {
+        let end = 13 * e + 12;
+        for s in (13 * e..=end).filter(|s| s % 50 == 49) {
+            csv += &format!("{e},{s},,{},\n", 1.9e8 + 2e7 * ((s * 31 % 7) as f64 / 3.0 - 1.0));
+        }
+        let fall = 1.0 - 0.0063 * (e as f64 / 49.0).powi(2);
+        csv += &format!("{e},{end},,,{}\n", 2.012e8 * fall);
+        csv += &format!("{e},{end},{},,\n", 2.078e8 * fall);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("metrics.csv"), csv).unwrap();
+    let run = &read_path(dir.path(), None).unwrap()[0];
+    assert_eq!(
+        run.series[&contrai_doctor::Series::TrainLoss].tag,
+        "train_loss_epoch"
+    );
+    assert_eq!(
+        run.hints.steps_per_epoch.map(f64::round),
+        Some(13.0),
+        "from the epoch column"
+    );
+    finding(&reports(dir.path())[0], Label::Plateau);
+}

@@ -224,3 +224,43 @@ fn a_job_resumed_at_irregular_steps_with_a_schedule_from_zero_each_time_is_resum
         labels(r)
     );
 }
+
+#[test]
+fn a_quiet_loss_that_climbs_a_quarter_at_a_peak_lr_and_stays_up_is_a_warmup_too_short() {
+    // 7,400 steps under linear decay from the peak at step 0, a log every 100 steps; the loss
+    // wobbles ±0.005 around its course.
+    let state = |loss: &dyn Fn(u64) -> f64| {
+        let rows: Vec<String> = (1..=74u64)
+            .map(|i| {
+                let s = i * 100;
+                let lr = 1e-2 * (1.0 - s as f64 / 7460.0);
+                let wobble = 0.005 * ((i * 7919 % 11) as f64 / 5.0 - 1.0);
+                format!(
+                    r#"{{"step": {s}, "loss": {}, "learning_rate": {lr}}}"#,
+                    loss(s) + wobble
+                )
+            })
+            .collect();
+        format!(r#"{{"max_steps": 7460, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    // 1.25 at the first log, up to 1.56 by step 500, then 1.40 for good: 1.25x, not 1.5x, but
+    // sixty noise units and every early log above the first.
+    let climbs = |s: u64| match s {
+        100 => 1.25,
+        200..=500 => 1.25 + 0.31 * (s - 100) as f64 / 400.0,
+        _ => 1.40,
+    };
+    let r = &reports_of(&[("trainer_state.json", state(&climbs))])[0];
+    assert_eq!(
+        finding(r, Label::LrWarmupTooShort).evidence["early_high_step"],
+        500.0
+    );
+    // The same climb lost in a loss that swings ±0.3 from log to log is no finding.
+    let noise: Vec<f64> = {
+        let mut n = contrai_testkit::Noise(7);
+        (0..=74).map(|_| 0.3 * n.next()).collect()
+    };
+    let noisy = |s: u64| climbs(s) + noise[(s / 100) as usize];
+    let r = &reports_of(&[("trainer_state.json", state(&noisy))])[0];
+    assert!(!labels(r).contains(&Label::LrWarmupTooShort), "{:?}", r.findings);
+}
