@@ -32,6 +32,7 @@ pub mod plan;
 pub mod preflight;
 pub mod protocol;
 pub mod prune;
+pub mod record;
 pub mod rollback;
 pub mod select;
 pub mod sensitivity;
@@ -47,4 +48,5 @@ pub use protocol::{
     Action, Failure, Observation, PruneOrder, QuantHoldout, QuantVerdict, Request, RestorePoint,
     RestoreScope, SkippedBatch, StepPlan, Summary, Target, Turn,
 };
+pub use record::{CheckpointRecord, RECORD_FORMAT};
 pub use state::{STATE_VERSION, Stage, State};

@@ -165,3 +165,20 @@ pub(crate) fn seal(dir: PathBuf) -> PyResult<PathBuf> {
 pub(crate) fn verify(dir: PathBuf) -> PyResult<()> {
     Sealed::open(&dir).and_then(|s| s.verify()).map_err(envelope_err)
 }
+
+/// A checkpoint record read back (`state.json`, a framework checkpoint's `contrai.json` or
+/// callback state, as Python objects): a format this version reads, every field checked — an
+/// error names `source` and the field —, returned in its serde form with defaults filled in
+/// (`contrai_lifecycle::CheckpointRecord`, typed in `protocol.py`).
+#[pyfunction]
+pub(crate) fn checkpoint_record<'py>(
+    py: Python<'py>,
+    record: &Bound<'py, PyAny>,
+    source: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let value: serde_json::Value =
+        pythonize::depythonize(record).map_err(|e| PyValueError::new_err(format!("{source}: {e}")))?;
+    let parsed = contrai_lifecycle::CheckpointRecord::parse(value, source)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    crate::convert::py_value(py, &parsed)
+}

@@ -27,6 +27,7 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("RUN_FORMAT", contrai_run::FORMAT)?;
+    m.add("RECORD_FORMAT", contrai_lifecycle::RECORD_FORMAT)?;
     m.add_class::<conductor::Conductor>()?;
     m.add_class::<run::RunWriter>()?;
     m.add_class::<checkpoints::Checkpoints>()?;
@@ -37,6 +38,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(data::key_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(data::near_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoints::verify, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoints::checkpoint_record, m)?)?;
     m.add(
         "CorruptCheckpoint",
         m.py().get_type::<checkpoints::CorruptCheckpoint>(),

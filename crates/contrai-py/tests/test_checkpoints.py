@@ -3,6 +3,7 @@ matrix that pruning zeroed comes back from its originals."""
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -13,8 +14,19 @@ require("torch")
 
 import torch
 
+import contrai
+from contrai import _core
+from contrai.conductor import Conductor, RunInfo
 from contrai.engine.checkpoints import Checkpoints, CorruptCheckpoint, load_weights, put_back
 from contrai.engine.masks import Masks
+from contrai.protocol import CheckpointRecord
+
+
+def record(step: int) -> CheckpointRecord:
+    """A whole checkpoint record of ``step`` (with a conductor's state)."""
+    conductor = Conductor(contrai.default_recipe(), RunInfo(train_samples=100, classes=2, weights=["w"], heads=None))
+    return {"format": _core.RECORD_FORMAT, "step": step, "samples": 32 * step, "metrics_len": 0, "decisions_len": 0,
+            "conductor": conductor.state()}
 
 
 class LoraLike(torch.nn.Module):
@@ -50,7 +62,7 @@ def test_a_checkpoint_holds_what_trains_and_a_restore_rebuilds_pruned_frozen_mat
     original = model.base.weight.detach().clone()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
     ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
-    ckpts.write(1, model, opt, Masks(), {"step": 1}, [])
+    ckpts.write(1, model, opt, Masks(), record(1), [])
     saved = torch.load(ckpts.dir(1) / "model.pt")
     assert set(saved) == {"adapter.weight", "adapter.bias"}, "the frozen base is not written"
     adapter1 = model.adapter.weight.detach().clone()
@@ -58,7 +70,7 @@ def test_a_checkpoint_holds_what_trains_and_a_restore_rebuilds_pruned_frozen_mat
     masks = prune_base(model, ckpts, 0.5)
     model(torch.randn(8, 64)).sum().backward()
     opt.step()
-    ckpts.write(2, model, opt, masks, {"step": 2}, [])
+    ckpts.write(2, model, opt, masks, record(2), [])
     at2 = {k: v.detach().clone() for k, v in model.state_dict().items()}
     assert float((model.base.weight == 0).float().mean()) == 0.5
 
@@ -79,7 +91,7 @@ def test_a_checkpoint_holds_what_trains_and_a_restore_rebuilds_pruned_frozen_mat
 def test_a_parameter_frozen_at_the_checkpoint_and_trained_since_is_named(tmp_path: Path) -> None:
     model = lora_like()
     ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
-    ckpts.write(3, model, None, Masks(), {"step": 3}, [])
+    ckpts.write(3, model, None, Masks(), record(3), [])
     model.base.bias.requires_grad_(True)
     assert load_weights(model, ckpts.read("Latest")) == ["base.bias"]
 
@@ -88,7 +100,7 @@ def test_old_checkpoints_are_removed_but_the_kept_ones_stay(tmp_path: Path) -> N
     model = lora_like()
     ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=2)
     for step in (10, 20, 30, 40):
-        ckpts.write(step, model, None, Masks(), {"step": step}, [10])
+        ckpts.write(step, model, None, Masks(), record(step), [10])
     assert ckpts.steps() == [10, 30, 40]
     ckpts.drop_after(10)
     assert ckpts.steps() == [10]
@@ -100,7 +112,7 @@ def test_a_checkpoint_that_does_not_match_its_sums_is_never_loaded(tmp_path: Pat
     for step in (10, 20):
         with torch.no_grad():
             model.adapter.weight.add_(1.0)
-        ckpts.write(step, model, None, Masks(), {"step": step}, [])
+        ckpts.write(step, model, None, Masks(), record(step), [])
     f = ckpts.dir(20) / "model.pt"
     f.write_bytes(f.read_bytes()[:-7])  # a torn write
     back = ckpts.read("Latest")
@@ -128,18 +140,17 @@ def test_put_back_restores_values_and_gradients() -> None:
 
 def test_the_envelope_is_the_run_formats_and_old_format_2_checkpoints_still_read(tmp_path: Path) -> None:
     import hashlib
-    import json
     import subprocess
 
     model = lora_like()
     ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
-    ckpts.write(5, model, None, Masks(), {"step": 5}, [])
+    ckpts.write(5, model, None, Masks(), record(5), [])
     d = ckpts.dir(5)
     # One envelope for both engines: SHA256SUMS over every file, sha256sum's own format.
     listed = {line.split("  ")[1] for line in (d / "SHA256SUMS").read_text().splitlines()}
     assert listed == {"model.pt", "masks.pt", "state.json"}
     assert subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=d).returncode == 0
-    assert json.loads((d / "state.json").read_text())["format"] == 3
+    assert json.loads((d / "state.json").read_text())["format"] == _core.RECORD_FORMAT
 
     # A checkpoint of the format before it: its sums inside state.json, no SHA256SUMS.
     old = ckpts.dir(3)
@@ -147,7 +158,7 @@ def test_the_envelope_is_the_run_formats_and_old_format_2_checkpoints_still_read
     torch.save({k: v for k, v in model.state_dict().items() if k.startswith("adapter")}, old / "model.pt")
     Masks().save(str(old / "masks.pt"))
     sums = {n: hashlib.sha256((old / n).read_bytes()).hexdigest() for n in ("model.pt", "masks.pt")}
-    (old / "state.json").write_text(json.dumps({"step": 3, "format": 2, "frozen": ["base.weight", "base.bias"],
+    (old / "state.json").write_text(json.dumps({**record(3), "format": 2, "frozen": ["base.weight", "base.bias"],
                                                 "sha256": sums}))
     assert ckpts.read({"Step": 3}).record["format"] == 2
     (old / "model.pt").write_bytes(b"torn")
@@ -170,9 +181,23 @@ def test_a_pickle_that_would_run_code_in_a_run_directory_is_refused(tmp_path: Pa
     model = lora_like()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
     ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
-    ckpts.write(1, model, opt, Masks(), {"step": 1}, [])
+    ckpts.write(1, model, opt, Masks(), record(1), [])
     marker = tmp_path / "ran"
     torch.save(RunsCode(marker), ckpts.dir(1) / planted)
     with pytest.raises(pickle.UnpicklingError):
-        ckpts.load(1, "{}", [])
+        ckpts.load(1, json.dumps(record(1)), [])
     assert not marker.exists(), "the crafted pickle ran"
+
+
+def test_a_damaged_record_is_refused_naming_its_file_and_field(tmp_path: Path) -> None:
+    model = lora_like()
+    ckpts = Checkpoints(tmp_path / "checkpoints", keep_last=5)
+    ckpts.write(4, model, None, Masks(), record(4), [])
+    back = ckpts.read({"Step": 4}).record
+    assert (back["step"], back["lost_steps"], back["merged"]) == (4, 0, False), "defaults filled in"
+    state = json.loads((ckpts.dir(4) / "state.json").read_text())
+    state["conductor"]["step"] = "four"
+    with pytest.raises(ValueError, match=r"step-0*4/state.json: field `conductor.step`"):
+        ckpts.load(4, json.dumps(state), [])
+    with pytest.raises(ValueError, match=r"field `format` is 9; this Contrai reads a checkpoint record of format 1, 2, 3, 4"):
+        ckpts.load(4, json.dumps({**state, "format": 9}), [])

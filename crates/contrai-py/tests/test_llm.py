@@ -239,9 +239,13 @@ def test_a_restore_to_mains_checkpoint_after_the_merge_splits_the_adapters_again
     """Past main the adapters are merged and the merged and pruned matrices train in their own
     optimizer group; a rollback to a checkpoint written before (main's) puts back the model that
     checkpoint held — adapters apart, base weights as they were, the group gone — exactly."""
+    import contrai
+    from contrai import _core
+    from contrai.conductor import Conductor, RunInfo
     from contrai.engine.adapters import merged
     from contrai.engine import MERGED, Engine, Job
     from contrai.engine.masks import Masks
+    from contrai.protocol import CheckpointRecord
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -262,7 +266,9 @@ def test_a_restore_to_mains_checkpoint_after_the_merge_splits_the_adapters_again
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(RECIPE)
     engine = Engine(job, tmp_path / "run", RECIPE, str(recipe), classes=64)
-    main = {"step": 1, "merged": merged(model), "conductor": {}}
+    state = Conductor(contrai.default_recipe(), RunInfo(train_samples=4, classes=64, weights=["w"], heads=None)).state()
+    main: CheckpointRecord = {"format": _core.RECORD_FORMAT, "step": 1, "samples": 4, "metrics_len": 0, "decisions_len": 0,
+                              "merged": merged(model), "conductor": state}
     engine.checkpoints.write(1, model, opt, Masks(), main, [])
     with torch.no_grad():
         want = model(input_ids=ids).logits

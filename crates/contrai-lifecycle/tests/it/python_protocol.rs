@@ -17,7 +17,8 @@ const FILE: &str = concat!(
 );
 
 const HEADER: &str = r#""""The conductor's protocol as Python types: the turns it answers with (``Turn``: ``Action``s and
-one ``Request``) and the observations it takes (``Observation``), plus what they hold.
+one ``Request``) and the observations it takes (``Observation``), plus what they hold, and the
+record a checkpoint keeps beside its tensors (``CheckpointRecord``).
 
 Generated from the Rust types (``contrai_lifecycle::protocol`` and what it names) by
 ``crates/contrai-lifecycle/tests/it/python_protocol.rs``; do not edit: change the Rust type, then
@@ -177,6 +178,7 @@ fn the_python_protocol_is_generated_from_the_rust_types() {
     generator.subschema_for::<RunInfo>();
     generator.subschema_for::<contrai_lifecycle::preflight::JobFacts>();
     generator.subschema_for::<contrai_lifecycle::preflight::Finding>();
+    generator.subschema_for::<contrai_lifecycle::CheckpointRecord>();
     let defs: Map<String, Value> = generator
         .definitions()
         .iter()
@@ -190,6 +192,7 @@ fn the_python_protocol_is_generated_from_the_rust_types() {
         "Request",
         "JobFacts",
         "PreflightFinding",
+        "CheckpointRecord",
     ] {
         assert!(
             defs.contains_key(root),

@@ -4,12 +4,14 @@ from the Rust types); rows and recipes go in and out as JSON text."""
 
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from .protocol import Observation, RunPlan, State, Turn
-from .protocol import JobFacts, PreflightFinding
+from .protocol import CheckpointRecord, JobFacts, PreflightFinding
 
 __version__: str
 RUN_FORMAT: int
+RECORD_FORMAT: int
 
 class Conductor:
     def __init__(self, recipe_toml: str, recipe_path: str, info_json: str) -> None: ...
@@ -57,6 +59,7 @@ class RunLock:
 
 def seal(dir: str | PathLike[str]) -> Path: ...
 def verify(dir: str | PathLike[str]) -> None: ...
+def checkpoint_record(record: Any, source: str) -> CheckpointRecord: ...
 def magnitude_masks(pools: list[tuple[bytes, float, float]], scope: str) -> list[bytes]: ...
 def weakest_groups(norm: list[float], dead: list[bool], sparsity: float, cap: float) -> list[bool]: ...
 def recipe_check(text: str, path: str) -> str: ...

@@ -1,5 +1,6 @@
 """The conductor's protocol as Python types: the turns it answers with (``Turn``: ``Action``s and
-one ``Request``) and the observations it takes (``Observation``), plus what they hold.
+one ``Request``) and the observations it takes (``Observation``), plus what they hold, and the
+record a checkpoint keeps beside its tensors (``CheckpointRecord``).
 
 Generated from the Rust types (``contrai_lifecycle::protocol`` and what it names) by
 ``crates/contrai-lifecycle/tests/it/python_protocol.rs``; do not edit: change the Rust type, then
@@ -91,6 +92,22 @@ class CheckpointCadenceSteps(TypedDict):
     """Every this many optimizer steps."""
 
     Steps: int
+
+
+class CheckpointRecord(TypedDict):
+    """What a PyTorch engine's checkpoint keeps beside its tensors."""
+
+    conductor: "State"
+    decisions_len: int
+    format: int
+    frozen: NotRequired[list[str]]
+    lost_steps: NotRequired[int]
+    merged: NotRequired[bool]
+    metrics_len: int
+    next_lr: NotRequired[Union[float, None]]
+    quarantine_len: NotRequired[int]
+    samples: int
+    step: int
 
 
 class Contraction(TypedDict):

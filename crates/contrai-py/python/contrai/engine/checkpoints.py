@@ -14,8 +14,10 @@ The envelope is the run format's (``contrai_run::checkpoint`` through ``_core.Ch
 one the Burn engine writes): files go to a temporary directory, each forced to disk, are sealed by
 a ``SHA256SUMS`` and renamed into place, so a crash never leaves half a checkpoint; a checkpoint
 whose files do not match is never loaded (a rollback to the latest takes the newest that does).
-This module writes only the PyTorch engine's own files into it. Format 2 checkpoints (sums inside
-``state.json``) still read.
+This module writes only the PyTorch engine's own files into it; ``state.json`` is the typed
+record (``contrai.protocol.CheckpointRecord``, format 4), read back through
+``_core.checkpoint_record``, which refuses a damaged one naming its field; formats 2 (sums inside
+``state.json``) and 3 still read.
 """
 
 from __future__ import annotations
@@ -33,8 +35,7 @@ from contrai import _core
 from contrai._core import CorruptCheckpoint as CorruptCheckpoint
 from contrai.engine.adapters import plain
 from contrai.engine.masks import Masks
-
-FORMAT = 3
+from contrai.protocol import CheckpointRecord
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Checkpoint:
     """A checkpoint read back, on the CPU."""
 
     step: int
-    record: dict[str, Any]
+    record: CheckpointRecord
     # Model state to load (``strict=False``): what the checkpoint holds, and the frozen pruned
     # matrices rebuilt from their originals.
     weights: dict[str, torch.Tensor]
@@ -92,7 +93,7 @@ class Checkpoints:
         return self.envelope.steps()
 
     def write(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, masks: Masks,
-              record: dict[str, Any], keep: list[int]) -> None:
+              record: CheckpointRecord, keep: list[int]) -> None:
         """Checkpoint ``step`` in the run's envelope; the oldest beyond ``keep_last`` removed,
         except the steps in ``keep`` (the best ones)."""
         pending = self.envelope.begin(step)
@@ -102,7 +103,7 @@ class Checkpoints:
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         masks.save(str(tmp / "masks.pt"))
-        pending.add("state.json", json.dumps({**record, "format": FORMAT, "frozen": sorted(skip)}).encode())
+        pending.add("state.json", json.dumps({**record, "frozen": sorted(skip)}).encode())
         pending.commit()
         self.envelope.keep_last(self.keep_last, keep)
 
@@ -123,7 +124,7 @@ class Checkpoints:
         """A verified checkpoint's files, on the CPU; frozen pruned matrices rebuilt from their
         originals under its masks."""
         d = self.dir(step)
-        record = json.loads(state)
+        record = _core.checkpoint_record(json.loads(state), str(d / "state.json"))
         # weights_only: a run directory is data; a crafted pickle in it must not run code on
         # resume or rollback (its SHA-256 sums sit beside it and protect nothing against that).
         weights = torch.load(d / "model.pt", map_location="cpu", weights_only=True)

@@ -21,7 +21,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -101,7 +101,8 @@ class Engine(Persisting, Measuring, Finishing, Merging):
         self.lost_steps = 0
         self.turn_log = None if turn_log is None else open(f"{os.fspath(turn_log)}.rank{job.rank}", "a")
         # The record of the latest checkpoint (the framework saves its own beside it).
-        self.last_record: dict[str, Any] | None = None
+        # The latest checkpoint's record (on ranks other than 0, only its step).
+        self.last_record: Mapping[str, Any] | None = None
         # The model exported, quantized and served (a LoRA job's without its PEFT layers), once exported.
         self.final: torch.nn.Module | None = None
         # The exported model's parameters and share of zero weights (pruned units cut out) and how

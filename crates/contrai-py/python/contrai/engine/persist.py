@@ -7,17 +7,18 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
 from contrai import _core
+from contrai.conductor import Conductor
 from contrai.engine.adapters import merged
 from contrai.engine.checkpoints import Checkpoints, load_weights
 from contrai.engine.job import Job
 from contrai.engine.masks import Masks
 from contrai.engine.model import evaluating, unwrap
-from contrai.protocol import State
+from contrai.protocol import CheckpointRecord, State
 
 WRITER = f"contrai-ml {_core.__version__} (pytorch engine)"
 # Rollback checkpoints kept besides the best ones (and the Trainer's own, unless it was told).
@@ -32,13 +33,14 @@ class Persisting:
     run_dir: Path
     leader: bool
     writer: Any
+    conductor: Conductor | None
     checkpoints: Checkpoints
     masks: Masks
     step: int
     samples: int
     lost_steps: int
     plan: dict[str, Any] | None
-    last_record: dict[str, Any] | None
+    last_record: Mapping[str, Any] | None
     from_leader: Callable[[Any], Any]
     substitute: Callable[[str, str, dict[str, Any]], None]
     sparsity_row: Callable[[], dict[str, float]]
@@ -47,16 +49,17 @@ class Persisting:
     def checkpoint(self, p: dict[str, Any]) -> None:
         """What training changed, the masks and the record with the conductor's ``state`` (rank 0;
         the weights are the same on every rank); the best checkpoints (``keep``) are never removed."""
-        self.last_record = self.record_of(p["state"])
+        record = self.last_record = self.record_of(p["state"])
         if self.leader:
-            self.checkpoints.write(self.step, unwrap(self.job.model), self.job.optimizer, self.masks,
-                                   self.last_record, p["keep"])
+            self.checkpoints.write(self.step, unwrap(self.job.model), self.job.optimizer, self.masks, record,
+                                   p["keep"])
 
-    def record_of(self, conductor_state: State) -> dict[str, Any]:
-        """What a checkpoint needs besides the tensors: counters, journal lengths, the state."""
+    def record_of(self, conductor_state: State) -> CheckpointRecord:
+        """What a checkpoint needs besides the tensors: counters, journal lengths, the state
+        (``contrai_lifecycle::CheckpointRecord``, read back by ``_core.checkpoint_record``)."""
         lens = self.writer.sync() if self.leader else (0, 0)
         quarantine = self.writer.quarantine_len() if self.leader else 0
-        return {"format": 1, "step": self.step, "samples": self.samples, "metrics_len": lens[0],
+        return {"format": _core.RECORD_FORMAT, "step": self.step, "samples": self.samples, "metrics_len": lens[0],
                 "decisions_len": lens[1], "quarantine_len": quarantine, "lost_steps": self.lost_steps,
                 "merged": merged(unwrap(self.job.model)), "conductor": conductor_state}
 
@@ -115,7 +118,9 @@ class Persisting:
         self.checkpoints.drop_after(step)
         if step in self.checkpoints.steps():
             return
-        own = {k: v for k, v in record.items() if k not in ("next_lr", "order", "rng", "masks_file", "masks_keep")}
+        # The record alone: a framework's keys beside it (each rank's order, the masks' file) go.
+        own = _core.checkpoint_record(record, "the resumed checkpoint's record")
+        own.pop("next_lr", None)
         # Every checkpoint there stays: which are the best is the conductor's to say, at its next.
         self.checkpoints.write(step, unwrap(self.job.model), self.job.optimizer, self.masks, own,
                                self.checkpoints.steps())
@@ -127,7 +132,8 @@ class Persisting:
         # Rank 0 proves the run directory's disk; the others (whose answer is not used) their own.
         root = self.run_dir / "checkpoints" / ".round-trip" if self.leader else Path(tempfile.mkdtemp())
         trip = Checkpoints(root, keep_last=1)
-        trip.write(0, model, self.job.optimizer, self.masks, {"step": 0}, [])
+        state = self.from_leader(self.conductor.state() if self.conductor is not None else None)
+        trip.write(0, model, self.job.optimizer, self.masks, self.record_of(state), [])
         batch = next(iter(self.job.eval_batches()))
         with evaluating(model), torch.no_grad():
             before = self.job.outputs(model, batch).losses

@@ -375,7 +375,10 @@ class ContraiCallback(LifecycleCallback, TrainerCallback):
         if not path.exists():
             raise ValueError(f"{ckpt} holds no contrai.json: it was not written under ContraiCallback, so the "
                              "lifecycle cannot resume from it")
-        record: dict[str, Any] = json.loads(path.read_text())
+        raw = json.loads(path.read_text())
+        # The typed record checked (a damaged one refused naming its field), the resume's own
+        # keys (each rank's order and generators) kept beside it.
+        record: dict[str, Any] = {**raw, **_core.checkpoint_record(raw, str(path))}
         record["masks_file"] = str(ckpt / "contrai-masks.pt")
         return record
 

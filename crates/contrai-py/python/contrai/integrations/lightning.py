@@ -325,7 +325,11 @@ class ContraiCallback(LifecycleCallback, pl.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """The lifecycle's state from the checkpoint Lightning resumes from (``fit(ckpt_path=)``):
         the conductor, the counters and the masks continue from it when training starts."""
-        self._resume = {**state_dict["record"], "masks_keep": state_dict["masks"]} if state_dict else None
+        if state_dict:
+            record = _core.checkpoint_record(state_dict["record"], "the Lightning checkpoint's ContraiCallback state")
+            self._resume = {**record, "masks_keep": state_dict["masks"]}
+        else:
+            self._resume = None
         self._rng = state_dict.get("rng") if state_dict else None
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
