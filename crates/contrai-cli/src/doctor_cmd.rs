@@ -30,10 +30,11 @@ pub struct DoctorArgs {
     /// trackio, burn, jsonl.
     #[arg(long, value_name = "F", value_parser = format_arg)]
     format: Option<Format>,
-    /// Follow logs that are still being written; print each new finding once.
-    #[arg(long)]
-    watch: bool,
-    /// With --watch: stop after this many seconds without the logs changing.
+    /// Follow logs that are still being written; print each new finding once (`--watch`, its
+    /// old name, still works; the live page is `contrai watch`).
+    #[arg(long, alias = "watch")]
+    follow: bool,
+    /// With --follow: stop after this many seconds without the logs changing.
     #[arg(long, value_name = "N", default_value_t = 600)]
     idle_secs: u64,
     /// The run clips the global gradient norm at this value (HF `max_grad_norm`, Lightning
@@ -64,8 +65,8 @@ pub fn format_arg(s: &str) -> Result<Format, String> {
 /// Runs `contrai doctor`.
 pub fn run(mut args: DoctorArgs) -> anyhow::Result<ExitCode> {
     args.paths = args.tracking.resolve(&args.paths)?;
-    if args.watch {
-        return watch(&args);
+    if args.follow {
+        return follow(&args);
     }
     let cfg = DoctorConfig::default();
     let (mut runs, mut skipped) = (Vec::new(), Vec::new());
@@ -215,7 +216,7 @@ fn text_report(runs: &[Run], reports: &[Report]) -> String {
 
 /// Follows growing logs: each poll reads only what was written since the last one and feeds the
 /// new points to a live doctor per run, printing each new finding once.
-fn watch(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
+fn follow(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     let idle = Duration::from_secs(args.idle_secs);
     let mut live = Live::new(&args.paths, args.format, DoctorConfig::default()).clip_norm(args.clip_norm);
     let mut prints: HashSet<String> = HashSet::new();

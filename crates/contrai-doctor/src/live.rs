@@ -1,5 +1,5 @@
 //! Logs followed as they grow, each run with what the doctor says of it so far: what
-//! `contrai doctor --watch` prints and `contrai watch` shows.
+//! `contrai doctor --follow` prints and `contrai watch` shows.
 //!
 //! One doctor: a followed run's report is `contrai doctor`'s on the log as it stands
 //! ([`diagnose`] of the run read so far), so a finding shown live at step t is what the doctor

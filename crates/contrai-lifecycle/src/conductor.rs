@@ -16,6 +16,7 @@ use crate::awaiting::{Await, End};
 use crate::budget::{PhaseSteps, due, eval_every};
 use crate::contract;
 use crate::error::{ConductorError, Result};
+use crate::live_doctor::{LiveDoctors, react};
 use crate::lr::PhaseLr;
 use crate::preflight::Tuning;
 use crate::protocol::{Action, Observation, Request, StepPlan, Turn};
@@ -23,7 +24,6 @@ use crate::prune::Prunable;
 use crate::rollback::NonFinite;
 use crate::state::{STATE_VERSION, Stage, State};
 use crate::transitions::Checked;
-use crate::watch::{Watch, react};
 
 /// What the conductor knows of the run before it starts.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -84,7 +84,7 @@ pub struct Conductor {
     pub(crate) info: RunInfo,
     pub(crate) steps: PhaseSteps,
     pub(crate) state: State,
-    pub(crate) watch: Watch,
+    pub(crate) live: LiveDoctors,
     pub(crate) prunable: Prunable,
     pub(crate) awaiting: Await,
     pub(crate) pending: Option<End>,
@@ -107,7 +107,7 @@ impl Conductor {
             });
         }
         let mut c = Conductor::with_state(recipe, info, state);
-        c.watch.replay(history, c.state.last_cut);
+        c.live.replay(history, c.state.last_cut);
         Ok(c)
     }
 
@@ -119,14 +119,14 @@ impl Conductor {
             recipe.model.gradient_checkpointing = on;
         }
         let steps = PhaseSteps::new(&recipe);
-        let watch = Watch::new(&recipe, steps.validate + steps.main, info.classes as u32);
+        let live = LiveDoctors::new(&recipe, steps.validate + steps.main, info.classes as u32);
         let prunable = Prunable::new(&recipe.contract.prune, &info.weights);
         Conductor {
             recipe,
             info,
             steps,
             state,
-            watch,
+            live,
             prunable,
             awaiting: Await::Begin,
             pending: None,
@@ -393,7 +393,7 @@ impl Conductor {
         match phase {
             Phase::Main => {
                 let since_cut = s.last_cut.is_none_or(|c| step > c);
-                let seen = self.watch.train(step, loss, lr, grad_norm, since_cut);
+                let seen = self.live.train(step, loss, lr, grad_norm, since_cut);
                 self.react(seen, &mut out);
             }
             Phase::Contract => {
@@ -421,7 +421,7 @@ impl Conductor {
         let step = s.step;
         match s.phase {
             Phase::Main => {
-                let seen = self.watch.eval(step, val_loss, val_accuracy);
+                let seen = self.live.eval(step, val_loss, val_accuracy);
                 if self.pending.is_none() {
                     self.react(seen, &mut out);
                 }
@@ -445,9 +445,9 @@ impl Conductor {
     }
 
     /// Acts on what the live doctor raised: records, a plateau cut, main's end at overfitting.
-    fn react(&mut self, seen: crate::watch::Seen, out: &mut Vec<Action>) {
+    fn react(&mut self, seen: crate::live_doctor::Seen, out: &mut Vec<Action>) {
         let step = self.state.step;
-        let r = react(&mut self.state, &self.recipe, step, seen, &mut self.watch);
+        let r = react(&mut self.state, &self.recipe, step, seen, &mut self.live);
         out.extend(r.records.into_iter().map(Action::Record));
         if self.pending.is_none()
             && let Some(decision) = r.end
@@ -512,12 +512,12 @@ impl Conductor {
         self.state = state;
         self.state.triage = triage;
         self.pending = None;
-        self.watch = Watch::new(
+        self.live = LiveDoctors::new(
             &self.recipe,
             self.steps.validate + self.steps.main,
             self.info.classes as u32,
         );
-        self.watch.replay(history, self.state.last_cut);
+        self.live.replay(history, self.state.last_cut);
     }
 
     /// A pruning update: every selected weight matrix's target at this point of contraction.

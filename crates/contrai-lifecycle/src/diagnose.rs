@@ -21,7 +21,7 @@ impl Conductor {
     /// Diagnose starts: the doctor's reading of main, then the unpruned evaluation before a
     /// measured scan, or the linearized scan straight away.
     pub(crate) fn diagnose(&mut self, mut out: Vec<Action>) -> Turn {
-        let findings = self.watch.summary();
+        let findings = self.live.summary();
         let rows: Vec<serde_json::Value> = findings
             .iter()
             .map(|f| json!({"label": f.label.as_str(), "severity": f.severity.to_string(), "evidence": f.evidence, "recommendation": f.recommendation}))

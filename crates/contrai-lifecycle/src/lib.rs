@@ -27,6 +27,7 @@ pub mod contract;
 pub mod diagnose;
 pub mod error;
 pub mod finish;
+pub mod live_doctor;
 pub mod lr;
 pub mod plan;
 pub mod preflight;
@@ -39,7 +40,6 @@ pub mod sensitivity;
 pub mod spike;
 pub mod state;
 pub mod transitions;
-pub mod watch;
 
 pub use budget::PhaseSteps;
 pub use conductor::{Conductor, RunInfo, Task};

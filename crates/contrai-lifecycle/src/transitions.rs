@@ -3,7 +3,7 @@
 //! | from | ends when | then |
 //! | --- | --- | --- |
 //! | validate | one batch's loss fell beyond its own noise (short of −`validate.min_fall` — an adapter job's, at `adapter_lr`: −`adapter_min_fall` — with a warning), an adapter job's every trainable parameter given a gradient, and a checkpoint round-tripped; a loss that rose, did not move, or is not finite stops the run ([`validated`]) | main |
-//! | main | **stable**: the validation loss changed by < `contract.stable_delta` at `contract.stable_checkpoints` checkpoints in a row ([`stability`]); **overfitting** found by the live doctor ([`crate::watch`]; the best checkpoint is restored); or its planned steps are done | diagnose, if the recipe runs it |
+//! | main | **stable**: the validation loss changed by < `contract.stable_delta` at `contract.stable_checkpoints` checkpoints in a row ([`stability`]); **overfitting** found by the live doctor ([`crate::live_doctor`]; the best checkpoint is restored); or its planned steps are done | diagnose, if the recipe runs it |
 //! | diagnose | the doctor's reading and the sensitivity caps are recorded ([`crate::diagnose`]) | contract |
 //! | main's planned end | contraction is **forced** unless main never stabilised and was still improving at each of the last `stable_checkpoints` checkpoints, when it is **skipped** ([`force_or_skip`]); an early end always contracts | contract, or refine |
 //! | contract | its planned steps, or the guard rolls it back ([`crate::contract::guard`]; its unspent steps go to refine) | refine |

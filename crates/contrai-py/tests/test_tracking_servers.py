@@ -1,6 +1,6 @@
 """Runs where trackers keep them, written by the trackers' own packages: a run on an MLflow
 tracking server (``mlflow server``, started here and stopped after) read over its REST API and
-followed by ``contrai doctor --watch`` while new points arrive, and the same run read from the
+followed by ``contrai doctor --follow`` while new points arrive, and the same run read from the
 server's database; a Trackio project's database."""
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ def test_a_run_on_a_tracking_server_is_read_and_followed(mlflow_server: str, tmp
     # overfitting they show is said while the run goes on. The experiment by its name, the
     # server from MLFLOW_TRACKING_URI.
     bin_ = contrai.find_contrai_bin()
+    # `--watch`, the old name of `--follow`, still accepted.
     watch = subprocess.Popen([bin_, "doctor", "--watch", "--json", "--idle-secs", "10", "mlflow:sst2"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server})

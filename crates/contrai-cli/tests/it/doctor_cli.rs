@@ -209,7 +209,9 @@ fn watch_follows_a_growing_file() {
     let dir = TempDir::new();
     let p = dir.join("metrics.jsonl");
     write_jsonl(&p, &rows(0, 30, None));
-    let child = contrai(["doctor", "--watch", "--idle-secs", "4"]).arg(&p).spawn();
+    let child = contrai(["doctor", "--follow", "--idle-secs", "4"])
+        .arg(&p)
+        .spawn();
     std::thread::sleep(std::time::Duration::from_millis(1200));
     // A partial last line (a writer mid-flush) must be tolerated.
     write_jsonl(&p, &rows(30, 60, Some(45)));

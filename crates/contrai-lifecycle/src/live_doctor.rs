@@ -10,9 +10,9 @@ use serde_json::json;
 
 use crate::state::State;
 
-/// The two live doctors of main.
+/// The two live doctors of main (the conductor's; the page is `contrai-watch`, a log followed by hand `contrai doctor --follow`).
 #[derive(Debug, Clone)]
-pub struct Watch {
+pub struct LiveDoctors {
     /// Sees all of main.
     doctor: Doctor,
     /// Sees main's training rows since the last plateau cut.
@@ -45,10 +45,10 @@ pub fn as_logged(x: f32) -> f64 {
     x.to_string().parse().unwrap_or(f64::from(x))
 }
 
-impl Watch {
+impl LiveDoctors {
     /// Fresh doctors with the recipe's overfitting patience, for a run of `total_steps` steps
     /// (validate's and main's) and `classes` classes.
-    pub fn new(recipe: &Recipe, total_steps: u64, classes: u32) -> Watch {
+    pub fn new(recipe: &Recipe, total_steps: u64, classes: u32) -> LiveDoctors {
         let config = DoctorConfig {
             patience_steps: recipe.guards.overfit_patience as f64,
             ..DoctorConfig::default()
@@ -67,7 +67,7 @@ impl Watch {
             d.set_hints(hints.clone());
             d
         };
-        Watch {
+        LiveDoctors {
             doctor: fresh(),
             plateau: fresh(),
             config,
@@ -149,7 +149,7 @@ impl Watch {
 
 /// What the live doctor's findings at `step` make the conductor do (nothing but records when
 /// the guards are off): the plateau cut first, then overfitting, then the rest as records.
-pub fn react(state: &mut State, recipe: &Recipe, step: u64, seen: Seen, watch: &mut Watch) -> Reaction {
+pub fn react(state: &mut State, recipe: &Recipe, step: u64, seen: Seen, live: &mut LiveDoctors) -> Reaction {
     let mut out = Reaction::default();
     let guarded = recipe.guards.enabled;
     if guarded
@@ -157,7 +157,7 @@ pub fn react(state: &mut State, recipe: &Recipe, step: u64, seen: Seen, watch: &
         && let Some(d) = plateau_cut(state, step, &f.evidence_line(), recipe)
     {
         out.records.push(d);
-        watch.reset_plateau();
+        live.reset_plateau();
     }
     for f in seen.findings {
         let evidence =
