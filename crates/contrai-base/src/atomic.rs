@@ -142,6 +142,52 @@ pub fn sync_dir(dir: &Path) {
     }
 }
 
+/// Puts a finished file or folder `tmp` — written beside `dest`, on its file system — in `dest`'s
+/// place: every file in it forced to disk, then one rename (a folder swapped with the old one by
+/// [`exchange`], the old removed after), the parent folder synced. A crash at any moment leaves
+/// the old `dest` or the new one, whole; only where the system cannot swap folders is the old one
+/// moved aside first (`.<name>.contrai-aside`), a crash then leaving it there.
+pub fn put_in_place(tmp: &Path, dest: &Path) -> Result<()> {
+    sync_tree(tmp)?;
+    let parent = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let rename = |from: &Path, to: &Path| std::fs::rename(from, to).map_err(|e| FsError::io(to, e));
+    if !dest.is_dir() || !tmp.is_dir() {
+        rename(tmp, dest)?;
+        sync_dir(parent);
+        return Ok(());
+    }
+    let old = if exchange(tmp, dest)? {
+        tmp.to_path_buf()
+    } else {
+        let name = dest.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+        let aside = parent.join(format!(".{name}.contrai-aside"));
+        rename(dest, &aside)?;
+        rename(tmp, dest)?;
+        aside
+    };
+    sync_dir(parent);
+    std::fs::remove_dir_all(&old).map_err(|e| FsError::io(&old, e))
+}
+
+/// Forces a file, or every file under a folder and the folders themselves, to disk.
+fn sync_tree(path: &Path) -> Result<()> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| FsError::io(path, e))?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path).map_err(|e| FsError::io(path, e))? {
+            sync_tree(&entry.map_err(|e| FsError::io(path, e))?.path())?;
+        }
+        sync_dir(path);
+    } else if meta.is_file() {
+        File::open(path)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| FsError::io(path, e))?;
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `dest` atomically.
 pub fn write_atomic(dest: impl Into<PathBuf>, bytes: &[u8]) -> Result<()> {
     let mut f = AtomicFile::create(dest)?;
@@ -153,6 +199,36 @@ pub fn write_atomic(dest: impl Into<PathBuf>, bytes: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_folder_or_a_file_put_in_place_replaces_the_old_whole() {
+        let root = tempfile::tempdir().unwrap();
+        let dest = root.path().join("export");
+        for (i, files) in [&["a", "b"][..], &["c"][..]].iter().enumerate() {
+            let tmp = root.path().join(format!(".export.{i}"));
+            std::fs::create_dir(&tmp).unwrap();
+            for f in *files {
+                std::fs::write(tmp.join(f), f).unwrap();
+            }
+            put_in_place(&tmp, &dest).unwrap();
+            assert!(!tmp.exists());
+        }
+        let mut names: Vec<String> = std::fs::read_dir(&dest)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["c"], "the old folder's files are gone with it");
+        let listing: Vec<_> = std::fs::read_dir(root.path()).unwrap().collect();
+        assert_eq!(listing.len(), 1, "nothing left beside it");
+        let file = root.path().join("model.gguf");
+        std::fs::write(&file, "old").unwrap();
+        let tmp = root.path().join(".model.gguf.tmp");
+        std::fs::write(&tmp, "new").unwrap();
+        put_in_place(&tmp, &file).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "new");
+        assert!(!tmp.exists());
+    }
 
     #[cfg(unix)]
     #[test]

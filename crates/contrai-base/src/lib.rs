@@ -8,7 +8,7 @@ pub mod choice;
 pub mod error;
 pub mod lock;
 
-pub use atomic::{AtomicFile, exchange, remove_leftovers, sync_dir, write_atomic};
+pub use atomic::{AtomicFile, exchange, put_in_place, remove_leftovers, sync_dir, write_atomic};
 pub use choice::{Dedup, FORMATS, Format, OnConflict};
 pub use error::{FsError, Result};
 pub use lock::DirLock;

@@ -182,3 +182,12 @@ pub(crate) fn checkpoint_record<'py>(
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     crate::convert::py_value(py, &parsed)
 }
+
+/// Puts a finished file or folder `tmp` (written beside `dest`) in `dest`'s place: its files
+/// forced to disk, one rename (a folder swapped with the old, which goes after), the folder
+/// synced — a crash leaves the old `dest` or the new one whole (`contrai_base::put_in_place`,
+/// the rule every writer of the workspace follows).
+#[pyfunction]
+pub(crate) fn put_in_place(tmp: PathBuf, dest: PathBuf) -> PyResult<()> {
+    contrai_base::put_in_place(&tmp, &dest).map_err(|e| PyOSError::new_err(e.to_string()))
+}

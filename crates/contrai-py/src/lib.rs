@@ -39,6 +39,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(data::near_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoints::verify, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoints::checkpoint_record, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoints::put_in_place, m)?)?;
     m.add(
         "CorruptCheckpoint",
         m.py().get_type::<checkpoints::CorruptCheckpoint>(),

@@ -25,6 +25,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use contrai_base::sync_dir;
 use sha2::{Digest, Sha256};
 
 use crate::{Result, RunError};
@@ -88,12 +89,6 @@ fn sync_file(path: &Path) -> Result<()> {
     File::open(path)
         .and_then(|f| f.sync_all())
         .map_err(|e| RunError::io(path, e))
-}
-
-fn sync_dir(dir: &Path) {
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
 }
 
 /// A checkpoint being written: a temporary directory the engine fills, sealed and placed by

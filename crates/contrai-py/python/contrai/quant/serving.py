@@ -4,8 +4,9 @@ and GGUF (llama.cpp, ``llama-cpp-python``) in Q8_0 or Q4_0.
 
 Both writers quantize and write one tensor at a time (the compressed-tensors files in shards of
 at most ``shard_bytes``, GGUF with its tensor table written first), so an export holds the model
-once plus one shard, never a second copy. Both write into a folder or file beside the target and
-rename it into place when complete. A model a format cannot represent (an architecture it has no
+once plus one shard, never a second copy. Both write into a folder or file beside the target,
+put in place when complete by ``_core.put_in_place`` (forced to disk, one rename: the
+workspace's one rule for atomic writes). A model a format cannot represent (an architecture it has no
 mapping for, a row its blocks do not divide, a tokenizer it cannot carry) is refused with the
 reason, before anything is written.
 """
@@ -23,6 +24,7 @@ from typing import Any, Iterator
 
 import torch
 
+from contrai import _core
 from contrai.quant.weights import FLOATS, Codes, Quantized, QuantizeError, Scheme
 
 
@@ -38,13 +40,8 @@ def atomic_dir(out: Path) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~umask())  # mkdtemp's 0700 would lock the export away from a server's user
     try:
         yield tmp
-        # The old export moves aside before the new one takes its name, and goes only then.
-        old = out.with_name(f".{out.name}.old-{os.getpid()}") if out.exists() else None
-        if old:
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old:
-            shutil.rmtree(old)
+        # Forced to disk and swapped with the old export in one rename (the workspace's rule).
+        _core.put_in_place(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -59,7 +56,7 @@ def atomic_file(out: Path) -> Iterator[Path]:
     os.chmod(tmp, 0o666 & ~umask())  # mkstemp's 0600, as atomic_dir's folder
     try:
         yield tmp
-        os.replace(tmp, out)
+        _core.put_in_place(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
 
