@@ -352,14 +352,14 @@ pub fn update_all<M: Module>(
     structure: Structure,
 ) {
     let wholes = structure.wholes();
+    let paths: std::collections::BTreeSet<String> = matrix_paths(model).into_iter().collect();
+    let has = |p: &str| paths.contains(p);
     for &whole in &wholes {
-        update_group_masks(model, masks, whole, target);
+        update_group_masks(model, masks, whole, target, &has);
     }
     // What the groups decide (a targeted attention's projections, BERT's output one included, a
     // targeted feed-forward layer's two matrices) is not pruned a second time by magnitude; with
     // heads, attention is never pruned by single weights.
-    let paths: std::collections::BTreeSet<String> = matrix_paths(model).into_iter().collect();
-    let has = |p: &str| paths.contains(p);
     let grouped = |p: &str| {
         wholes
             .iter()

@@ -6,7 +6,7 @@ use burn::module::Module;
 use contrai_lifecycle::Target;
 use contrai_lifecycle::prune::{member_of, module_of};
 
-use super::{Masks, Matrix, matrix_paths, weights};
+use super::{Masks, Matrix, weights};
 
 /// What is pruned whole rather than by single weights.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,21 +64,21 @@ impl Whole {
 /// Prunes whole groups (heads or units): in each structure `target` selects, the groups with the
 /// smallest L2 norm over their columns and rows are masked, `floor(sparsity × groups)` of them
 /// (capped), groups masked before first. Returns each structure's module with its sparsity.
+/// `has` tells which matrices the model holds ([`super::matrix_paths`]).
 pub(super) fn update_group_masks<M: Module>(
     model: &M,
     masks: &mut Masks,
     whole: Whole,
     target: &dyn Fn(&str) -> Option<Target>,
+    has: &dyn Fn(&str) -> bool,
 ) -> Vec<(String, f64)> {
-    let paths: std::collections::BTreeSet<String> = matrix_paths(model).into_iter().collect();
-    let has = |p: &str| paths.contains(p);
     let all = weights(model, &|p| {
-        whole.member(p, &has).is_some_and(|(k, _)| target(&k).is_some())
+        whole.member(p, has).is_some_and(|(k, _)| target(&k).is_some())
     });
     // Each matrix's structure and whether its groups are rows, worked out once.
     let all: Vec<(String, bool, &Matrix)> = all
         .iter()
-        .filter_map(|m| whole.member(&m.0, &has).map(|(k, rows)| (k, rows, m)))
+        .filter_map(|m| whole.member(&m.0, has).map(|(k, rows)| (k, rows, m)))
         .collect();
     let keys: std::collections::BTreeSet<&str> = all.iter().map(|(k, ..)| k.as_str()).collect();
     let mut out = Vec::new();
@@ -132,7 +132,8 @@ fn update_head_masks<M: Module>(
     heads: usize,
     target: &dyn Fn(&str) -> Option<Target>,
 ) -> Vec<(String, f64)> {
-    update_group_masks(model, masks, Whole::Heads(heads), target)
+    let paths: std::collections::BTreeSet<String> = super::matrix_paths(model).into_iter().collect();
+    update_group_masks(model, masks, Whole::Heads(heads), target, &|p| paths.contains(p))
 }
 
 #[cfg(test)]
