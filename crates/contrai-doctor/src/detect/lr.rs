@@ -181,14 +181,18 @@ fn early_rise(ctx: &Ctx, total: f64) -> Option<(f64, f64, u64)> {
         return None;
     }
     let high = early.iter().skip(1).max_by(|a, b| a.value.total_cmp(&b.value))?;
-    let after: Vec<f64> = early[1..].iter().map(|p| p.value).collect();
-    let values: Vec<f64> = loss.iter().map(|p| p.value).collect();
-    // The lift is judged once the early stretch is over (its noise known from the points past it).
-    let over = loss.len() > early.len();
-    let lifted = over
-        && median(&after).is_some_and(|m| m >= EARLY_LIFT.0 * first.value)
-        && point_noise(&values).is_some_and(|n| high.value - first.value >= EARLY_LIFT.1 * n);
-    (high.value >= EARLY_RISE * first.value || lifted).then_some((first.value, high.value, high.step))
+    // The lift is judged once the early stretch is over (its noise known from the points past
+    // it), and only where the rise is under [`EARLY_RISE`]: a review's hot path stays cheap.
+    let lifted = || {
+        if loss.len() <= early.len() {
+            return false;
+        }
+        let after: Vec<f64> = early[1..].iter().map(|p| p.value).collect();
+        let values: Vec<f64> = loss.iter().map(|p| p.value).collect();
+        median(&after).is_some_and(|m| m >= EARLY_LIFT.0 * first.value)
+            && point_noise(&values).is_some_and(|n| high.value - first.value >= EARLY_LIFT.1 * n)
+    };
+    (high.value >= EARLY_RISE * first.value || lifted()).then_some((first.value, high.value, high.step))
 }
 
 /// With no LR logged: a constant schedule, or a warmup over [`DoctorConfig::warmup_max`] of the

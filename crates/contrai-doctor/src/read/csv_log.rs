@@ -34,6 +34,8 @@ pub struct Csv {
     header: Option<Vec<String>>,
     step_col: Option<(usize, XUnit)>,
     metric_cols: Vec<(usize, String)>,
+    /// An `epoch` column beside the step column: it tells the epochs' length (`RawRun::push`).
+    epoch_col: Option<(usize, String)>,
     row_index: u64,
     offset: u64,
     prev_step: Option<u64>,
@@ -50,6 +52,7 @@ impl Csv {
             header: None,
             step_col: None,
             metric_cols: Vec::new(),
+            epoch_col: None,
             row_index: 0,
             offset: 0,
             prev_step: None,
@@ -82,25 +85,18 @@ impl Csv {
         }
         let Some(h) = &self.header else {
             self.step_col = step_column(&cells);
+            let step = self.step_col.map(|s| s.0);
             self.metric_cols = cells
                 .iter()
                 .enumerate()
-                // An epoch column beside a step column tells the epochs' length (`RunBuilder::push`).
-                .filter(|(j, c)| {
-                    Some(*j) != self.step_col.map(|s| s.0)
-                        && (tags::classify(c).is_some() || c.eq_ignore_ascii_case("epoch"))
-                })
-                .map(|(j, c)| {
-                    (
-                        j,
-                        if c.eq_ignore_ascii_case("epoch") {
-                            "epoch".into()
-                        } else {
-                            c.clone()
-                        },
-                    )
-                })
+                .filter(|(j, c)| Some(*j) != step && tags::classify(c).is_some())
+                .map(|(j, c)| (j, c.clone()))
                 .collect();
+            self.epoch_col = cells
+                .iter()
+                .position(|c| c.eq_ignore_ascii_case("epoch"))
+                .filter(|j| Some(*j) != step)
+                .map(|j| (j, "epoch".to_string()));
             self.header = Some(cells);
             return Ok(());
         };
@@ -113,7 +109,7 @@ impl Csv {
         self.row_index += 1;
         // A row that holds only validation-batch values (Lightning's `val_loss_step`) counts
         // its steps on the validation loop's own counter: not on the training axis.
-        let filled = |(j, t): &&(usize, String)| t != "epoch" && cells.get(*j).is_some_and(|c| !c.is_empty());
+        let filled = |(j, _): &&(usize, String)| cells.get(*j).is_some_and(|c| !c.is_empty());
         if self
             .metric_cols
             .iter()
@@ -142,7 +138,7 @@ impl Csv {
         let step = raw_step.saturating_add(self.offset);
         self.prev_step = Some(step);
         self.max_step = self.max_step.max(step);
-        for (j, tag) in &self.metric_cols {
+        for (j, tag) in self.metric_cols.iter().chain(&self.epoch_col) {
             let Some(cell) = cells.get(*j) else {
                 continue;
             };
