@@ -25,11 +25,12 @@ from contrai.engine.masks import Masks, matrices, members
 ALIGN = 32
 
 
-def kept_units(state: Mapping[str, torch.Tensor], keep: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def kept_units(state: Mapping[str, torch.Tensor], keep: Mapping[str, torch.Tensor],
+               units: Mapping[str, tuple[str, int, str]]) -> dict[str, torch.Tensor]:
     """Each feed-forward layer's kept units (over its expansion's rows), by expansion path; every
-    expansion of the state is listed (one never pruned keeps all)."""
+    expansion of the state is listed (one never pruned keeps all). ``units``: the state's
+    matrices in units, as :func:`~contrai.engine.masks.members` gives them."""
     out: dict[str, torch.Tensor] = {}
-    units = members(state, heads=False, units=True)
     for path, t in state.items():
         if t.dim() == 2 and path in units and units[path][0] == path:
             k = keep.get(path)
@@ -48,13 +49,15 @@ class Cut:
     after: int
     # pruned units left as zeros (layers that lost more than the fewest)
     left: int
+    # the model's matrices in units (:func:`~contrai.engine.masks.members`), worked out once
+    units: dict[str, tuple[str, int, str]]
 
     def of(self, path: str, t: torch.Tensor) -> torch.Tensor:
         """``t`` — the weight, mask or expansion bias at ``path`` — with the cut units taken out;
         ``t`` itself where the cut does not reach."""
         bias = path.endswith(".bias")
         weight = path[: -len("bias")] + "weight" if bias else path
-        g = members([weight], heads=False, units=True).get(weight)
+        g = self.units.get(weight)
         if g is None or g[0] not in self.index or (bias and g[1] != 0) or t.dim() != (1 if bias else 2):
             return t
         return t.index_select(0 if bias else g[1], self.index[g[0]].to(t.device))
@@ -67,7 +70,9 @@ def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str | None:
     size = getattr(getattr(model, "config", None), "intermediate_size", None)
     peft = is_peft_model(model)
     keep = masks.keep if peft else {unprefixed(k): v for k, v in masks.keep.items()}
-    kept = kept_units(dict(matrices(model)) if peft else model.state_dict(), keep)
+    state = dict(matrices(model)) if peft else model.state_dict()
+    units = members(state, heads=False, units=True)
+    kept = kept_units(state, keep, units)
     dead = {path: (~k).nonzero().flatten() for path, k in kept.items()}
     if not any(len(d) for d in dead.values()):
         return None
@@ -87,7 +92,7 @@ def units_removed(model: torch.nn.Module, masks: Masks) -> Cut | str | None:
         keep_rows = torch.ones(size, dtype=torch.bool)
         keep_rows[d[:cut]] = False
         index[key] = keep_rows.nonzero().flatten()
-    return Cut(index, size, size - cut, sum(len(d) - cut for d in dead.values()))
+    return Cut(index, size, size - cut, sum(len(d) - cut for d in dead.values()), units)
 
 
 def cut_in_place(model: torch.nn.Module, cut: Cut, masks: Masks) -> None:
