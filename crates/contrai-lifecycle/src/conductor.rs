@@ -273,9 +273,9 @@ impl Conductor {
         Turn { actions, request }
     }
 
-    /// The engine's settings for the current phase: its name, batch and dropout; on entering it
-    /// (`restart_order`) the re-plan too, else (a resume, a rollback) the rows dropped and the
-    /// batches skipped so far.
+    /// The engine's settings for the current phase: its name, the adapters merged past main, its
+    /// batch and dropout; on entering it (`restart_order`) the re-plan too, else (a resume, a
+    /// rollback) the rows dropped and the batches skipped so far.
     pub(crate) fn settings(&self, restart_order: bool) -> Vec<Action> {
         let phase = self.state.phase;
         let (batch, dropout) = contract::phase_settings(phase, &self.recipe);
@@ -283,11 +283,9 @@ impl Conductor {
         if restart_order {
             out.push(Action::Replan(Box::new(self.plan())));
         }
-        out.extend([
-            Action::SetPhase { phase, restart_order },
-            Action::SetBatch(batch),
-            Action::ScaleDropout(dropout),
-        ]);
+        out.push(Action::SetPhase { phase, restart_order });
+        merge_adapters_in(phase, &mut out);
+        out.extend([Action::SetBatch(batch), Action::ScaleDropout(dropout)]);
         let dropped = self.state.dropped_rows();
         if !restart_order && !dropped.is_empty() {
             out.push(Action::DropSamples { rows: dropped });
@@ -523,5 +521,12 @@ impl Conductor {
     /// A pruning update: every selected weight matrix's target at this point of contraction.
     pub(crate) fn prune_order(&self) -> crate::protocol::PruneOrder {
         self.prunable.order(&self.state, &self.recipe, self.prune_heads())
+    }
+}
+
+/// [`Action::MergeAdapters`] where [`contract::adapters_merged`] says a phase needs them merged.
+pub(crate) fn merge_adapters_in(phase: Phase, out: &mut Vec<Action>) {
+    if contract::adapters_merged(phase) {
+        out.push(Action::MergeAdapters);
     }
 }

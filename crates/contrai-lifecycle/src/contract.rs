@@ -21,6 +21,14 @@ pub fn phase_settings(phase: Phase, recipe: &Recipe) -> (usize, f64) {
     }
 }
 
+/// Whether a LoRA job's adapters are merged into the weights they adapt in this phase: from
+/// the first phase after main on — diagnose measures, and contraction prunes and trains, dense
+/// matrices. A rollback to one of main's checkpoints splits them again; the phase's settings
+/// merge them once more.
+pub fn adapters_merged(phase: Phase) -> bool {
+    phase > Phase::Main
+}
+
 /// The noisy-sample policy: rank the training samples by loss and drop at most
 /// `contract.drop_noisiest` of them, only those above `contract.noisy_loss` (the model gives
 /// their label poor odds) — on clean, well-fitted data the top 2 % by loss are hard examples,

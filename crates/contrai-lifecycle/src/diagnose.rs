@@ -18,9 +18,11 @@ use crate::prune::SENSITIVITY_LEVELS;
 use crate::sensitivity::{Joint, Scan, Sensitivity, caps, plan, relative_increase, step_down};
 
 impl Conductor {
-    /// Diagnose starts: the doctor's reading of main, then the unpruned evaluation before a
-    /// measured scan, or the linearized scan straight away.
+    /// Diagnose starts: the adapters merged (its scans measure the dense matrices contraction
+    /// prunes), the doctor's reading of main, then the unpruned evaluation before a measured
+    /// scan, or the linearized scan straight away.
     pub(crate) fn diagnose(&mut self, mut out: Vec<Action>) -> Turn {
+        crate::conductor::merge_adapters_in(Phase::Diagnose, &mut out);
         let findings = self.live.summary();
         let rows: Vec<serde_json::Value> = findings
             .iter()

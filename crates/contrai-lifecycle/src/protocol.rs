@@ -35,6 +35,10 @@ pub enum Action {
         /// Whether the batch order starts afresh (a phase entered; not on resume).
         restart_order: bool,
     },
+    /// Fold a LoRA job's adapters into the weights they adapt and train those from now on (see
+    /// [`crate::contract::adapters_merged`]); nothing for a model without adapters or whose
+    /// adapters are merged.
+    MergeAdapters,
     /// Train on micro-batches of this many samples (per device).
     SetBatch(usize),
     /// Scale every dropout probability of the model by this factor (from the recipe's values).

@@ -114,7 +114,7 @@ def test_the_engine_refuses_a_request_or_an_action_it_does_not_know(tmp_path: Pa
                                            r"CheckPipeline, Distil, Evaluate, Export, Fail, Finish, .*Train\)"):
         # Deliberately no request of the protocol.
         engine.run({"actions": [], "request": {"Spam": {}}})  # type: ignore[arg-type]
-    with pytest.raises(RuntimeError, match=r"the action 'Eggs', .*\(it knows Checkpoint, DropSamples, Quarantine, Record, "):
+    with pytest.raises(RuntimeError, match=r"the action 'Eggs', .*\(it knows Checkpoint, DropSamples, MergeAdapters, Quarantine, "):
         # Deliberately no action of the protocol.
         engine.run({"actions": [{"Eggs": 1}], "request": "RoundTrip"})  # type: ignore[arg-type]
     engine.run({"actions": [{"SetPhase": {"phase": "contract", "restart_order": False}}],

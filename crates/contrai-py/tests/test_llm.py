@@ -272,7 +272,11 @@ def test_a_restore_to_mains_checkpoint_after_the_merge_splits_the_adapters_again
     engine.checkpoints.write(1, model, opt, Masks(), main, [])
     with torch.no_grad():
         want = model(input_ids=ids).logits
-    engine.set_phase({"phase": "contract", "restart_order": False})
+    def contract() -> None:  # the conductor's settings for a phase past main
+        for action in ({"SetPhase": {"phase": "contract", "restart_order": False}}, "MergeAdapters"):
+            engine.carry_out(action)
+
+    contract()
     up = model.base_model.model.model.layers[0].mlp.up_proj.weight
     q = model.base_model.model.model.layers[0].self_attn.q_proj.base_layer.weight
     assert merged(model) and up.requires_grad and q.requires_grad
@@ -285,7 +289,7 @@ def test_a_restore_to_mains_checkpoint_after_the_merge_splits_the_adapters_again
     assert len(opt.param_groups) == 1
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=ids).logits, want, rtol=0, atol=0)
-    engine.set_phase({"phase": "contract", "restart_order": False})
+    contract()
     assert merged(model) and len(opt.param_groups) == 2, "the next contraction merges again"
 
 

@@ -277,12 +277,12 @@ impl<'a> Engine<'a> {
             Action::Replan(plan) => contrai_run::write_json(&self.run.plan(), &plan)?,
             Action::SetPhase { phase, restart_order } => {
                 self.order.phase = phase;
-                self.merge_lora_after_main();
                 if restart_order {
                     self.order.cursor = Cursor::default();
                 }
                 self.order.batcher = None;
             }
+            Action::MergeAdapters => self.merge_lora(),
             Action::SetBatch(batch) => {
                 self.order.batch = batch;
                 self.order.batcher = None;
@@ -311,10 +311,10 @@ impl<'a> Engine<'a> {
         self.journal.quarantine(&entry)
     }
 
-    /// Folds a LoRA fine-tune's adapters into the weights (main is over: a later phase begins,
-    /// or something needs dense weights — pruning, its measurement, export, int8, the student);
-    /// the merged weights get a fresh optimizer.
-    fn merge_lora(&mut self) {
+    /// Folds a LoRA fine-tune's adapters into the weights (the conductor's
+    /// [`Action::MergeAdapters`], or an export: its format holds dense weights); the merged
+    /// weights get a fresh optimizer.
+    pub(crate) fn merge_lora(&mut self) {
         let n = crate::lora::adapters(&self.net.model);
         if n > 0 {
             self.net.model = crate::lora::merge(self.net.model.clone());
@@ -324,27 +324,8 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// [`Self::merge_lora`] once the engine's phase is past main.
-    fn merge_lora_after_main(&mut self) {
-        if !matches!(self.order.phase, Phase::Validate | Phase::Main) {
-            self.merge_lora();
-        }
-    }
-
     /// Answers a request with what it observed.
     fn answer(&mut self, request: Request) -> Result<Observation> {
-        let dense = matches!(
-            request,
-            Request::MeasureSensitivity { .. }
-                | Request::MeasureJoint { .. }
-                | Request::Prune(_)
-                | Request::Export
-                | Request::Distil
-                | Request::Quantize { .. }
-        );
-        if dense {
-            self.merge_lora();
-        }
         match request {
             Request::CheckPipeline { steps, batch, lr } => self.check_pipeline(steps, batch, lr),
             Request::RoundTrip => self.round_trip(),
@@ -536,7 +517,6 @@ impl<'a> Engine<'a> {
         self.net.optim = optimizer(&self.recipe)
             .from_bytes(Bytes::from_bytes_vec(l.optimizer))
             .map_err(|e| crate::error::record_err(&l.dir, e))?;
-        self.merge_lora_after_main(); // main's checkpoint restored in a later phase: a rollback
         if everything {
             let e = &l.state.engine;
             self.step = e.step;

@@ -554,3 +554,43 @@ fn a_variant_the_engine_declines_is_recorded_and_the_others_still_judged() {
     };
     assert!(summary.int8.is_some() && summary.int4.is_none());
 }
+
+#[test]
+fn adapters_are_merged_when_main_ends_and_again_after_a_rollback_past_it() {
+    // A NaN at step 70, in contraction (main ends at 63): each retry restores a checkpoint.
+    let sim = simulate(recipe(), falling(), settles(), vec![70]);
+    let merges = |t: &Turn| t.actions.contains(&Action::MergeAdapters);
+    let first = sim.turns.iter().position(merges).expect("merged once main ended");
+    let doctor = |t: &Turn| {
+        t.actions
+            .iter()
+            .any(|a| matches!(a, Action::Record(d) if d.kind == DecisionKind::Doctor))
+    };
+    assert!(
+        doctor(&sim.turns[first]),
+        "diagnose's first turn merges: {:?}",
+        sim.turns[first]
+    );
+    for t in &sim.turns {
+        for a in &t.actions {
+            if let Action::SetPhase { phase, .. } = a {
+                assert_eq!(merges(t), *phase > Phase::Main, "{t:?}");
+            }
+        }
+    }
+    let rollback = sim
+        .turns
+        .iter()
+        .position(|t| {
+            matches!(
+                t.request,
+                Request::Restore {
+                    scope: RestoreScope::Everything,
+                    ..
+                }
+            )
+        })
+        .expect("the NaN rolled back");
+    assert!(rollback > first);
+    assert!(merges(&sim.turns[rollback + 1]), "{:?}", sim.turns[rollback + 1]);
+}

@@ -699,7 +699,7 @@ class Window(TypedDict):
     points: list[tuple[float, Union[float, None]]]
 
 
-Action = Union["ActionRecord", "ActionSetPhase", "ActionSetBatch", "ActionScaleDropout", "ActionDropSamples", "ActionReplan", "ActionQuarantine", "ActionSkipBatches", "ActionCheckpoint"]
+Action = Union["ActionRecord", "ActionSetPhase", Literal["MergeAdapters"], "ActionSetBatch", "ActionScaleDropout", "ActionDropSamples", "ActionReplan", "ActionQuarantine", "ActionSkipBatches", "ActionCheckpoint"]
 
 CheckpointCadence = Union[Literal["Never"], "CheckpointCadenceSteps"]
 

@@ -129,6 +129,7 @@ class Engine(Persisting, Measuring, Finishing, Merging):
             "Record": self.record,
             "Replan": self.replan,
             "SetPhase": self.set_phase,
+            "MergeAdapters": lambda _: self.merge_adapters(),
             "SetBatch": self.set_batch,
             "ScaleDropout": self.scale_dropout,
             "DropSamples": self.drop_samples,
@@ -361,13 +362,10 @@ class Engine(Persisting, Measuring, Finishing, Merging):
             self.writer.write("plan", json.dumps(plan))
 
     def set_phase(self, p: dict[str, Any]) -> None:
-        """The phase the next turns belong to (on the job's trackers); past main, a LoRA job's
-        adapters merged."""
+        """The phase the next turns belong to (on the job's trackers)."""
         self.phase = p["phase"]
         if self.leader:
             self.trackers.phase(self.phase)
-        if self.phase not in ("validate", "main"):
-            self.merge_adapters()
 
     def substitute(self, what: str, instead: str, evidence: dict[str, Any]) -> None:
         """Records what the engine did instead of a decision it could not carry out as asked."""

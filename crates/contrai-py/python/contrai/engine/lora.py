@@ -1,4 +1,5 @@
-"""A LoRA job's adapters merged past main and split for a rollback before it, as the Burn engine's ``lora.rs``."""
+"""A LoRA job's adapters merged when the conductor says (``MergeAdapters``: past main) and split for a rollback
+before it, as the Burn engine's ``lora.rs``."""
 
 from __future__ import annotations
 
