@@ -44,26 +44,27 @@ pub(crate) struct Checkpoints {
 #[pymethods]
 impl Checkpoints {
     #[new]
+    #[pyo3(signature = (root: "str | PathLike[str]"))]
     fn new(root: PathBuf) -> Self {
         Checkpoints { root }
     }
 
     /// Starts the checkpoint of `step` (`kind` `step` or `stop`): a temporary directory to write
     /// files into, sealed and placed by `commit`.
-    #[pyo3(signature = (step, kind = "step"))]
+    #[pyo3(signature = (step: "int", kind: "str" = "step") -> "PendingCheckpoint")]
     fn begin(&self, step: u64, kind: &str) -> PyResult<PendingCheckpoint> {
         let pending = Pending::begin(&self.root, checkpoint_kind(kind)?, step).map_err(envelope_err)?;
         Ok(PendingCheckpoint { inner: Some(pending) })
     }
 
     /// The directory of step `step`'s checkpoint of `kind`.
-    #[pyo3(signature = (step, kind = "step"))]
+    #[pyo3(signature = (step: "int", kind: "str" = "step") -> "Path")]
     fn dir(&self, step: u64, kind: &str) -> PyResult<PathBuf> {
         Ok(self.root.join(checkpoint_kind(kind)?.dir_name(step)))
     }
 
     /// The steps that have a checkpoint of `kind`, oldest first.
-    #[pyo3(signature = (kind = "step"))]
+    #[pyo3(signature = (kind: "str" = "step") -> "list[int]")]
     fn steps(&self, kind: &str) -> PyResult<Vec<u64>> {
         let kind = checkpoint_kind(kind)?;
         Ok(checkpoint::list(&self.root, kind)
@@ -74,7 +75,7 @@ impl Checkpoints {
 
     /// Checks every file of step `step`'s checkpoint against its sums; its `state.json` text
     /// (`CorruptCheckpoint` when a file does not match).
-    #[pyo3(signature = (step, kind = "step"))]
+    #[pyo3(signature = (step: "int", kind: "str" = "step") -> "str")]
     fn verify(&self, step: u64, kind: &str) -> PyResult<String> {
         verified_state(&self.root.join(checkpoint_kind(kind)?.dir_name(step))).map_err(envelope_err)
     }
@@ -82,7 +83,7 @@ impl Checkpoints {
     /// The newest scheduled checkpoint whose files match their sums — of a step below `below`
     /// when one is, else of the rest: `(step, state.json text, the steps passed over)`, or `None`
     /// with the steps passed over.
-    #[pyo3(signature = (below = None))]
+    #[pyo3(signature = (below: "int | None" = None) -> "tuple[tuple[int, str] | None, list[int]]")]
     fn latest(&self, below: Option<u64>) -> (Option<(u64, String)>, Vec<u64>) {
         let below = below.unwrap_or(u64::MAX);
         let (found, refused) =
@@ -94,11 +95,13 @@ impl Checkpoints {
 
     /// Keeps the newest `keep_last` scheduled checkpoints and the steps in `keep`; removes the
     /// rest and every stop checkpoint.
+    #[pyo3(signature = (keep_last: "int", keep: "list[int]") -> "None")]
     fn keep_last(&self, keep_last: usize, keep: Vec<u64>) -> PyResult<()> {
         checkpoint::keep_last(&self.root, keep_last, &keep).map_err(envelope_err)
     }
 
     /// Removes the checkpoints newer than `step` and leftover temporaries.
+    #[pyo3(signature = (step: "int") -> "None")]
     fn discard_after(&self, step: u64) -> PyResult<()> {
         checkpoint::discard_after(&self.root, step).map_err(envelope_err)
     }
@@ -135,17 +138,20 @@ fn committed() -> PyErr {
 #[pymethods]
 impl PendingCheckpoint {
     /// The temporary directory to write the engine's files into.
+    #[pyo3(signature = () -> "Path")]
     fn path(&mut self) -> PyResult<PathBuf> {
         Ok(self.pending()?.path().to_path_buf())
     }
 
     /// Writes `data` as the file `name` (forced to disk).
+    #[pyo3(signature = (name: "str", data: "bytes") -> "None")]
     fn add(&mut self, name: &str, data: &[u8]) -> PyResult<()> {
         self.pending()?.add(name, data).map_err(envelope_err)
     }
 
     /// Seals (every file forced to disk, `SHA256SUMS` written) and places the checkpoint; its
     /// directory.
+    #[pyo3(signature = () -> "Path")]
     fn commit(&mut self) -> PyResult<PathBuf> {
         let pending = self.inner.take().ok_or_else(committed)?;
         pending.commit().map_err(envelope_err)
@@ -155,6 +161,7 @@ impl PendingCheckpoint {
 /// Seals a checkpoint directory a framework wrote (a Hugging Face `checkpoint-N`, Contrai's
 /// files added): `SHA256SUMS` over every file in it, written atomically; its path.
 #[pyfunction]
+#[pyo3(signature = (dir: "str | PathLike[str]") -> "Path")]
 pub(crate) fn seal(dir: PathBuf) -> PyResult<PathBuf> {
     checkpoint::seal(&dir).map_err(envelope_err)
 }
@@ -162,6 +169,7 @@ pub(crate) fn seal(dir: PathBuf) -> PyResult<PathBuf> {
 /// Checks every file a sealed directory lists against its sum (`CorruptCheckpoint` when one does
 /// not match, is missing, or the directory was never sealed).
 #[pyfunction]
+#[pyo3(signature = (dir: "str | PathLike[str]") -> "None")]
 pub(crate) fn verify(dir: PathBuf) -> PyResult<()> {
     Sealed::open(&dir).and_then(|s| s.verify()).map_err(envelope_err)
 }
@@ -171,6 +179,7 @@ pub(crate) fn verify(dir: PathBuf) -> PyResult<()> {
 /// error names `source` and the field —, returned in its serde form with defaults filled in
 /// (`contrai_lifecycle::CheckpointRecord`, typed in `protocol.py`).
 #[pyfunction]
+#[pyo3(signature = (record: "Any", source: "str") -> "CheckpointRecord")]
 pub(crate) fn checkpoint_record<'py>(
     py: Python<'py>,
     record: &Bound<'py, PyAny>,
@@ -188,6 +197,7 @@ pub(crate) fn checkpoint_record<'py>(
 /// synced — a crash leaves the old `dest` or the new one whole (`contrai_base::put_in_place`,
 /// the rule every writer of the workspace follows).
 #[pyfunction]
+#[pyo3(signature = (tmp: "str | PathLike[str]", dest: "str | PathLike[str]") -> "None")]
 pub(crate) fn put_in_place(tmp: PathBuf, dest: PathBuf) -> PyResult<()> {
     contrai_base::put_in_place(&tmp, &dest).map_err(|e| PyOSError::new_err(e.to_string()))
 }

@@ -19,6 +19,7 @@ impl Conductor {
     /// A new run of the recipe `recipe_toml` (`recipe_path` names it in errors) for the run
     /// described by `info_json` (`{"train_samples", "classes", "weights", "heads"}`).
     #[new]
+    #[pyo3(signature = (recipe_toml: "str", recipe_path: "str", info_json: "str"))]
     fn new(recipe_toml: &str, recipe_path: &str, info_json: &str) -> PyResult<Self> {
         let info = run_info(info_json)?;
         Ok(Conductor {
@@ -29,6 +30,7 @@ impl Conductor {
     /// A run resumed from a checkpoint's `state_json`, the live doctor rebuilt from
     /// `history_jsonl` (`metrics.jsonl` up to that checkpoint).
     #[staticmethod]
+    #[pyo3(signature = (recipe_toml: "str", recipe_path: "str", info_json: "str", state_json: "str", history_jsonl: "str") -> "Conductor")]
     fn resume(
         recipe_toml: &str,
         recipe_path: &str,
@@ -57,6 +59,7 @@ impl Conductor {
     }
 
     /// The first turn (a `protocol.Turn`).
+    #[pyo3(signature = () -> "Turn")]
     fn begin<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let turn = self
             .inner
@@ -68,6 +71,7 @@ impl Conductor {
     /// The next turn for an observation: an `Observation` in its serde form as Python objects
     /// (`{"Stepped": {"loss": nan, ...}}`), read directly rather than through JSON, which has no
     /// NaN or infinity for a failed step's loss or a diverged evaluation.
+    #[pyo3(signature = (observation: "Observation") -> "Turn")]
     fn observe<'py>(
         &mut self,
         py: Python<'py>,
@@ -83,21 +87,25 @@ impl Conductor {
     }
 
     /// The conductor's state (what a checkpoint saves, a `protocol.State`).
+    #[pyo3(signature = () -> "State")]
     fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         py_value(py, self.inner.state())
     }
 
     /// `plan.json` as the run now stands.
+    #[pyo3(signature = () -> "RunPlan")]
     fn plan<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         py_value(py, &self.inner.plan())
     }
 
     /// Steps each phase plans: `{"validate", "main", "contract", "refine"}`.
+    #[pyo3(signature = () -> "dict[str, int]")]
     fn phase_steps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         py_value(py, &self.inner.phase_steps())
     }
 
     /// The recipe in force, resolved, as TOML.
+    #[pyo3(signature = () -> "str")]
     fn recipe_toml(&self) -> String {
         self.inner.recipe().to_toml()
     }

@@ -32,7 +32,7 @@ fn data_source(path: &Path, columns: Option<Vec<String>>) -> PyResult<contrai_da
 /// The data audit of a JSONL/CSV/TSV/Parquet file (duplicates, near-duplicates, label
 /// conflicts, outliers, balance), as JSON.
 #[pyfunction]
-#[pyo3(signature = (path, text = "text", label = "label", columns = None))]
+#[pyo3(signature = (path: "str | PathLike[str]", text: "str" = "text", label: "str" = "label", columns: "list[str] | None" = None) -> "str")]
 pub(crate) fn audit(
     path: PathBuf,
     text: &str,
@@ -51,9 +51,8 @@ pub(crate) fn audit(
 /// dropped); returns the manifest as JSON. With `parent` (an earlier split's directory) it is a
 /// new version of that split: old samples stay where they were, its settings are the defaults.
 #[pyfunction]
-#[pyo3(signature = (path, out, ratios = None, seed = None, text = None, label = None, columns = None,
-                    parent = None, allow_shrink = false, force = false, keep_previous = false))]
 #[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (path: "str | PathLike[str]", out: "str | PathLike[str]", ratios: "tuple[float, float, float] | None" = None, seed: "int | None" = None, text: "str | None" = None, label: "str | None" = None, columns: "list[str] | None" = None, parent: "str | PathLike[str] | None" = None, allow_shrink: "bool" = false, force: "bool" = false, keep_previous: "bool" = false) -> "str")]
 pub(crate) fn split(
     path: PathBuf,
     out: PathBuf,
@@ -120,8 +119,8 @@ type Fingerprint = (Vec<u64>, Vec<u64>);
 /// the votes a shared key of each slot gives a pair (a pair needs 2), and with `fingerprints`
 /// each text's words and shingles.
 #[pyfunction]
-#[pyo3(signature = (texts, num_perm = 256, threshold = 0.8, edit_share = 0.05, fingerprints = false))]
 #[allow(clippy::type_complexity)]
+#[pyo3(signature = (texts: "list[str | None]", num_perm: "int" = 256, threshold: "float" = 0.8, edit_share: "float" = 0.05, fingerprints: "bool" = false) -> "tuple[bytes, bytes, bytes, list[int], list[tuple[list[int], list[int]]]]")]
 pub(crate) fn signatures<'py>(
     py: Python<'py>,
     texts: Vec<Option<String>>,
@@ -184,7 +183,7 @@ pub(crate) fn signatures<'py>(
 /// other — for a key of rule 1's bands (`votes` 1) only those within the edit budget. Rows:
 /// (id, id, exact, votes).
 #[pyfunction]
-#[pyo3(signature = (ids, contents, words, votes, edit_share = 0.05))]
+#[pyo3(signature = (ids: "list[str]", contents: "list[bytes]", words: "list[int]", votes: "int", edit_share: "float" = 0.05) -> "list[tuple[str, str, bool, int]]")]
 pub(crate) fn key_pairs(
     ids: Vec<String>,
     contents: Vec<Vec<u8>>,
@@ -217,7 +216,7 @@ pub(crate) fn key_pairs(
 /// Whether each pair of fingerprints (from `signatures(..., fingerprints=True)`) are near-copies
 /// by the audit's definition: the verification of candidates.
 #[pyfunction]
-#[pyo3(signature = (pairs, threshold = 0.8, edit_share = 0.05))]
+#[pyo3(signature = (pairs: "list[tuple[tuple[list[int], list[int]], tuple[list[int], list[int]]]]", threshold: "float" = 0.8, edit_share: "float" = 0.05) -> "list[bool]")]
 pub(crate) fn near_pairs(
     pairs: Vec<(Fingerprint, Fingerprint)>,
     threshold: f64,

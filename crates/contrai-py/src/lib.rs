@@ -20,46 +20,42 @@ mod preflight;
 mod recipe;
 mod run;
 
-use pyo3::prelude::*;
+/// The module: what each area binds, exported under one name. Every binding gives its Python
+/// signature with types (`#[pyo3(signature = (name: "type", …) -> "type")]`): `_core.pyi` is
+/// generated from them (`tests/stub.rs`).
+#[pyo3::pymodule]
+mod _core {
+    use pyo3::prelude::*;
 
-/// The module.
-#[pymodule]
-fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("RUN_FORMAT", contrai_run::FORMAT)?;
-    m.add("RECORD_FORMAT", contrai_lifecycle::RECORD_FORMAT)?;
-    m.add_class::<conductor::Conductor>()?;
-    m.add_class::<run::RunWriter>()?;
-    m.add_class::<checkpoints::Checkpoints>()?;
-    m.add_class::<checkpoints::PendingCheckpoint>()?;
-    m.add_class::<run::RunLock>()?;
-    m.add_function(wrap_pyfunction!(checkpoints::seal, m)?)?;
-    m.add_function(wrap_pyfunction!(data::signatures, m)?)?;
-    m.add_function(wrap_pyfunction!(data::key_pairs, m)?)?;
-    m.add_function(wrap_pyfunction!(data::near_pairs, m)?)?;
-    m.add_function(wrap_pyfunction!(checkpoints::verify, m)?)?;
-    m.add_function(wrap_pyfunction!(checkpoints::checkpoint_record, m)?)?;
-    m.add_function(wrap_pyfunction!(checkpoints::put_in_place, m)?)?;
-    m.add(
-        "CorruptCheckpoint",
-        m.py().get_type::<checkpoints::CorruptCheckpoint>(),
-    )?;
-    m.add_function(wrap_pyfunction!(recipe::recipe_check, m)?)?;
-    m.add_function(wrap_pyfunction!(recipe::recipe_json, m)?)?;
-    m.add_function(wrap_pyfunction!(recipe::recipe_gives, m)?)?;
-    m.add_function(wrap_pyfunction!(preflight::recipe_facts, m)?)?;
-    m.add_function(wrap_pyfunction!(masks::module_of, m)?)?;
-    m.add_function(wrap_pyfunction!(masks::is_attention, m)?)?;
-    m.add_function(wrap_pyfunction!(masks::whole_members, m)?)?;
-    m.add_function(wrap_pyfunction!(masks::pruned_weights, m)?)?;
-    m.add_function(wrap_pyfunction!(masks::magnitude_masks, m)?)?;
-    m.add_function(wrap_pyfunction!(masks::weakest_groups, m)?)?;
-    m.add_function(wrap_pyfunction!(recipe::default_recipe, m)?)?;
-    m.add_function(wrap_pyfunction!(recipe::job_recipe, m)?)?;
-    m.add_function(wrap_pyfunction!(doctor::doctor, m)?)?;
-    m.add_function(wrap_pyfunction!(doctor::report, m)?)?;
-    m.add_function(wrap_pyfunction!(data::audit, m)?)?;
-    m.add_function(wrap_pyfunction!(data::split, m)?)?;
-    m.add_function(wrap_pyfunction!(preflight::preflight, m)?)?;
-    Ok(())
+    #[pymodule_export]
+    const RUN_FORMAT: u32 = contrai_run::FORMAT;
+    #[pymodule_export]
+    const RECORD_FORMAT: u32 = contrai_lifecycle::RECORD_FORMAT;
+
+    #[pymodule_export]
+    use crate::checkpoints::{
+        Checkpoints, CorruptCheckpoint, PendingCheckpoint, checkpoint_record, put_in_place, seal, verify,
+    };
+    #[pymodule_export]
+    use crate::conductor::Conductor;
+    #[pymodule_export]
+    use crate::data::{audit, key_pairs, near_pairs, signatures, split};
+    #[pymodule_export]
+    use crate::doctor::{doctor, report};
+    #[pymodule_export]
+    use crate::masks::{
+        is_attention, magnitude_masks, module_of, pruned_weights, weakest_groups, whole_members,
+    };
+    #[pymodule_export]
+    use crate::preflight::{preflight, recipe_facts};
+    #[pymodule_export]
+    use crate::recipe::{default_recipe, job_recipe, recipe_check, recipe_gives, recipe_json};
+    #[pymodule_export]
+    use crate::run::{RunLock, RunWriter};
+
+    /// The package's version, which the macros cannot export as a constant.
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("__version__", env!("CARGO_PKG_VERSION"))
+    }
 }

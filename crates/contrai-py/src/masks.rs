@@ -9,6 +9,7 @@ use crate::recipe;
 /// The module a weight belongs to, as the conductor names it (`blocks.0.attn.query.weight` →
 /// `blocks.0.attn`).
 #[pyfunction]
+#[pyo3(signature = (path: "str") -> "str")]
 pub(crate) fn module_of(path: &str) -> String {
     contrai_lifecycle::prune::module_of(path)
 }
@@ -16,6 +17,7 @@ pub(crate) fn module_of(path: &str) -> String {
 /// The matrices among `weights` that the recipe's `contract.prune` rules select, in their order
 /// (a LoRA job's merged model trains them through contraction).
 #[pyfunction]
+#[pyo3(signature = (text: "str", path: "str", weights: "list[str]") -> "list[str]")]
 pub(crate) fn pruned_weights(text: &str, path: &str, weights: Vec<String>) -> PyResult<Vec<String>> {
     let r = recipe::parse(text, path)?;
     let prunable = contrai_lifecycle::prune::Prunable::new(&r.contract.prune, &weights);
@@ -25,6 +27,7 @@ pub(crate) fn pruned_weights(text: &str, path: &str, weights: Vec<String>) -> Py
 /// Whether a module is attention, as the conductor tells (capped one weight at a time; pruned by
 /// whole heads when the recipe asks).
 #[pyfunction]
+#[pyo3(signature = (module: "str") -> "bool")]
 pub(crate) fn is_attention(module: &str) -> bool {
     contrai_lifecycle::prune::is_attention(module)
 }
@@ -35,6 +38,7 @@ pub(crate) fn is_attention(module: &str) -> bool {
 /// output or down projection), and the structure (`heads` or `units`). Matrices in none are left
 /// out.
 #[pyfunction]
+#[pyo3(signature = (paths: "list[str]", heads: "bool", units: "bool") -> "dict[str, tuple[str, bool, str]]")]
 pub(crate) fn whole_members(
     paths: Vec<String>,
     heads: bool,
@@ -56,6 +60,7 @@ pub(crate) fn whole_members(
 /// masked entries −1) with its target's sparsity and cap; `scope` is `module` or `global`.
 /// Returns one byte an entry (1: kept) a module.
 #[pyfunction]
+#[pyo3(signature = (pools: "list[tuple[bytes, float, float]]", scope: "str") -> "list[bytes]")]
 pub(crate) fn magnitude_masks<'py>(
     py: Python<'py>,
     pools: Vec<(Vec<u8>, f64, f64)>,
@@ -87,6 +92,7 @@ pub(crate) fn magnitude_masks<'py>(
 /// share: each group's L2 norm and whether it is dead already in, one flag a group (true:
 /// pruned) out.
 #[pyfunction]
+#[pyo3(signature = (norm: "list[float]", dead: "list[bool]", sparsity: "float", cap: "float") -> "list[bool]")]
 pub(crate) fn weakest_groups(
     norm: Vec<f64>,
     dead: Vec<bool>,

@@ -16,6 +16,7 @@ pub(crate) fn parse(text: &str, path: &str) -> PyResult<Recipe> {
 /// The recipe resolved, every default filled in, as TOML (a `ValueError` naming the key, the line
 /// and the nearest valid key when it is not valid).
 #[pyfunction]
+#[pyo3(signature = (text: "str", path: "str") -> "str")]
 pub(crate) fn recipe_check(text: &str, path: &str) -> PyResult<String> {
     Ok(parse(text, path)?.to_toml())
 }
@@ -23,6 +24,7 @@ pub(crate) fn recipe_check(text: &str, path: &str) -> PyResult<String> {
 /// The recipe resolved, every default filled in, as JSON (the same validation as
 /// [`recipe_check`]).
 #[pyfunction]
+#[pyo3(signature = (text: "str", path: "str") -> "str")]
 pub(crate) fn recipe_json(text: &str, path: &str) -> PyResult<String> {
     json(&parse(text, path)?)
 }
@@ -30,6 +32,7 @@ pub(crate) fn recipe_json(text: &str, path: &str) -> PyResult<String> {
 /// Whether the recipe's text writes `key` itself (dotted: `main.steps`), rather than leaving it to
 /// its default (a PyTorch job lays the plan on its own step limit when `main.steps` is left).
 #[pyfunction]
+#[pyo3(signature = (text: "str", key: "str") -> "bool")]
 pub(crate) fn recipe_gives(text: &str, key: &str) -> PyResult<bool> {
     let doc: toml::Table = text
         .parse()
@@ -48,6 +51,7 @@ pub(crate) fn recipe_gives(text: &str, key: &str) -> PyResult<bool> {
 
 /// The default recipe, every key commented.
 #[pyfunction]
+#[pyo3(signature = () -> "str")]
 pub(crate) fn default_recipe() -> String {
     contrai_recipe::default_recipe()
 }
@@ -55,6 +59,7 @@ pub(crate) fn default_recipe() -> String {
 /// The default recipe for a PyTorch job (`contrai recipe init --for hf`): `main.steps` left to
 /// the job's own step limit.
 #[pyfunction]
+#[pyo3(signature = () -> "str")]
 pub(crate) fn job_recipe() -> String {
     contrai_recipe::job_recipe()
 }

@@ -32,7 +32,7 @@ impl RunWriter {
     /// journals cut back to `metrics_len` and `decisions_len` bytes (0 and 0: a new run), and
     /// `quarantine.jsonl` to `quarantine_len` (`None`: kept whole).
     #[new]
-    #[pyo3(signature = (run_dir, writer, metrics_len = 0, decisions_len = 0, quarantine_len = None))]
+    #[pyo3(signature = (run_dir: "str | PathLike[str]", writer: "str", metrics_len: "int" = 0, decisions_len: "int" = 0, quarantine_len: "int | None" = None))]
     fn new(
         run_dir: PathBuf,
         writer: &str,
@@ -53,6 +53,7 @@ impl RunWriter {
     }
 
     /// Appends a spike's batch to `quarantine.jsonl` (JSON of a `QuarantineEntry`).
+    #[pyo3(signature = (entry_json: "str") -> "None")]
     fn quarantine(&mut self, entry_json: &str) -> PyResult<()> {
         let e: QuarantineEntry =
             serde_json::from_str(entry_json).map_err(|e| bad_json("quarantine entry", e))?;
@@ -60,11 +61,13 @@ impl RunWriter {
     }
 
     /// Bytes of `quarantine.jsonl` written so far (a checkpoint records it to cut back to).
+    #[pyo3(signature = () -> "int")]
     fn quarantine_len(&self) -> u64 {
         self.quarantine.len()
     }
 
     /// Appends a metrics row (JSON of a training, evaluation or sparsity row).
+    #[pyo3(signature = (row_json: "str") -> "None")]
     fn metric(&mut self, row_json: &str) -> PyResult<()> {
         let row =
             MetricsRow::parse(row_json).map_err(|e| PyValueError::new_err(format!("metrics row: {e}")))?;
@@ -72,6 +75,7 @@ impl RunWriter {
     }
 
     /// Appends a decision (JSON of a `Decision`).
+    #[pyo3(signature = (decision_json: "str") -> "None")]
     fn decide(&mut self, decision_json: &str) -> PyResult<()> {
         let d: Decision = serde_json::from_str(decision_json).map_err(|e| bad_json("decision", e))?;
         self.decisions.write(&d).map_err(run_err)
@@ -79,6 +83,7 @@ impl RunWriter {
 
     /// Forces the journals to disk; the lengths in bytes of `metrics.jsonl` and `decisions.jsonl`
     /// (what a checkpoint records; `quarantine_len` gives the third).
+    #[pyo3(signature = () -> "tuple[int, int]")]
     fn sync(&self) -> PyResult<(u64, u64)> {
         self.metrics.sync().map_err(run_err)?;
         self.decisions.sync().map_err(run_err)?;
@@ -88,6 +93,7 @@ impl RunWriter {
 
     /// Writes `plan.json`, `final/eval.json` or `final/model-card.json` (`kind` `plan`, `eval`,
     /// `model_card`) atomically, after checking the JSON against its type.
+    #[pyo3(signature = (kind: "str", value_json: "str") -> "None")]
     fn write(&self, kind: &str, value_json: &str) -> PyResult<()> {
         let r = &self.run;
         match kind {
@@ -101,6 +107,7 @@ impl RunWriter {
     }
 
     /// `metrics.jsonl` up to `length` bytes (a resume rebuilds the live doctor from it).
+    #[pyo3(signature = (length: "int") -> "str")]
     fn history(&self, length: u64) -> PyResult<String> {
         let rows = contrai_run::read_jsonl(&self.run.metrics(), Some(length), |l| Ok(l.to_string()))
             .map_err(run_err)?;
@@ -108,6 +115,7 @@ impl RunWriter {
     }
 
     /// The run directory.
+    #[pyo3(signature = () -> "Path")]
     fn path(&self) -> PathBuf {
         self.run.path().to_path_buf()
     }
@@ -134,6 +142,7 @@ impl RunLock {
     /// Locks `dir` (created if missing), or raises `OSError` naming the process that holds it;
     /// temporary files an interrupted writer left there are removed (said on the log).
     #[new]
+    #[pyo3(signature = (dir: "str | PathLike[str]"))]
     fn new(dir: PathBuf) -> PyResult<Self> {
         let lock = contrai_data::DirLock::acquire(&dir).map_err(|e| PyOSError::new_err(e.to_string()))?;
         for path in lock.removed() {
@@ -143,6 +152,7 @@ impl RunLock {
     }
 
     /// Lets the directory go.
+    #[pyo3(signature = () -> "None")]
     fn release(&mut self) {
         self.lock = None;
     }
