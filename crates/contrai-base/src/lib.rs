@@ -4,11 +4,11 @@
 //! recipe, the run format and the conductor build on it without the data stage.
 
 pub mod atomic;
-pub mod choice;
+pub mod data_choices;
 pub mod error;
 pub mod lock;
 
 pub use atomic::{AtomicFile, exchange, put_in_place, remove_leftovers, sync_dir, write_atomic};
-pub use choice::{Dedup, FORMATS, Format, OnConflict};
+pub use data_choices::{Dedup, FORMATS, Format, OnConflict};
 pub use error::{FsError, Result};
 pub use lock::DirLock;

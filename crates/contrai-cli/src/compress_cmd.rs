@@ -8,7 +8,7 @@ use contrai_recipe::PruneScope;
 use contrai_train::Stderr;
 use contrai_train::compress::{CompressOptions, CompressReport, compress};
 
-use crate::choice::choice;
+use crate::flag_values::choice;
 
 /// Make smaller models from a finished (or interrupted) run, without retraining from scratch:
 /// magnitude pruning with masked fine-tuning, int8 quantization, distillation into the recipe's

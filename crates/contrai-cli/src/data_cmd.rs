@@ -13,7 +13,7 @@ use contrai_data::parent;
 use contrai_data::split::{Dedup, OnConflict, SplitConfig, split};
 use contrai_data::store::StoreDir;
 
-use crate::choice::choice;
+use crate::flag_values::choice;
 use contrai_data::read::QuotedField;
 use contrai_data::{Audit, AuditConfig, FieldSpec, Format, IndexConfig, Source};
 

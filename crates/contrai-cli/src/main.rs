@@ -1,10 +1,10 @@
 //! `contrai`: data integrity, training under a live doctor, contraction, and diagnosis of any run.
 
 mod check_cmd;
-mod choice;
 mod compress_cmd;
 mod data_cmd;
 mod doctor_cmd;
+mod flag_values;
 mod plan_cmd;
 mod predict_cmd;
 mod progress;

@@ -58,7 +58,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     if let Some(ms) = args.step_ms.filter(|ms| !ms.is_finite() || *ms <= 0.0) {
         anyhow::bail!("--step-ms {ms} must be a positive number of milliseconds");
     }
-    let plan = contrai_lifecycle::plan::plan(&recipe, args.train_samples, &[]);
+    let plan = contrai_lifecycle::planner::plan(&recipe, args.train_samples, &[]);
     let calendar = Calendar::new(args.weeks, args.unstable_infra, args.cost_per_day)?;
     let calibration = if args.calibrate {
         eprintln!("calibrating: {CALIBRATION_STEPS} training steps of the recipe's model …");

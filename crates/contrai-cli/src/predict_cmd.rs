@@ -9,7 +9,7 @@ use contrai_data::{Format, Source};
 use contrai_run::FinalModel;
 use contrai_train::predict::{PredictSummary, Predictor};
 
-use crate::choice::choice;
+use crate::flag_values::choice;
 use crate::progress::Bars;
 
 /// Arguments of `contrai predict` (its help text is the subcommand's, in `main.rs`).

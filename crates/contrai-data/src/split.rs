@@ -23,7 +23,7 @@ pub const PARTITIONS: [&str; 3] = ["train", "val", "holdout"];
 /// Version of the manifest's layout.
 pub const MANIFEST_VERSION: u32 = 1;
 
-pub use contrai_base::choice::{Dedup, OnConflict};
+pub use contrai_base::data_choices::{Dedup, OnConflict};
 
 mod manifest;
 pub use manifest::{

@@ -318,8 +318,8 @@ pub struct Report {
     /// Where the task was read ("config.json", "hparams.yaml", "metric names").
     pub task_source: Option<String>,
     /// The training setup the run's own files state (empty: none said anything).
-    #[serde(skip_serializing_if = "crate::setup::Setup::is_empty")]
-    pub setup: crate::setup::Setup,
+    #[serde(skip_serializing_if = "crate::stated_setup::Setup::is_empty")]
+    pub setup: crate::stated_setup::Setup,
     /// Findings, most severe first.
     pub findings: Vec<Finding>,
     /// What of the log could not be read (the findings rest on the rest, a notch less sure).

@@ -149,7 +149,7 @@ pub enum Detail {
     /// The judged segment boundaries of a resumed log.
     Resume(Resume),
     /// The setting of the run's own files the finding rests on (no LR was logged).
-    Setting(crate::setup::Setting),
+    Setting(crate::stated_setup::Setting),
 }
 
 /// How sure the doctor is of what it reports: how far the evidence clears its rule's threshold,

@@ -12,7 +12,7 @@ pub mod finding;
 pub mod live;
 pub mod read;
 pub mod series;
-pub mod setup;
+pub mod stated_setup;
 pub use contrai_stats as stats;
 pub mod tags;
 
@@ -21,4 +21,4 @@ pub use finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, 
 pub use live::{Live, LiveRun};
 pub use read::{Format, ReadError, Skipped, Tail, TrackingLocation, read_path, read_path_noting};
 pub use series::{Cut, LogOrder, Marker, Partial, Point, Run, RunHints, Series, SeriesData, Task, XUnit};
-pub use setup::{LrSchedule, Setting, Setup};
+pub use stated_setup::{LrSchedule, Setting, Setup};

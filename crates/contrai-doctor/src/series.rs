@@ -167,7 +167,7 @@ pub struct RunHints {
     /// Steps an epoch takes, when the log counts both (an `epoch` column beside the steps).
     pub steps_per_epoch: Option<f64>,
     /// The training setup the run's own files state (schedule, warmup, peak LR, batch).
-    pub setup: crate::setup::Setup,
+    pub setup: crate::stated_setup::Setup,
     /// The checkpoints the run's folders hold, by step.
     pub checkpoints: Vec<Checkpoint>,
     /// What of the log could not be read (a truncated record, entries with no usable step):

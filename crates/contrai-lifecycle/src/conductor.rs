@@ -3,11 +3,11 @@
 //! of its decisions.
 //!
 //! The flow of one training step, in the order its rules apply:
-//! step → spike triage ([`crate::spike`]) → live doctor (main) → evaluation when due → divergence
+//! step → spike triage ([`crate::spike_triage`]) → live doctor (main) → evaluation when due → divergence
 //! and contraction guard (contract) → pruning update when due (contract) → stability rule at
 //! main's checkpoints → the phase's end, if any, recorded → checkpoint when due → next step, or the
 //! move to the next phase ([`crate::transitions`]). Rollbacks are in [`crate::rollback`], the LR in
-//! [`crate::lr`].
+//! [`crate::lr_schedule`].
 
 use contrai_recipe::{Phase, Recipe};
 use contrai_run::{MetricsRow, RunPlan};
@@ -17,10 +17,10 @@ use crate::budget::{PhaseSteps, due, eval_every};
 use crate::contract;
 use crate::error::{ConductorError, Result};
 use crate::live_doctor::{LiveDoctors, react};
-use crate::lr::PhaseLr;
+use crate::lr_schedule::PhaseLr;
 use crate::preflight::Tuning;
 use crate::protocol::{Action, Observation, Request, StepPlan, Turn};
-use crate::prune::Prunable;
+use crate::prune_policy::Prunable;
 use crate::rollback::NonFinite;
 use crate::state::{STATE_VERSION, Stage, State};
 use crate::transitions::Checked;
@@ -150,7 +150,7 @@ impl Conductor {
 
     /// `plan.json` as the run now stands: the phases entered as they were, the rest as planned.
     pub fn plan(&self) -> RunPlan {
-        crate::plan::run_plan(&self.recipe, self.info.train_samples as u64, &self.state.entered)
+        crate::planner::run_plan(&self.recipe, self.info.train_samples as u64, &self.state.entered)
     }
 
     /// The first turn: validate's check or main's start for a new run; for a resumed one, the
@@ -374,7 +374,7 @@ impl Conductor {
             rows.sort_unstable();
             rows.dedup();
             let step = self.state.step + 1;
-            let seen = crate::spike::StepSeen {
+            let seen = crate::spike_triage::StepSeen {
                 step,
                 loss,
                 rows,
@@ -495,7 +495,7 @@ impl Conductor {
             steps,
             lr0,
         };
-        s.entered.push(crate::plan::Entered {
+        s.entered.push(crate::planner::Entered {
             phase: s.phase,
             start: s.step,
             steps,

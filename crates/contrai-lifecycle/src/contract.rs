@@ -1,6 +1,6 @@
 //! The contraction's settings and guards: the batch and dropout of each phase, the noisy-sample
 //! policy, the guard that rolls a hurting contraction back, and the divergence rule that stops
-//! pruning a module. (Pruning's schedule and caps are in [`crate::prune`].)
+//! pruning a module. (Pruning's schedule and caps are in [`crate::prune_policy`].)
 
 use std::collections::BTreeMap;
 
@@ -8,7 +8,7 @@ use contrai_recipe::{Phase, Recipe};
 use contrai_run::{Decision, DecisionKind};
 use serde_json::json;
 
-use crate::lr::PhaseLr;
+use crate::lr_schedule::PhaseLr;
 use crate::state::{Contraction, State};
 
 /// A phase's micro-batch and dropout multiplier: main's batch and the model's dropout in

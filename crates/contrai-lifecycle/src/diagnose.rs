@@ -14,7 +14,7 @@ use crate::awaiting::{Await as Awaiting, DiagnoseStep as Await, Search};
 use crate::conductor::Conductor;
 use crate::error::{ConductorError, Result};
 use crate::protocol::{Action, Observation, Request, Turn};
-use crate::prune::SENSITIVITY_LEVELS;
+use crate::prune_policy::SENSITIVITY_LEVELS;
 use crate::sensitivity::{Joint, Scan, Sensitivity, caps, plan, relative_increase, step_down};
 
 impl Conductor {

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::prune::{ATTENTION_CAP, SENSITIVITY_LEVELS, is_attention};
+use crate::prune_policy::{ATTENTION_CAP, SENSITIVITY_LEVELS, is_attention};
 
 /// The validation-loss increase of one module pruned to one level.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

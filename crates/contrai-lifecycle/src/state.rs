@@ -8,7 +8,7 @@ use contrai_recipe::Phase;
 use contrai_run::DecisionKind;
 use serde::{Deserialize, Serialize};
 
-use crate::plan::Entered;
+use crate::planner::Entered;
 
 /// Version of the state's layout (checkpoints of another version are refused by the engine).
 pub const STATE_VERSION: u32 = 1;
@@ -67,10 +67,10 @@ pub struct State {
     /// The recent finite training losses the spike rule judges against (restored with a
     /// checkpoint).
     #[serde(default)]
-    pub spike_window: crate::spike::Window,
+    pub spike_window: crate::spike_triage::Window,
     /// Spike triage's memory (kept through rollbacks).
     #[serde(default)]
-    pub triage: crate::spike::Triage,
+    pub triage: crate::spike_triage::Triage,
 }
 
 /// The current phase's span and LR.
@@ -157,8 +157,8 @@ impl State {
             sparsity: BTreeMap::new(),
             main_end: None,
             entered: Vec::new(),
-            spike_window: crate::spike::Window::default(),
-            triage: crate::spike::Triage::default(),
+            spike_window: crate::spike_triage::Window::default(),
+            triage: crate::spike_triage::Triage::default(),
         }
     }
 

@@ -11,7 +11,7 @@
 //!
 //! Entering contract or refine: the noisiest samples are looked for once ([`crate::contract::noisy`]),
 //! the model is evaluated (the contraction's reference), the LR anneals from the entry LR
-//! ([`crate::lr`]), batch and dropout change ([`crate::contract::phase_settings`]), contract's
+//! ([`crate::lr_schedule`]), batch and dropout change ([`crate::contract::phase_settings`]), contract's
 //! pruning starts, and a checkpoint is written.
 
 use contrai_recipe::{Phase, Recipe};

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use contrai_run::checkpoint::{self, Kind, Pending, Sealed};
+use contrai_run::envelope::{self, Kind, Pending, Sealed};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -33,7 +33,7 @@ fn checkpoint_kind(kind: &str) -> PyResult<Kind> {
     }
 }
 
-/// The checkpoint envelope of one run's `checkpoints/` (`contrai_run::checkpoint`, the one the
+/// The checkpoint envelope of one run's `checkpoints/` (`contrai_run::envelope`, the one the
 /// Burn engine writes): layout, `SHA256SUMS`, atomic placement, keep-last and verification. The
 /// PyTorch engine writes only its own files into it.
 #[pyclass(module = "contrai._core")]
@@ -67,7 +67,7 @@ impl Checkpoints {
     #[pyo3(signature = (kind: "str" = "step") -> "list[int]")]
     fn steps(&self, kind: &str) -> PyResult<Vec<u64>> {
         let kind = checkpoint_kind(kind)?;
-        Ok(checkpoint::list(&self.root, kind)
+        Ok(envelope::list(&self.root, kind)
             .into_iter()
             .map(|(s, _)| s)
             .collect())
@@ -86,10 +86,9 @@ impl Checkpoints {
     #[pyo3(signature = (below: "int | None" = None) -> "tuple[tuple[int, str] | None, list[int]]")]
     fn latest(&self, below: Option<u64>) -> (Option<(u64, String)>, Vec<u64>) {
         let below = below.unwrap_or(u64::MAX);
-        let (found, refused) =
-            checkpoint::latest_below(&self.root, &[Kind::Scheduled], below, |step, dir| {
-                verified_state(dir).map(|state| (step, state))
-            });
+        let (found, refused) = envelope::latest_below(&self.root, &[Kind::Scheduled], below, |step, dir| {
+            verified_state(dir).map(|state| (step, state))
+        });
         (found, refused.into_iter().map(|(s, ..)| s).collect())
     }
 
@@ -97,13 +96,13 @@ impl Checkpoints {
     /// rest and every stop checkpoint.
     #[pyo3(signature = (keep_last: "int", keep: "list[int]") -> "None")]
     fn keep_last(&self, keep_last: usize, keep: Vec<u64>) -> PyResult<()> {
-        checkpoint::keep_last(&self.root, keep_last, &keep).map_err(envelope_err)
+        envelope::keep_last(&self.root, keep_last, &keep).map_err(envelope_err)
     }
 
     /// Removes the checkpoints newer than `step` and leftover temporaries.
     #[pyo3(signature = (step: "int") -> "None")]
     fn discard_after(&self, step: u64) -> PyResult<()> {
-        checkpoint::discard_after(&self.root, step).map_err(envelope_err)
+        envelope::discard_after(&self.root, step).map_err(envelope_err)
     }
 }
 
@@ -113,7 +112,7 @@ fn verified_state(dir: &Path) -> contrai_run::Result<String> {
     sealed.verify()?;
     let state = sealed.state()?;
     String::from_utf8(state).map_err(|_| contrai_run::RunError::Corrupt {
-        path: dir.join(checkpoint::STATE),
+        path: dir.join(envelope::STATE),
         message: "not UTF-8 text".into(),
     })
 }
@@ -163,7 +162,7 @@ impl PendingCheckpoint {
 #[pyfunction]
 #[pyo3(signature = (dir: "str | PathLike[str]") -> "Path")]
 pub(crate) fn seal(dir: PathBuf) -> PyResult<PathBuf> {
-    checkpoint::seal(&dir).map_err(envelope_err)
+    envelope::seal(&dir).map_err(envelope_err)
 }
 
 /// Checks every file a sealed directory lists against its sum (`CorruptCheckpoint` when one does

@@ -11,7 +11,7 @@ use crate::recipe;
 #[pyfunction]
 #[pyo3(signature = (path: "str") -> "str")]
 pub(crate) fn module_of(path: &str) -> String {
-    contrai_lifecycle::prune::module_of(path)
+    contrai_lifecycle::prune_policy::module_of(path)
 }
 
 /// The matrices among `weights` that the recipe's `contract.prune` rules select, in their order
@@ -20,7 +20,7 @@ pub(crate) fn module_of(path: &str) -> String {
 #[pyo3(signature = (text: "str", path: "str", weights: "list[str]") -> "list[str]")]
 pub(crate) fn pruned_weights(text: &str, path: &str, weights: Vec<String>) -> PyResult<Vec<String>> {
     let r = recipe::parse(text, path)?;
-    let prunable = contrai_lifecycle::prune::Prunable::new(&r.contract.prune, &weights);
+    let prunable = contrai_lifecycle::prune_policy::Prunable::new(&r.contract.prune, &weights);
     Ok(prunable.paths().map(str::to_string).collect())
 }
 
@@ -29,11 +29,11 @@ pub(crate) fn pruned_weights(text: &str, path: &str, weights: Vec<String>) -> Py
 #[pyfunction]
 #[pyo3(signature = (module: "str") -> "bool")]
 pub(crate) fn is_attention(module: &str) -> bool {
-    contrai_lifecycle::prune::is_attention(module)
+    contrai_lifecycle::prune_policy::is_attention(module)
 }
 
 /// How each of the model's matrices `paths` takes part in whole heads (`heads`) or whole units
-/// (`units`), by the rule both engines share (`contrai_lifecycle::prune::member_of`): by member
+/// (`units`), by the rule both engines share (`contrai_lifecycle::prune_policy::member_of`): by member
 /// path, the matrix whose target decides its groups, whether they are its input features (an
 /// output or down projection), and the structure (`heads` or `units`). Matrices in none are left
 /// out.
@@ -49,7 +49,7 @@ pub(crate) fn whole_members(
     paths
         .iter()
         .filter_map(|p| {
-            let m = contrai_lifecycle::prune::member_of(p, heads, units, &has)?;
+            let m = contrai_lifecycle::prune_policy::member_of(p, heads, units, &has)?;
             Some((p.clone(), (m.key, m.by_inputs, m.whole.name())))
         })
         .collect()

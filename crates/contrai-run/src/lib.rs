@@ -10,8 +10,8 @@
 
 #![warn(missing_docs)]
 
-pub mod checkpoint;
 pub mod decision;
+pub mod envelope;
 pub mod eval;
 pub mod format;
 pub mod holdout;

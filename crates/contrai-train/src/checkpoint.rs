@@ -1,11 +1,11 @@
 //! The Burn engine's checkpoints: model, optimizer, counters, data cursor and RNG state, in the
-//! run format's checkpoint envelope (`contrai_run::checkpoint`: layout, `SHA256SUMS`, atomic
+//! run format's checkpoint envelope (`contrai_run::envelope`: layout, `SHA256SUMS`, atomic
 //! placement, keep-last, verification, the stop kind). This file holds only what the Burn engine
 //! puts in it: `model.bpk`, `optimizer.bpk`, `masks.json` and `state.json` (format 3).
 
 use std::path::{Path, PathBuf};
 
-use contrai_run::checkpoint::{self as envelope, Sealed};
+use contrai_run::envelope::{self as envelope, Sealed};
 use serde::{Deserialize, Serialize};
 
 use crate::batch::Cursor;
@@ -23,7 +23,7 @@ pub const FORMAT: u32 = 3;
 pub const MODEL: &str = "model.bpk";
 /// The optimizer's burnpack record.
 pub const OPTIMIZER: &str = "optimizer.bpk";
-pub use contrai_run::checkpoint::{Kind, STATE, SUMS};
+pub use contrai_run::envelope::{Kind, STATE, SUMS};
 
 /// The RNG state: every random draw after step 0 is a pure function of these numbers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

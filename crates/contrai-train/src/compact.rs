@@ -245,7 +245,7 @@ mod tests {
     use burn::module::Module;
     use burn::tensor::Device;
     use contrai_lifecycle::Target;
-    use contrai_lifecycle::prune::module_of;
+    use contrai_lifecycle::prune_policy::module_of;
 
     fn logits(model: &Classifier, device: &Device) -> Vec<f32> {
         let seq = 16;

@@ -23,7 +23,7 @@ use crate::prune::{Masks, Structure, apply_masks, update_all};
 use crate::quantize::{quantize_int8, record_bytes, scheme_text};
 use crate::step::optimizer;
 use contrai_lifecycle::Target;
-use contrai_lifecycle::prune::PruneRules;
+use contrai_lifecycle::prune_policy::PruneRules;
 use contrai_recipe::PruneScope;
 use contrai_run::Variant;
 

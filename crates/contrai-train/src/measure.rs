@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use burn::optim::GradientsParams;
 use burn::tensor::Device;
 use contrai_lifecycle::Target;
-use contrai_lifecycle::prune::{is_attention, module_of};
+use contrai_lifecycle::prune_policy::{is_attention, module_of};
 use contrai_lifecycle::sensitivity::relative_increase;
 use contrai_recipe::PruneScope;
 

@@ -2,7 +2,7 @@
 //! (`blocks.0.attn.query.weight`): keep-masks set to the conductor's targets, by single weights
 //! (per module or one global threshold), by whole attention heads or by whole feed-forward
 //! units, and applied after every
-//! optimizer step. Which matrices, how far and when is the conductor's (`contrai_lifecycle::prune`).
+//! optimizer step. Which matrices, how far and when is the conductor's (`contrai_lifecycle::prune_policy`).
 
 use std::collections::BTreeMap;
 
@@ -10,7 +10,7 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use contrai_lifecycle::Target;
-use contrai_lifecycle::prune::{is_attention, module_of};
+use contrai_lifecycle::prune_policy::{is_attention, module_of};
 use contrai_lifecycle::select;
 use contrai_recipe::PruneScope;
 

@@ -12,7 +12,7 @@ use arrow_array::RecordBatch;
 
 use crate::error::{DataError, Result};
 
-pub use contrai_base::choice::{FORMATS, Format};
+pub use contrai_base::data_choices::{FORMATS, Format};
 
 /// Tells a file's format from its extension.
 pub fn detect(path: &Path) -> Result<Format> {

@@ -4,7 +4,7 @@
 use super::{Ctx, finite, num};
 use crate::finding::{Detail, Finding, Label, Severity};
 use crate::series::{Point, Series};
-use crate::setup::{EPOCH_KEYS, LrSchedule, SCHEDULE_KEYS, Setting};
+use crate::stated_setup::{EPOCH_KEYS, LrSchedule, SCHEDULE_KEYS, Setting};
 use crate::stats::{median, point_noise};
 
 /// Reviews the LR series; `final_` is true at the end of the run.

@@ -57,7 +57,7 @@ pub(crate) fn lr_annealing(ctx: &Ctx, from: u64) -> bool {
     // No LR logged: the schedule the run's files state, when they state one.
     if ctx.st.points(Series::Lr).is_empty() {
         let schedule = ctx.st.hints.setup.schedule;
-        return schedule.and_then(crate::setup::LrSchedule::decays) == Some(true);
+        return schedule.and_then(crate::stated_setup::LrSchedule::decays) == Some(true);
     }
     let lr: Vec<f64> = ctx
         .st

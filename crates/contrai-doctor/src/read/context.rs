@@ -11,7 +11,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::series::{Checkpoint, Run, Series, Task};
-use crate::setup::Setup;
+use crate::stated_setup::Setup;
 
 /// Folders above the log's own that may hold its context (`checkpoint-500/` under the output
 /// directory, `version_0/` under `lightning_logs/`).

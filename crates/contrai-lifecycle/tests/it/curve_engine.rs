@@ -210,7 +210,7 @@ impl Simulated for Sim {
             }
             Request::Prune(order) => {
                 for (path, t) in &order.targets {
-                    let module = contrai_lifecycle::prune::module_of(path);
+                    let module = contrai_lifecycle::prune_policy::module_of(path);
                     self.sparsity.insert(module, t.share());
                 }
                 Observation::Pruned {

@@ -542,7 +542,7 @@ fn the_checkpoint_a_rollback_lands_on_is_written_again_knowing_it() {
 
 #[test]
 fn the_default_run_never_spikes_and_keeps_a_margin() {
-    use contrai_lifecycle::spike::{Judged, Score, Window, judge};
+    use contrai_lifecycle::spike_triage::{Judged, Score, Window, judge};
     let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../contrai-train/tests/golden/default-run/x86_64-avx2/metrics.jsonl");
     let text = std::fs::read_to_string(&golden).unwrap();

@@ -4,7 +4,7 @@
 
 use burn::module::Module;
 use contrai_lifecycle::Target;
-use contrai_lifecycle::prune::{member_of, module_of};
+use contrai_lifecycle::prune_policy::{member_of, module_of};
 
 use super::{Masks, Matrix, weights};
 

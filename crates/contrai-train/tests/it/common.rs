@@ -131,7 +131,7 @@ pub fn zero_counts(path: &Path) -> std::collections::BTreeMap<String, (usize, us
         if !name.ends_with(".weight") || shape.len() != 2 || !blocks {
             continue;
         }
-        let module = contrai_lifecycle::prune::module_of(&name);
+        let module = contrai_lifecycle::prune_policy::module_of(&name);
         let e = acc.entry(module).or_default();
         *e = (e.0 + data.iter().filter(|w| **w == 0.0).count(), e.1 + data.len());
     }

@@ -10,7 +10,7 @@ pruned matrices train —: before a frozen matrix first changes, its values are 
 ``originals/``, and a restore to a checkpoint that left it out rebuilds it as those values under
 the checkpoint's mask.
 
-The envelope is the run format's (``contrai_run::checkpoint`` through ``_core.Checkpoints``, the
+The envelope is the run format's (``contrai_run::envelope`` through ``_core.Checkpoints``, the
 one the Burn engine writes): files go to a temporary directory, each forced to disk, are sealed by
 a ``SHA256SUMS`` and renamed into place, so a crash never leaves half a checkpoint; a checkpoint
 whose files do not match is never loaded (a rollback to the latest takes the newest that does).

@@ -11,7 +11,7 @@ with its columns of the output projection — and a feed-forward unit — its ro
 (BERT's ``intermediate.dense``, Llama's ``up_proj`` with ``gate_proj``) with its column of the
 projection (``output.dense``, ``down_proj``), scored by L2 norm, the weakest first.
 
-Which matrices, how far and when is the conductor's (``contrai_lifecycle::prune``); module names
+Which matrices, how far and when is the conductor's (``contrai_lifecycle::prune_policy``); module names
 come from the same rule (``_core.module_of``).
 """
 
@@ -198,7 +198,7 @@ def members(paths: Iterable[str], heads: bool, units: bool) -> dict[str, tuple[s
     """How each of ``paths`` is pruned whole (heads when ``heads``, units when ``units``): the path
     whose target decides its groups, the axis they lie along (0: rows, PyTorch's output features;
     1: columns, its input features) and the structure (``"heads"`` or ``"units"``) — the rule
-    the Burn engine uses too (``contrai_lifecycle::prune::member_of``). Paths in none are left out."""
+    the Burn engine uses too (``contrai_lifecycle::prune_policy::member_of``). Paths in none are left out."""
     return {path: (key, 1 if by_inputs else 0, kind)
             for path, (key, by_inputs, kind) in _core.whole_members(list(paths), heads, units).items()}
 

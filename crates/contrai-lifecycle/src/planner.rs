@@ -8,7 +8,7 @@ use contrai_run::{PhasePlan, Plan, RunPlan};
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{PhaseSteps, cadence, checkpoint_every};
-use crate::lr::PhaseLr;
+use crate::lr_schedule::PhaseLr;
 
 /// Below this many parameters a long contraction programme rarely pays.
 pub const SMALL_MODEL_PARAMS: u64 = 300_000_000;
