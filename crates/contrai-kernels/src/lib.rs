@@ -7,6 +7,7 @@
 //! The functions below are the tensor-level entry points the models call; on a device without
 //! autodiff they run the forward kernel alone.
 
+pub mod bf16;
 pub mod denormals;
 pub mod dropout;
 pub mod fused;

@@ -21,6 +21,10 @@ use crate::math;
 
 /// Below this many multiply-adds a product runs on one core (Burn flex's threshold).
 const PARALLEL_WORK: usize = 192 * 192 * 192;
+/// Below this many multiply-adds a product stays f32 when the products are bf16: packing both
+/// operands into bf16 pairs costs more than the bf16 arithmetic saves (one head's attention
+/// products, 128 × 128 × 32, are 0.5 M).
+const BF16_WORK: usize = 4 << 20;
 /// Rows a task fills with the bias, and rows summed at a time in the parameter gradients.
 const SUM_ROWS: usize = 256;
 /// Output columns a task computes in a weight gradient.
@@ -28,15 +32,15 @@ const W_COLUMNS: usize = 64;
 
 /// A read-only matrix: its first element and its row and column strides, in elements.
 #[derive(Clone, Copy)]
-struct View {
-    ptr: *const f32,
-    rs: isize,
-    cs: isize,
+pub(crate) struct View {
+    pub(crate) ptr: *const f32,
+    pub(crate) rs: isize,
+    pub(crate) cs: isize,
 }
 
 impl View {
     /// Row-major `[rows, cols]` starting at `ptr`, rows `stride` apart.
-    fn rows(ptr: *const f32, stride: usize) -> Self {
+    pub(crate) fn rows(ptr: *const f32, stride: usize) -> Self {
         View {
             ptr,
             rs: stride as isize,
@@ -45,7 +49,7 @@ impl View {
     }
 
     /// The transpose of this matrix.
-    fn t(self) -> Self {
+    pub(crate) fn t(self) -> Self {
         View {
             ptr: self.ptr,
             rs: self.cs,
@@ -60,7 +64,7 @@ unsafe impl Sync for View {}
 
 /// A raw output pointer that tasks share; each task writes a disjoint part of it.
 #[derive(Clone, Copy)]
-struct Out(*mut f32);
+pub(crate) struct Out(pub(crate) *mut f32);
 // SAFETY: `Out` is only handed to tasks whose writes are disjoint (each function below says which
 // part a task owns), and the buffer outlives the parallel loop that uses it.
 unsafe impl Send for Out {}
@@ -71,13 +75,14 @@ impl Out {
     ///
     /// # Safety
     /// `offset` must lie inside the buffer.
-    unsafe fn at(self, offset: usize) -> *mut f32 {
+    pub(crate) unsafe fn at(self, offset: usize) -> *mut f32 {
         // SAFETY: forwarded from the caller.
         unsafe { self.0.add(offset) }
     }
 }
 
-/// `dst[m × n] (rows dst_rs apart) = lhs[m × k] · rhs[k × n]`, plus `dst` when `add`.
+/// `dst[m × n] (rows dst_rs apart) = lhs[m × k] · rhs[k × n]`, plus `dst` when `add` — in bf16
+/// when [`crate::bf16::products`] says so.
 ///
 /// # Safety
 /// `dst`, `lhs` and `rhs` must address valid matrices of those shapes and strides; `dst` must not
@@ -94,6 +99,11 @@ unsafe fn product(
     rhs: View,
     parallel: bool,
 ) {
+    if crate::bf16::products() && m.saturating_mul(n).saturating_mul(k) >= BF16_WORK {
+        // SAFETY: forwarded from the caller; `products` is on only where the CPU has the
+        // instructions.
+        return unsafe { crate::bf16::product(m, n, k, dst, dst_rs, add, lhs, rhs, parallel) };
+    }
     let parallelism = if parallel && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_WORK {
         gemm::Parallelism::Rayon(0)
     } else {
@@ -207,6 +217,14 @@ pub fn linear_backward_w(x: &[f32], g: &[f32], d_in: usize, d_out: usize) -> Vec
     );
     let rows = x.len() / d_in;
     let mut dw = vec![0f32; d_in * d_out];
+    if crate::bf16::products() {
+        // One product over every row: the bf16 path packs each operand once (column blocks
+        // would pack `x` again for each), and its sums over rows are f32 either way.
+        let (xt, g) = (View::rows(x.as_ptr(), d_in).t(), View::rows(g.as_ptr(), d_out));
+        // SAFETY: `x` is `rows × d_in`, `g` `rows × d_out`, `dw` `d_in × d_out`, row-major.
+        unsafe { product(d_in, d_out, rows, dw.as_mut_ptr(), d_out, false, xt, g, true) };
+        return dw;
+    }
     let out = Out(dw.as_mut_ptr());
     (0..d_out.div_ceil(W_COLUMNS)).into_par_iter().for_each(|block| {
         let (c0, n) = (block * W_COLUMNS, W_COLUMNS.min(d_out - block * W_COLUMNS));
