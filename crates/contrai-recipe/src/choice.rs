@@ -106,6 +106,40 @@ pub enum Pooling {
     Mean,
 }
 
+/// The arithmetic of the training step's matrix products.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantNames,
+    strum::AsRefStr,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum Precision {
+    /// Every product in f32.
+    #[default]
+    F32,
+    /// The products' operands rounded to bf16 and summed in f32 (CPUs with AVX512-BF16); the
+    /// master weights, the optimizer and everything outside the products in f32.
+    Bf16,
+}
+
+impl Precision {
+    /// Whether this is the default, f32 (a recipe that leaves it out writes nothing).
+    pub fn is_f32(&self) -> bool {
+        *self == Precision::F32
+    }
+}
+
 /// Where one magnitude threshold applies when pruning.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(

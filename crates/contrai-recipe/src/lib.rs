@@ -11,7 +11,8 @@ pub mod size;
 pub mod template;
 
 pub use choice::{
-    Dedup, ModelKind, OnConflict, Phase, Pooling, PruneSchedule, PruneScope, Quantizations, Quantize,
+    Dedup, ModelKind, OnConflict, Phase, Pooling, Precision, PruneSchedule, PruneScope, Quantizations,
+    Quantize,
 };
 pub use load::RecipeError;
 pub use recipe::Recipe;

@@ -211,6 +211,9 @@ pub struct Model {
     /// pass instead of kept from the forward (less memory for one more forward pass a step).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub gradient_checkpointing: bool,
+    /// The matrix products' arithmetic: `f32`, or `bf16` where the CPU multiplies in it.
+    #[serde(skip_serializing_if = "crate::choice::Precision::is_f32")]
+    pub precision: crate::choice::Precision,
 }
 
 /// `[model.lora]`: LoRA adapters on a pretrained encoder's linear layers. The encoder's own weights
@@ -253,6 +256,7 @@ impl Default for Model {
             pooling: None,
             lora: None,
             gradient_checkpointing: false,
+            precision: crate::choice::Precision::F32,
         }
     }
 }

@@ -53,6 +53,7 @@ pub fn pretrained_recipe(ck: &Checkpoint, lora: bool) -> String {
          dropout = {dropout}            # hidden and attention dropout (the checkpoint's {dropout})\n\
          # gradient_checkpointing = true  # recompute each layer's activations in the backward pass\n\
          #                          (less memory for long sequences, one more forward pass a step)\n\
+         # precision = \"bf16\"     # the matrix products in bf16, summed in f32 (CPUs with AVX512-BF16)\n\
          # vocab, d_model, layers, heads and ffn come from the checkpoint's config.json\n{lora}",
         dir = ck.dir,
         pad = " ".repeat(13 - pooling.len()),
@@ -157,6 +158,8 @@ dropout = 0.1
 # pooling = "cls"        # kind = "bert": cls (the checkpoint's pooler) or mean (sentence encoders)
 # gradient_checkpointing = true  # recompute each block's activations in the backward pass: less
 #                          memory for long sequences and big encoders, one more forward pass a step
+# precision = "bf16"     # the matrix products in bf16, summed in f32 (CPUs with AVX512-BF16;
+#                          refused elsewhere); master weights, optimizer and the rest stay f32
 
 [validate]               # prove the pipeline before the main compute is spent
 steps = 30               # steps of overfitting one batch ...

@@ -64,6 +64,7 @@ pub fn calibrate_on(recipe: &Recipe, steps: usize, tokens: Tokens) -> Result<Cal
         )));
     }
     crate::process::setup();
+    crate::setup::use_precision(recipe)?;
     let spec = &recipe.model;
     let device = Device::flex().autodiff();
     let classes = match tokens {

@@ -3,7 +3,7 @@
 //! train only, the class list and the encoded partitions.
 
 use contrai_data::Progress;
-use contrai_recipe::{Dedup, ModelKind, Phase, Recipe};
+use contrai_recipe::{Dedup, ModelKind, Phase, Precision, Recipe};
 use contrai_run::{RunDir, RunFormat, read_json, write_json};
 
 use crate::batch::{Classes, Encoded, Encoder};
@@ -56,6 +56,7 @@ impl Setup {
         }
         let recipe = resolve(opts, log)?;
         check(&recipe)?;
+        use_precision(&recipe)?;
         std::fs::create_dir_all(run.path()).map_err(|e| TrainError::io(run.path(), e))?;
         RunFormat::stamp(&run, WRITER)?;
         // A resumed run reuses everything its first session wrote; a fresh one rewrites it all.
@@ -186,6 +187,9 @@ pub fn check(recipe: &Recipe) -> Result<()> {
         ModelKind::Bert => check_bert(recipe)?,
         ModelKind::Transformer => {}
     }
+    if recipe.model.precision == Precision::Bf16 && !contrai_kernels::bf16::available() {
+        return Err(bf16_refused(&contrai_kernels::bf16::Unavailable));
+    }
     if recipe.main.devices != 1 {
         return Err(TrainError::Unsupported(format!(
             "main.devices = {}: data-parallel training is not available yet on the CPU backend; use 1",
@@ -193,6 +197,20 @@ pub fn check(recipe: &Recipe) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The matrix products of this process in the recipe's arithmetic from now on (`model.precision`):
+/// bf16, refused where the CPU has none, or f32.
+pub fn use_precision(recipe: &Recipe) -> Result<()> {
+    let bf16 = recipe.model.precision == Precision::Bf16;
+    contrai_kernels::bf16::set_products(bf16).map_err(|e| bf16_refused(&e))
+}
+
+/// The one sentence that refuses `model.precision = "bf16"` on a CPU without it.
+fn bf16_refused(why: &contrai_kernels::bf16::Unavailable) -> TrainError {
+    TrainError::Unsupported(format!(
+        "model.precision = \"bf16\": {why}; use \"f32\" (or leave it out)"
+    ))
 }
 
 /// A pretrained model directory that is whole and fits the recipe's sequence length.

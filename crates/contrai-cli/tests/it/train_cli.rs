@@ -144,3 +144,57 @@ fn a_second_process_on_a_training_run_is_refused_and_sigterm_stops_it_with_a_che
         "no checkpoint of step {step}\n{stopped}"
     );
 }
+
+/// Main alone, evaluated every 20 steps, in the precision given; its linear layers' products
+/// (2,048 rows × 64 × 64 and more) large enough to run in bf16.
+fn main_only(precision: &str) -> String {
+    format!(
+        "[run]\nname = \"{precision}\"\nphases = [\"main\"]\neval_every = 20\ncheckpoint_every = 20\n\n\
+         [model]\nvocab = 512\nseq_len = 64\nd_model = 64\nheads = 2\nffn = 256\nprecision = \"{precision}\"\n\n\
+         [main]\nsteps = 80\nbatch = 32\n"
+    )
+}
+
+/// The validation losses of a run's evaluation rows, in order.
+fn val_losses(run: &std::path::Path) -> Vec<f64> {
+    read_to_string(run.join("metrics.jsonl"))
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["val_loss"].as_f64())
+        .collect()
+}
+
+#[test]
+fn bf16_products_train_as_f32_does_or_are_refused_in_one_sentence_where_the_cpu_has_none() {
+    let dir = TempDir::new();
+    let run = |precision: &str| {
+        let recipe = dir.write(format!("{precision}.toml"), main_only(precision));
+        contrai(["train"])
+            .arg(&recipe)
+            .arg("--out")
+            .arg(dir.path())
+            .output()
+    };
+    let bf16 = run("bf16");
+    if !contrai_kernels::bf16::available() {
+        bf16.assert_failure().assert_stderr_contains(&[
+            "model.precision = \"bf16\": this CPU has no AVX512-BF16",
+            "use \"f32\"",
+        ]);
+        assert!(
+            !dir.join("bf16/metrics.jsonl").exists(),
+            "refused before any work"
+        );
+        return;
+    }
+    bf16.assert_success();
+    run("f32").assert_success();
+    let (b, f) = (val_losses(&dir.join("bf16")), val_losses(&dir.join("f32")));
+    assert_eq!(b.len(), f.len(), "the same evaluations: {b:?} {f:?}");
+    assert_ne!(b, f, "the products ran in bf16");
+    assert!(b.last() < b.first(), "bf16 trains: {b:?}");
+    for (b, f) in b.iter().zip(&f) {
+        assert!((b - f).abs() <= 0.05 * f, "bf16 {b} against f32 {f}");
+    }
+    let recipe = read_to_string(dir.join("bf16/recipe.toml"));
+    assert!(recipe.contains("precision = \"bf16\""), "{recipe}");
+}
