@@ -229,7 +229,8 @@ unsafe fn pack_lhs(lhs: View, i0: usize, rows: usize, m: usize, k: usize, buf: &
 /// row blocks spread over the cores when `parallel`.
 ///
 /// # Safety
-/// As [`crate::matmul`]'s `product`; and the CPU must have the instructions ([`available`]).
+/// As [`crate::matmul`]'s `product`, with `k > 0`; and the CPU must have the instructions
+/// ([`available`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn product(
     m: usize,
@@ -242,6 +243,10 @@ pub(crate) unsafe fn product(
     rhs: View,
     parallel: bool,
 ) {
+    debug_assert!(
+        k > 0,
+        "matmul::product sends only products of 4 M multiply-adds or more"
+    );
     if m == 0 || n == 0 {
         return;
     }
