@@ -83,14 +83,13 @@ pub fn widen(h: u16) -> f32 {
     f32::from_bits(u32::from(h) << 16)
 }
 
-/// Rounds element `(i, j)` of `v` and the one below it (`(i + 1, j)` along the pair's dimension
-/// `d`) into one pair; outside `rows × cols` a zero.
+/// Rounds elements `(i, j)` and `(i, j + 1)` of `v` into one pair; outside `rows × cols` a zero.
 ///
 /// # Safety
 /// Every element inside `rows × cols` of `v` must be readable.
 #[inline(always)]
-unsafe fn pair(v: View, i: usize, j: usize, rows: usize, cols: usize, along_rows: bool) -> u32 {
-    let at = |i: usize, j: usize| -> u32 {
+unsafe fn pair(v: View, i: usize, j: usize, rows: usize, cols: usize) -> u32 {
+    let at = |j: usize| -> u32 {
         if i < rows && j < cols {
             // SAFETY: inside the matrix, as the caller promised.
             u32::from(round(unsafe {
@@ -100,10 +99,36 @@ unsafe fn pair(v: View, i: usize, j: usize, rows: usize, cols: usize, along_rows
             0
         }
     };
-    if along_rows {
-        at(i, j) | (at(i + 1, j) << 16)
-    } else {
-        at(i, j) | (at(i, j + 1) << 16)
+    at(j) | (at(j + 1) << 16)
+}
+
+/// Lines `first .. first + width` of `v` (`lines × k`) into `panel`: each of the inner dimension's
+/// pairs, `width` u32 a pair (line `l`'s two bf16 of columns `2p`, `2p + 1`); lines past the last
+/// are zeros. Both operands are packed so — the right one through its transpose.
+///
+/// # Safety
+/// `v` must address a `lines × k` matrix.
+unsafe fn pack_panel(v: View, first: usize, lines: usize, k: usize, width: usize, panel: &mut [u32]) {
+    let whole = first + width <= lines;
+    // SAFETY: a whole panel's lines lie inside `v`; `pair` reads only inside it.
+    unsafe {
+        match (whole, v.rs, v.cs) {
+            (true, 1, _) => across(v.ptr.add(first), v.cs as usize, k, width, panel),
+            (true, _, 1) => along(
+                v.ptr.offset(first as isize * v.rs),
+                v.rs as usize,
+                k,
+                width,
+                panel,
+            ),
+            _ => {
+                for p in 0..k.div_ceil(2) {
+                    for l in 0..width {
+                        panel[p * width + l] = pair(v, first + l, 2 * p, lines, k);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -163,36 +188,14 @@ unsafe fn along(from: *const f32, stride: usize, k: usize, width: usize, panel: 
 /// # Safety
 /// `rhs` must address a `k × n` matrix.
 unsafe fn pack_rhs(rhs: View, k: usize, n: usize, parallel: bool) -> Vec<u32> {
-    let pairs = k.div_ceil(2);
-    let panels = n.div_ceil(NR);
-    let mut out = vec![0u32; panels * pairs * NR];
-    let pack = |(jp, panel): (usize, &mut [u32])| {
-        let whole = (jp + 1) * NR <= n;
-        // SAFETY: a whole panel's columns lie inside `k × n`; `pair` reads only inside it.
-        unsafe {
-            match (whole, rhs.cs, rhs.rs) {
-                (true, 1, _) => across(rhs.ptr.add(jp * NR), rhs.rs as usize, k, NR, panel),
-                (true, _, 1) => along(
-                    rhs.ptr.offset((jp * NR) as isize * rhs.cs),
-                    rhs.cs as usize,
-                    k,
-                    NR,
-                    panel,
-                ),
-                _ => {
-                    for p in 0..pairs {
-                        for c in 0..NR {
-                            panel[p * NR + c] = pair(rhs, 2 * p, jp * NR + c, k, n, true);
-                        }
-                    }
-                }
-            }
-        }
-    };
+    let size = k.div_ceil(2) * NR;
+    let mut out = vec![0u32; n.div_ceil(NR) * size];
+    // SAFETY: `rhs.t()` is `n × k`, as the caller promised of `rhs`.
+    let pack = |(jp, panel): (usize, &mut [u32])| unsafe { pack_panel(rhs.t(), jp * NR, n, k, NR, panel) };
     if parallel {
-        out.par_chunks_mut(pairs * NR).enumerate().for_each(pack);
+        out.par_chunks_mut(size).enumerate().for_each(pack);
     } else {
-        out.chunks_mut(pairs * NR).enumerate().for_each(pack);
+        out.chunks_mut(size).enumerate().for_each(pack);
     }
     out
 }
@@ -203,25 +206,12 @@ unsafe fn pack_rhs(rhs: View, k: usize, n: usize, parallel: bool) -> Vec<u32> {
 /// # Safety
 /// `lhs` must address an `m × k` matrix.
 unsafe fn pack_lhs(lhs: View, i0: usize, rows: usize, m: usize, k: usize, buf: &mut Vec<u32>) {
-    let pairs = k.div_ceil(2);
+    let size = k.div_ceil(2) * MR;
     buf.clear();
-    buf.resize(rows.div_ceil(MR) * pairs * MR, 0);
-    for (ip, panel) in buf.chunks_mut(pairs * MR).enumerate() {
-        let i = i0 + ip * MR;
-        // SAFETY: a whole panel's rows lie inside `m × k`; `pair` reads only inside it.
-        unsafe {
-            match (i + MR <= m, lhs.rs, lhs.cs) {
-                (true, 1, _) => across(lhs.ptr.add(i), lhs.cs as usize, k, MR, panel),
-                (true, _, 1) => along(lhs.ptr.offset(i as isize * lhs.rs), lhs.rs as usize, k, MR, panel),
-                _ => {
-                    for p in 0..pairs {
-                        for r in 0..MR {
-                            panel[p * MR + r] = pair(lhs, i + r, 2 * p, m, k, false);
-                        }
-                    }
-                }
-            }
-        }
+    buf.resize(rows.div_ceil(MR) * size, 0);
+    for (ip, panel) in buf.chunks_mut(size).enumerate() {
+        // SAFETY: `lhs` is `m × k`, as the caller promised.
+        unsafe { pack_panel(lhs, i0 + ip * MR, m, k, MR, panel) };
     }
 }
 

@@ -99,12 +99,13 @@ unsafe fn product(
     rhs: View,
     parallel: bool,
 ) {
-    if crate::bf16::products() && m.saturating_mul(n).saturating_mul(k) >= BF16_WORK {
+    let work = m.saturating_mul(n).saturating_mul(k);
+    if crate::bf16::products() && work >= BF16_WORK {
         // SAFETY: forwarded from the caller; `products` is on only where the CPU has the
         // instructions.
         return unsafe { crate::bf16::product(m, n, k, dst, dst_rs, add, lhs, rhs, parallel) };
     }
-    let parallelism = if parallel && m.saturating_mul(n).saturating_mul(k) >= PARALLEL_WORK {
+    let parallelism = if parallel && work >= PARALLEL_WORK {
         gemm::Parallelism::Rayon(0)
     } else {
         gemm::Parallelism::None

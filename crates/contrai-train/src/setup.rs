@@ -187,9 +187,6 @@ pub fn check(recipe: &Recipe) -> Result<()> {
         ModelKind::Bert => check_bert(recipe)?,
         ModelKind::Transformer => {}
     }
-    if recipe.model.precision == Precision::Bf16 && !contrai_kernels::bf16::available() {
-        return Err(bf16_refused(&contrai_kernels::bf16::Unavailable));
-    }
     if recipe.main.devices != 1 {
         return Err(TrainError::Unsupported(format!(
             "main.devices = {}: data-parallel training is not available yet on the CPU backend; use 1",
@@ -200,17 +197,14 @@ pub fn check(recipe: &Recipe) -> Result<()> {
 }
 
 /// The matrix products of this process in the recipe's arithmetic from now on (`model.precision`):
-/// bf16, refused where the CPU has none, or f32.
+/// bf16 — refused in one sentence, before any work, where the CPU has none — or f32.
 pub fn use_precision(recipe: &Recipe) -> Result<()> {
     let bf16 = recipe.model.precision == Precision::Bf16;
-    contrai_kernels::bf16::set_products(bf16).map_err(|e| bf16_refused(&e))
-}
-
-/// The one sentence that refuses `model.precision = "bf16"` on a CPU without it.
-fn bf16_refused(why: &contrai_kernels::bf16::Unavailable) -> TrainError {
-    TrainError::Unsupported(format!(
-        "model.precision = \"bf16\": {why}; use \"f32\" (or leave it out)"
-    ))
+    contrai_kernels::bf16::set_products(bf16).map_err(|why| {
+        TrainError::Unsupported(format!(
+            "model.precision = \"bf16\": {why}; use \"f32\" (or leave it out)"
+        ))
+    })
 }
 
 /// A pretrained model directory that is whole and fits the recipe's sequence length.
