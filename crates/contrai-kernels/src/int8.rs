@@ -25,6 +25,9 @@ use crate::math;
 
 /// Outputs a packed block holds (one 256-bit register of 32-bit sums).
 const LANES: usize = 8;
+/// Blocks a packed panel holds: one group of a panel's outputs is 128 contiguous bytes, what the
+/// AVX-512 kernel multiplies with two 512-bit registers and the 256-bit kernels with two of four.
+const PANEL: usize = 4;
 /// Inputs a packed group holds (four bytes of one output: one 32-bit lane).
 const GROUP: usize = 4;
 /// Input rows a parallel task handles.
@@ -37,10 +40,10 @@ const SHIFT: i32 = 64;
 const WMAX: i32 = 63;
 
 /// A linear layer's weights as int8 (at most ±[`WMAX`]) with one scale an output, packed for the
-/// kernel: for each block of [`LANES`] outputs and each group of [`GROUP`] inputs, 32 bytes —
-/// output `o`'s four weights in lane `o` — so that one broadcast input group multiplies eight
-/// outputs at once and the sums need no horizontal reduction. Each output's weight sum takes the
-/// inputs' shift back out.
+/// kernel: for each panel of [`PANEL`] blocks of [`LANES`] outputs and each group of [`GROUP`]
+/// inputs, 32 bytes a block — output `o`'s four weights in lane `o` — so that one broadcast input
+/// group multiplies eight outputs (a 256-bit register) or sixteen (512 bits) at once and the sums
+/// need no horizontal reduction. Each output's weight sum takes the inputs' shift back out.
 #[derive(Debug, Clone)]
 pub struct Int8Weights {
     packed: Vec<i8>,
@@ -50,7 +53,8 @@ pub struct Int8Weights {
     k: usize,
     groups: usize,
     n: usize,
-    /// Output blocks, padded to pairs: what the x86 kernels walk (the portable path reads `n`).
+    /// Output blocks, padded to whole panels: what the x86 kernels walk (the portable path reads
+    /// `n`).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     blocks: usize,
 }
@@ -63,18 +67,16 @@ impl Int8Weights {
     /// When `values` does not hold `k × n` entries.
     pub fn new(values: &[i8], k: usize, n: usize, scale: f32) -> Self {
         assert_eq!(values.len(), k * n, "int8 weights: {k} × {n} values expected");
-        // Groups come in pairs (the kernel sums two in 16 bits), blocks too (sixteen outputs a
-        // pass).
+        // Groups come in pairs (the AVX2 kernel sums two in 16 bits), blocks in panels.
         let groups = padded(k) / GROUP;
-        let blocks = n.div_ceil(2 * LANES) * 2;
+        let blocks = n.div_ceil(PANEL * LANES) * PANEL;
         let (shrink, scales) = column_scales(values, n, scale, blocks * LANES);
         let mut packed = vec![0i8; blocks * groups * LANES * GROUP];
         let mut sums = vec![0i32; n];
         for (t, row) in values.chunks(n).enumerate() {
             for (j, &v) in row.iter().enumerate() {
                 let v = shrink[j].map_or(v, |f| (f32::from(v) * f).round() as i8);
-                let (b, o, g, kk) = (j / LANES, j % LANES, t / GROUP, t % GROUP);
-                packed[((b * groups + g) * LANES + o) * GROUP + kk] = v;
+                packed[packed_at(groups, j, t)] = v;
                 sums[j] += i32::from(v);
             }
         }
@@ -103,6 +105,12 @@ impl Int8Weights {
     pub fn outputs(&self) -> usize {
         self.n
     }
+}
+
+/// Where output `j`'s weight of input `t` lies in a packing of `groups` groups.
+fn packed_at(groups: usize, j: usize, t: usize) -> usize {
+    let (p, o, g, kk) = (j / (PANEL * LANES), j % (PANEL * LANES), t / GROUP, t % GROUP);
+    ((p * groups + g) * PANEL * LANES + o) * GROUP + kk
 }
 
 /// For each output (column of the `[k, n]` values), the factor its weights are multiplied by to
@@ -331,12 +339,8 @@ fn rows_portable(q: &[u8], scales: &[f32], w: &Int8Weights, bias: &[f32], y: &mu
     let kp = w.groups * GROUP;
     for ((q, s), y) in q.chunks(kp).zip(scales).zip(y.chunks_mut(w.n)) {
         for (j, y) in y.iter_mut().enumerate() {
-            let (b, o) = (j / LANES, j % LANES);
             let dot: i32 = (0..kp)
-                .map(|t| {
-                    let wv = w.packed[((b * w.groups + t / GROUP) * LANES + o) * GROUP + t % GROUP];
-                    i32::from(q[t]) * i32::from(wv)
-                })
+                .map(|t| i32::from(q[t]) * i32::from(w.packed[packed_at(w.groups, j, t)]))
                 .sum();
             y.write(((dot - SHIFT * w.sums[j]) as f32).mul_add(s * w.scales[j], bias[j]));
         }
@@ -351,18 +355,20 @@ fn rows_portable(q: &[u8], scales: &[f32], w: &Int8Weights, bias: &[f32], y: &mu
 ))]
 fn quantize_row(x: &[f32], q: &mut [u8]) -> f32 {
     // Lane-wise maxima, and `v · 0` summed: 0 for finite rows, NaN when a value is not finite
-    // (`max` alone would pass over a NaN).
+    // (the maxima pass over a NaN). The maxima are comparisons, one `vmaxps` each: `f32::max`
+    // would add NaN handling the poison makes needless.
+    let larger = |m: f32, v: f32| if v > m { v } else { m };
     let (mut lanes, mut poison) = ([0f32; 16], [0f32; 16]);
     let chunks = x.chunks_exact(16);
-    let tail = chunks.remainder().iter().fold(0f32, |m, v| m.max(v.abs()));
+    let tail = chunks.remainder().iter().fold(0f32, |m, v| larger(m, v.abs()));
     let tail_poison: f32 = chunks.remainder().iter().map(|v| v * 0.0).sum();
     for c in chunks {
         for i in 0..16 {
-            lanes[i] = lanes[i].max(c[i].abs());
+            lanes[i] = larger(lanes[i], c[i].abs());
             poison[i] += c[i] * 0.0;
         }
     }
-    let max = lanes.iter().fold(tail, |m, v| m.max(*v));
+    let max = lanes.iter().fold(tail, |m, v| larger(m, *v));
     let finite = poison.iter().sum::<f32>() + tail_poison == 0.0;
     let scale = match (finite, max > 0.0) {
         (false, _) => f32::NAN,
@@ -444,8 +450,8 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn every_x86_kernel_this_cpu_runs_gives_the_bits_of_the_portable_one() {
-        // Rows off every kernel's pass (8, 4), outputs off its blocks (16), inputs off its groups;
-        // weights and inputs at their extremes among ordinary values.
+        // Rows off every kernel's pass (8, 4), outputs off its panels (32) and passes (16),
+        // inputs off its groups; weights and inputs at their extremes among ordinary values.
         let (k, n, m) = (203, 45, 29);
         let vals: Vec<i8> = (0..k * n).map(|i| ((i * 97 % 256) as i32 - 128) as i8).collect();
         let w = Int8Weights::new(&vals, k, n, 0.004);

@@ -2,13 +2,12 @@
 
 use std::arch::x86_64::*;
 
-use super::{GROUP, Int8Weights, LANES, MaybeUninit, SHIFT};
+use super::{GROUP, Int8Weights, LANES, MaybeUninit, PANEL, SHIFT};
 
 /// The x86 kernels, best first; [`Kernel::best`] picks the first this CPU runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kernel {
-    /// `vpdpbusd` on 256-bit registers, EVEX-encoded (AVX-512 VNNI with VL): 32 registers,
-    /// eight rows a pass.
+    /// `vpdpbusd` on 512-bit registers (AVX-512 VNNI): 32 outputs and eight rows a pass.
     Avx512Vnni,
     /// `vpdpbusd` VEX-encoded (AVX-VNNI, on CPUs without AVX-512): 16 registers, four rows.
     AvxVnni,
@@ -83,32 +82,12 @@ impl Kernel {
     }
 }
 
-/// How a kernel adds one group of four input bytes (broadcast in `x`) times a packed weight
-/// register into 32-bit sums, for sixteen outputs (two weight registers) at once.
-trait Dot {
-    /// `acc += x · w` lane by lane, four byte products a lane.
-    unsafe fn dot(acc: __m256i, x: __m256i, w: __m256i) -> __m256i;
-}
+/// Bytes from one group of a panel's weights to the next.
+const STRIDE: usize = PANEL * LANES * GROUP;
 
-struct Evex;
-impl Dot for Evex {
-    #[inline(always)]
-    unsafe fn dot(acc: __m256i, x: __m256i, w: __m256i) -> __m256i {
-        // SAFETY: called only from `rows_avx512vnni`, compiled for AVX-512 VNNI and VL.
-        unsafe { _mm256_dpbusd_epi32(acc, x, w) }
-    }
-}
-
-struct Vex;
-impl Dot for Vex {
-    #[inline(always)]
-    unsafe fn dot(acc: __m256i, x: __m256i, w: __m256i) -> __m256i {
-        // SAFETY: called only from `rows_avxvnni`, compiled for AVX-VNNI.
-        unsafe { _mm256_dpbusd_avx_epi32(acc, x, w) }
-    }
-}
-
-/// The VNNI kernel compiled for AVX-512 VNNI (the target features are what differs).
+/// [`super::rows`] with AVX-512 VNNI: for 32 outputs (a panel: two 512-bit weight registers)
+/// and eight rows at a time, each group of four input bytes broadcast and added into two
+/// accumulators (`vpdpbusd`, 64 products an instruction).
 #[target_feature(enable = "avx512vnni,avx512vl,avx512f,avx2,fma")]
 unsafe fn rows_avx512vnni(
     q: &[u8],
@@ -117,40 +96,49 @@ unsafe fn rows_avx512vnni(
     bias: &[f32],
     y: &mut [MaybeUninit<f32>],
 ) {
-    // SAFETY: forwarded from `Kernel::rows`.
-    unsafe { rows_dpbusd::<Evex, 8>(q, scales, w, bias, y) }
+    // SAFETY: each broadcast reads four bytes of a group inside a row, each weight load 64 bytes
+    // of the panel's group `g` (`passes`' pointers).
+    unsafe {
+        passes::<8, 4>(q, scales, w, bias, y, |rp, wp| {
+            let mut acc = [[_mm512_setzero_si512(); 2]; 8];
+            for g in 0..w.groups {
+                let b0 = _mm512_loadu_si512(wp.add(g * STRIDE).cast());
+                let b1 = _mm512_loadu_si512(wp.add(g * STRIDE + 64).cast());
+                for (acc, p) in acc.iter_mut().zip(rp) {
+                    let x = _mm512_set1_epi32(p.add(g * GROUP).cast::<i32>().read_unaligned());
+                    acc[0] = _mm512_dpbusd_epi32(acc[0], x, b0);
+                    acc[1] = _mm512_dpbusd_epi32(acc[1], x, b1);
+                }
+            }
+            acc.map(|[a, b]| {
+                [
+                    _mm512_castsi512_si256(a),
+                    _mm512_extracti64x4_epi64::<1>(a),
+                    _mm512_castsi512_si256(b),
+                    _mm512_extracti64x4_epi64::<1>(b),
+                ]
+            })
+        })
+    }
 }
 
-/// The VNNI kernel compiled for AVX-VNNI.
+/// [`super::rows`] with AVX-VNNI (VEX-encoded `vpdpbusd`, on CPUs without AVX-512): for sixteen
+/// outputs and four rows at a time (the accumulators 16 registers hold), each group of four input
+/// bytes broadcast and added into two accumulators.
 #[target_feature(enable = "avxvnni,avx2,fma")]
 unsafe fn rows_avxvnni(q: &[u8], scales: &[f32], w: &Int8Weights, bias: &[f32], y: &mut [MaybeUninit<f32>]) {
-    // SAFETY: forwarded from `Kernel::rows`.
-    unsafe { rows_dpbusd::<Vex, 4>(q, scales, w, bias, y) }
-}
-
-/// The VNNI kernels: for sixteen outputs and `R` rows at a time (as many as the vector
-/// registers hold accumulators for), each group of four input bytes broadcast and added into
-/// two accumulators by `D::dot`.
-#[inline(always)]
-unsafe fn rows_dpbusd<D: Dot, const R: usize>(
-    q: &[u8],
-    scales: &[f32],
-    w: &Int8Weights,
-    bias: &[f32],
-    y: &mut [MaybeUninit<f32>],
-) {
-    // SAFETY: each broadcast reads four bytes of a group inside a row, each weight load 32
-    // bytes of group `g` inside its block (`passes`' pointers).
+    // SAFETY: each broadcast reads four bytes of a group inside a row, each weight load 32 bytes
+    // of the blocks' group `g` (`passes`' pointers).
     unsafe {
-        passes::<R>(q, scales, w, bias, y, |rp, w0, w1| {
-            let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        passes::<4, 2>(q, scales, w, bias, y, |rp, wp| {
+            let mut acc = [[_mm256_setzero_si256(); 2]; 4];
             for g in 0..w.groups {
-                let b0 = _mm256_loadu_si256(w0.add(g * 32).cast());
-                let b1 = _mm256_loadu_si256(w1.add(g * 32).cast());
-                for i in 0..R {
-                    let x = _mm256_set1_epi32(rp[i].add(g * GROUP).cast::<i32>().read_unaligned());
-                    acc[i][0] = D::dot(acc[i][0], x, b0);
-                    acc[i][1] = D::dot(acc[i][1], x, b1);
+                let b0 = _mm256_loadu_si256(wp.add(g * STRIDE).cast());
+                let b1 = _mm256_loadu_si256(wp.add(g * STRIDE + 32).cast());
+                for (acc, p) in acc.iter_mut().zip(rp) {
+                    let x = _mm256_set1_epi32(p.add(g * GROUP).cast::<i32>().read_unaligned());
+                    acc[0] = _mm256_dpbusd_avx_epi32(acc[0], x, b0);
+                    acc[1] = _mm256_dpbusd_avx_epi32(acc[1], x, b1);
                 }
             }
             acc
@@ -165,16 +153,16 @@ unsafe fn rows_dpbusd<D: Dot, const R: usize>(
 unsafe fn rows_avx2(q: &[u8], scales: &[f32], w: &Int8Weights, bias: &[f32], y: &mut [MaybeUninit<f32>]) {
     let ones = _mm256_set1_epi16(1);
     // SAFETY: each broadcast reads four bytes of a group inside a row (`groups` is even, so
-    // `g + 1` is a group), each weight load 32 bytes of group `g` or `g + 1` inside its block.
+    // `g + 1` is a group), each weight load 32 bytes of the blocks' group `g` or `g + 1`.
     unsafe {
-        passes::<4>(q, scales, w, bias, y, |rp, w0, w1| {
+        passes::<4, 2>(q, scales, w, bias, y, |rp, wp| {
             let mut acc = [[_mm256_setzero_si256(); 2]; 4];
             for g in (0..w.groups).step_by(2) {
-                let (a0, a1) = (w0.add(g * 32), w1.add(g * 32));
-                let b0 = _mm256_loadu_si256(a0.cast());
-                let b1 = _mm256_loadu_si256(a1.cast());
-                let c0 = _mm256_loadu_si256(a0.add(32).cast());
-                let c1 = _mm256_loadu_si256(a1.add(32).cast());
+                let (a, c) = (wp.add(g * STRIDE), wp.add((g + 1) * STRIDE));
+                let b0 = _mm256_loadu_si256(a.cast());
+                let b1 = _mm256_loadu_si256(a.add(32).cast());
+                let c0 = _mm256_loadu_si256(c.cast());
+                let c1 = _mm256_loadu_si256(c.add(32).cast());
                 for (acc, p) in acc.iter_mut().zip(rp) {
                     let p = p.add(g * GROUP);
                     let x = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
@@ -191,50 +179,50 @@ unsafe fn rows_avx2(q: &[u8], scales: &[f32], w: &Int8Weights, bias: &[f32], y: 
     }
 }
 
-/// The kernels' outer loops: for each pair of packed output blocks (sixteen outputs) and each
-/// `R` rows, `sums` adds up the rows' products with the two blocks' weights (given each row's
-/// and each block's first byte; a short pass repeats its last row), which are then
-/// dequantized and stored.
+/// The kernels' outer loops: for each `W` packed output blocks (`W · 8` outputs, inside one
+/// panel) and each `R` rows, `sums` adds up the rows' products with the blocks' weights (given
+/// each row's first byte and the first block's first byte; a short pass repeats its last row),
+/// which are then dequantized and stored.
 #[inline(always)]
-unsafe fn passes<const R: usize>(
+unsafe fn passes<const R: usize, const W: usize>(
     q: &[u8],
     scales: &[f32],
     w: &Int8Weights,
     bias: &[f32],
     y: &mut [MaybeUninit<f32>],
-    sums: impl Fn([*const u8; R], *const i8, *const i8) -> [[__m256i; 2]; R],
+    sums: impl Fn([*const u8; R], *const i8) -> [[__m256i; W]; R],
 ) {
+    const { assert!(PANEL.is_multiple_of(W)) };
     let kp = w.groups * GROUP;
     let m = scales.len();
-    let block = w.groups * LANES * GROUP;
-    // SAFETY: row pointers stay below `m` rows of `kp` bytes of `q`; blocks come in pairs, so
-    // block `b + 1` is inside the packing when `b` is.
+    // SAFETY: row pointers stay below `m` rows of `kp` bytes of `q`; blocks come in whole
+    // panels, so blocks `b…b + W` are inside the packing when `b` is.
     unsafe {
         let qp = q.as_ptr();
         let mut b = 0;
         while b < w.blocks {
-            let (w0, w1) = (
-                w.packed.as_ptr().add(b * block),
-                w.packed.as_ptr().add((b + 1) * block),
-            );
+            let wp = w
+                .packed
+                .as_ptr()
+                .add((b / PANEL) * w.groups * STRIDE + (b % PANEL) * LANES * GROUP);
             let mut r = 0;
             while r < m {
                 let rows = R.min(m - r);
                 let rp: [*const u8; R] = std::array::from_fn(|i| qp.add((r + i.min(rows - 1)) * kp));
-                store(&sums(rp, w0, w1)[..rows], r, b, scales, w, bias, y);
+                store(&sums(rp, wp)[..rows], r, b, scales, w, bias, y);
                 r += rows;
             }
-            b += 2;
+            b += W;
         }
     }
 }
 
-/// Rows `r…` of blocks `b` and `b + 1` from their exact sums `acc`: the inputs' shift taken out
+/// Rows `r…` of blocks `b…` from their exact sums `acc`: the inputs' shift taken out
 /// with the weight sums, scaled by the row's and the output's scale, the bias added; a block
 /// running past the outputs written through a bounds-checked temporary.
 #[inline(always)]
-unsafe fn store(
-    acc: &[[__m256i; 2]],
+unsafe fn store<const W: usize>(
+    acc: &[[__m256i; W]],
     r: usize,
     b: usize,
     scales: &[f32],
@@ -247,7 +235,8 @@ unsafe fn store(
     // `y`, and the output scales are padded to whole blocks.
     unsafe {
         let shift = _mm256_set1_epi32(SHIFT);
-        for (h, j0) in [b * LANES, (b + 1) * LANES].into_iter().enumerate() {
+        for h in 0..W {
+            let j0 = (b + h) * LANES;
             if j0 >= n {
                 continue;
             }
