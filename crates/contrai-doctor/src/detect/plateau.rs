@@ -194,7 +194,9 @@ fn predictions_never_changed(ctx: &Ctx) -> Option<Finding> {
 /// A second pass over the same data must show: the training loss's median over the second
 /// epoch [`EPOCH_GAIN`] below the first's, in a log whose steps count epochs. A model that
 /// learns fits data it has seen (a fine-tune steps down at each new epoch); one that does not
-/// has stopped learning, whatever the LR schedule does meanwhile.
+/// has stopped learning, whatever the LR schedule does meanwhile — unless it learned within its
+/// first epoch ([`fell_within`]): a loss that fell and then settled converged early, and a stall
+/// after learning is [`recent`]'s to judge, with the LR schedule in view.
 fn second_epoch_no_better(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let spe = ctx.st.hints.steps_per_epoch.filter(|s| *s >= 5.0)?;
     let pts = finite(ctx.st.points(Series::TrainLoss));
@@ -218,6 +220,7 @@ fn second_epoch_no_better(ctx: &Ctx, loss: Series) -> Option<Finding> {
         || m2 <= 0.0
         || gain + 2.0 * gain_error(&first, &second) >= EPOCH_GAIN
         || still_falls(&pts, spe)
+        || fell_within(&first)
     {
         return None;
     }
@@ -251,6 +254,20 @@ fn gain_error(first: &[f64], second: &[f64]) -> f64 {
         1.253 * robust_sigma(v, m) / (v.len() as f64).sqrt() / m.abs().max(1e-12)
     };
     relative_error(first).hypot(relative_error(second))
+}
+
+/// Whether an epoch's losses fell within it: its last quarter's median [`EPOCH_GAIN`] below its
+/// first quarter's, by more than twice the gain's error.
+fn fell_within(epoch: &[f64]) -> bool {
+    let q = epoch.len() / 4;
+    if q < 5 {
+        return false;
+    }
+    let (start, end) = (&epoch[..q], &epoch[epoch.len() - q..]);
+    let (Some(a), Some(b)) = (median(start), median(end)) else {
+        return false;
+    };
+    a > 0.0 && 1.0 - b / a - 2.0 * gain_error(start, end) >= EPOCH_GAIN
 }
 
 /// Whether the training loss still falls over the second epoch, along its robust line by more
