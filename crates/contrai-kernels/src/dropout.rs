@@ -8,6 +8,7 @@
 //! whole mask is the same values on any number of threads. Nothing needs saving for an exact
 //! resume.
 
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 /// Elements a stream covers.
@@ -67,14 +68,38 @@ impl Mask {
         }
     }
 
-    /// Elements `start .. start + out.len()` of the mask, into `out`.
+    /// Elements `start .. start + out.len()` of the mask, into `out`: the whole draws inside a
+    /// stream in one vectorised loop ([`whole_draws`]), the ends through [`Mask::each`].
     pub fn fill(&self, start: usize, out: &mut [f32]) {
-        self.each(start, out.len(), |i, v| out[i] = v);
+        let (mut e, end) = (start, start + out.len());
+        while e < end {
+            let stop = end.min((e / CHUNK + 1) * CHUNK);
+            // The whole draws of `e..stop`.
+            let first = e.next_multiple_of(PER_DRAW).min(stop);
+            let last = first + (stop - first) / PER_DRAW * PER_DRAW;
+            self.each(e, first - e, |i, v| out[e - start + i] = v);
+            let stream = mix(self.base ^ (e / CHUNK) as u64);
+            let draw = (first % CHUNK) / PER_DRAW;
+            whole_draws(
+                stream,
+                draw,
+                self.threshold,
+                self.scale,
+                &mut out[first - start..last - start],
+            );
+            self.each(last, stop - last, |i, v| out[last - start + i] = v);
+            e = stop;
+        }
     }
 
     /// `x` times elements `start .. start + x.len()` of the mask.
     pub fn apply(&self, start: usize, x: &mut [f32]) {
-        self.each(start, x.len(), |i, v| x[i] *= v);
+        let mut mask = [0f32; 1024];
+        for (k, x) in x.chunks_mut(mask.len()).enumerate() {
+            let mask = &mut mask[..x.len()];
+            self.fill(start + k * 1024, mask);
+            x.iter_mut().zip(mask.iter()).for_each(|(x, m)| *x *= m);
+        }
     }
 
     /// The first `n` elements, drawn in parallel.
@@ -84,6 +109,19 @@ impl Mask {
             .enumerate()
             .for_each(|(c, chunk)| self.fill(c * CHUNK, chunk));
         out
+    }
+}
+
+/// The mask's values for whole draws `draw, draw + 1, …` of `stream` into `out` (four a draw):
+/// what [`Mask::each`] computes, in a loop the compiler vectorises (64-bit multiplies in AVX-512).
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma", "x86_64+avx2+fma"))]
+fn whole_draws(stream: u64, draw: usize, threshold: u64, scale: f32, out: &mut [f32]) {
+    for (d, out) in out.chunks_exact_mut(PER_DRAW).enumerate() {
+        let bits = mix(stream.wrapping_add(((draw + d) as u64 + 1).wrapping_mul(GAMMA)));
+        for (lane, out) in out.iter_mut().enumerate() {
+            let u = (bits >> (lane * 16)) & 0xFFFF;
+            *out = if u < threshold { 0.0 } else { scale };
+        }
     }
 }
 
