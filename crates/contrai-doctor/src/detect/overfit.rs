@@ -82,10 +82,14 @@ fn past_patience(ctx: &Ctx) -> Option<Finding> {
     if !rises_since(&finite(ctx.st.points(Series::ValLoss)), best) {
         return None;
     }
-    let (at_best, at_end, fall) = train_fall_since(ctx, best_p.step)?;
+    let (at_best, at_end, fall) = train_levels(ctx, best_p.step)?;
     // The checkpoint to resume from is the raw best evaluation (the smoothed curve only judges).
     let best_p = raw_best(ctx).unwrap_or(best_p);
-    if fall < ctx.cfg.train_fall_min && !falls_beyond_noise(ctx, best_p.step) {
+    // The training loss still falls: its two levels apart by more than its log-to-log swing and
+    // by `train_fall_min`, or — two levels of a few noisy logs each can hide a fall all the logs
+    // since show — its robust line since the best falling beyond its own noise.
+    let clear = fall >= ctx.cfg.train_fall_min && beyond_swing(ctx, at_best, at_end);
+    if !clear && !falls_beyond_noise(ctx, best_p.step) {
         return None;
     }
     let start = val[best + 1].step;
@@ -169,10 +173,15 @@ fn sustained_rise(ctx: &Ctx) -> Option<Finding> {
     )
 }
 
-/// The training loss's level at `step` and at the end, and its relative fall between them;
-/// `None` with fewer than two training points after `step`, or when the fall is within the
-/// training loss's own log-to-log swing.
+/// [`train_levels`], `None` when the fall is within the training loss's own log-to-log swing.
 fn train_fall_since(ctx: &Ctx, step: u64) -> Option<(f64, f64, f64)> {
+    let (at_best, at_end, fall) = train_levels(ctx, step)?;
+    beyond_swing(ctx, at_best, at_end).then_some((at_best, at_end, fall))
+}
+
+/// The training loss's level at `step` and at the end, and its relative fall between them;
+/// `None` with fewer than two training points after `step`.
+fn train_levels(ctx: &Ctx, step: u64) -> Option<(f64, f64, f64)> {
     let train = finite(ctx.st.points(Series::TrainLoss));
     let before: Vec<f64> = train.iter().filter(|p| p.step <= step).map(|p| p.value).collect();
     let later: Vec<f64> = train.iter().filter(|p| p.step > step).map(|p| p.value).collect();
@@ -187,17 +196,21 @@ fn train_fall_since(ctx: &Ctx, step: u64) -> Option<(f64, f64, f64)> {
         median(&before[before.len().saturating_sub(k)..])?
     };
     let at_end = median(&later[later.len() - k..])?;
-    // The fall must exceed the training loss's own log-to-log swing (else it is noise).
-    if at_best > 0.0 && at_end > 0.0 && train.iter().all(|p| p.value > 0.0) {
-        let logs: Vec<f64> = train.iter().map(|p| p.value.ln()).collect();
-        let blocks = block_medians(&logs, 60);
-        let swings: Vec<f64> = blocks.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
-        let swing = median(&swings).unwrap_or(0.0);
-        if (at_best / at_end).ln() < 2.0 * swing {
-            return None;
-        }
-    }
     Some((at_best, at_end, rel_drop(at_best, at_end)))
+}
+
+/// Whether a fall of the training loss from `at_best` to `at_end` exceeds twice its own
+/// log-to-log swing (else it is noise); true where logs cannot be taken.
+fn beyond_swing(ctx: &Ctx, at_best: f64, at_end: f64) -> bool {
+    let train = finite(ctx.st.points(Series::TrainLoss));
+    if !(at_best > 0.0 && at_end > 0.0 && train.iter().all(|p| p.value > 0.0)) {
+        return true;
+    }
+    let logs: Vec<f64> = train.iter().map(|p| p.value.ln()).collect();
+    let blocks = block_medians(&logs, 60);
+    let swings: Vec<f64> = blocks.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
+    let swing = median(&swings).unwrap_or(0.0);
+    (at_best / at_end).ln() >= 2.0 * swing
 }
 
 /// Standard errors by which a training loss's fitted fall since a step must clear zero.

@@ -403,3 +403,33 @@ fn validation_creeping_up_while_a_quiet_training_loss_creeps_down_is_overfitting
     let r = &reports_of(&[("metrics.csv", rows(0.0))])[0];
     assert!(!labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
 }
+
+#[test]
+fn validation_rising_under_a_noisy_training_loss_that_falls_along_its_line_is_overfitting() {
+    // 13 epochs (a Keras CSV): validation at its lowest at epoch 2, then up by more each epoch
+    // (+75 % at the end); the training loss falls 0.011 an epoch under swings every other
+    // epoch (small-sample epochs, up to +0.3), so its first and last few logs alone cannot tell
+    // the fall.
+    let rows = |train_fall: f64| {
+        let mut csv = String::from("epoch,loss,val_loss\n");
+        for e in 0..13u64 {
+            let val = if e <= 2 {
+                0.555 - 0.016 * e as f64
+            } else {
+                0.523 * (1.0 + 0.05 * ((e - 2) as f64).powf(1.3))
+            };
+            let swing = if e % 2 == 1 {
+                0.2 * (2.0 * jitter(e) - 0.5)
+            } else {
+                0.01 * jitter(e)
+            };
+            csv += &format!("{e},{},{val}\n", 0.56 - train_fall * e as f64 + swing);
+        }
+        csv
+    };
+    let r = &reports_of(&[("training_history.csv", rows(0.011))])[0];
+    finding(r, Label::Overfitting);
+    // The same swings on a level training loss: validation worsening alone is not overfitting.
+    let r = &reports_of(&[("training_history.csv", rows(0.0))])[0];
+    assert!(!labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
+}
