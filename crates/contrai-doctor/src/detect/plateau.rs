@@ -98,6 +98,7 @@ pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
     frozen_validation(ctx)
         .or_else(|| predictions_never_changed(ctx))
         .or_else(|| recent(ctx, loss))
+        .or_else(|| never_moved(ctx, loss))
         .or_else(|| stalled_until_a_drop(ctx, loss))
         .or_else(|| second_epoch_no_better(ctx, loss))
 }
@@ -308,7 +309,27 @@ fn recent(ctx: &Ctx, loss: Series) -> Option<Finding> {
         return None;
     }
     let f = finding(ctx, loss, improvement, se, start, w);
-    Some(if annealing { never_fell(f, loss) } else { f })
+    Some(if annealing { never_fell(f, loss, true) } else { f })
+}
+
+/// The loss never improved over its whole run, for at least the patience: [`never_improved`]
+/// over its first half, and the whole run's fitted change within its noise too. A stall from the
+/// first log is as long as the run, whatever the recent window [`recent`] reads (a run shorter
+/// than 2.5 patiences has a recent window shorter than one).
+fn never_moved(ctx: &Ctx, loss: Series) -> Option<Finding> {
+    let pts = finite(ctx.st.points(loss));
+    let (first, last) = (pts.first()?.step, pts.last()?.step);
+    if pts.len() < 20 || ((last - first) as f64) < ctx.patience() || !never_improved(ctx, loss) {
+        return None;
+    }
+    let (xs, ys) = blocked(&pts, 32, f64::ln);
+    let (change, se) = theil_sen_change(&xs, &ys)?;
+    let improvement = 1.0 - change.exp();
+    if 2.0 * se >= FLAT_WITHIN || improvement >= 2.0 * se {
+        return None;
+    }
+    let f = finding(ctx, loss, improvement, se, first, pts.len());
+    Some(never_fell(f, loss, lr_annealing(ctx, first)))
 }
 
 /// The loss over the run's first half — its LR at or near its peak — improved by no more than
@@ -453,12 +474,17 @@ fn lr_cut_or_unknown(ctx: &Ctx, from: u64, to: u64) -> bool {
     }
 }
 
-/// The plateau of a run whose loss never fell while its LR decayed: no LR cut helps it.
-fn never_fell(mut f: Finding, loss: Series) -> Finding {
+/// The plateau of a run whose loss never fell (while its LR decayed, when `annealing`): no LR
+/// cut helps it.
+fn never_fell(mut f: Finding, loss: Series, annealing: bool) -> Finding {
+    let lr = if annealing {
+        ", its LR at its peak and decaying since"
+    } else {
+        ""
+    };
     f.recommendation = format!(
-        "{} never improved from its first log, its LR at its peak and decaying since: \
-         nothing this run's schedule did moved it. Check that the weights train (trainable \
-         parameters > 0, adapters on the layers the task needs, the LR reaching them), that \
+        "{} never improved from its first log{lr}: nothing this run's schedule did moved it. \
+         Check that the weights train (trainable parameters > 0, adapters on the layers the task needs, the LR reaching them), that \
          the labels or loss mask cover what the model must learn, then raise the peak LR x 3 \
          (or the adapter rank); if the base model already fits this data, compare its \
          evaluation loss before training first",

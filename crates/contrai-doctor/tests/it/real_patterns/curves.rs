@@ -433,3 +433,33 @@ fn validation_rising_under_a_noisy_training_loss_that_falls_along_its_line_is_ov
     let r = &reports_of(&[("training_history.csv", rows(0.0))])[0];
     assert!(!labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
 }
+
+#[test]
+fn a_short_run_whose_loss_never_moved_from_its_first_log_is_a_plateau() {
+    // 35 logs over 700 steps (shorter than 2.5 patiences: its last 40 % spans less than one),
+    // the LR decaying linearly from the first; the loss at 4.69 ± 0.01 throughout.
+    let state = |fall: f64| {
+        let rows: Vec<String> = (1..=35u64)
+            .map(|i| {
+                let (s, lr) = (20 * i, 5e-5 * (1.0 - (20 * i) as f64 / 720.0));
+                let loss = 4.69 - fall * s as f64 / 700.0 + 0.02 * (jitter(i) - 0.5);
+                format!(
+                    r#"{{"step": {s}, "epoch": {}, "loss": {loss}, "learning_rate": {lr}}}"#,
+                    s as f64 / 700.0
+                )
+            })
+            .collect();
+        format!(r#"{{"max_steps": 700, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let r = &reports_of(&[("trainer_state.json", state(0.0))])[0];
+    let f = finding(r, Label::Plateau);
+    assert_eq!(f.evidence["never_improved"], 1.0);
+    assert!(
+        f.recommendation.contains("never improved from its first log"),
+        "{}",
+        f.recommendation
+    );
+    // The same run with its loss falling 10 % learned.
+    let r = &reports_of(&[("trainer_state.json", state(0.47))])[0];
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+}
