@@ -335,7 +335,8 @@ fn never_moved(ctx: &Ctx, loss: Series) -> Option<Finding> {
 /// The loss over the run's first half — its LR at or near its peak — improved by no more than
 /// its own noise tells (two standard errors of its fitted change, known within
 /// [`FLAT_WITHIN`]): a schedule's decay explains a loss that flattens after it fell, not one
-/// that never fell while the LR was high.
+/// that never fell while the LR was high. Unless the validation loss improved over the run
+/// ([`validation_improved`]): a training loss too noisy to show it still learns.
 fn never_improved(ctx: &Ctx, loss: Series) -> bool {
     let pts = finite(ctx.st.points(loss));
     let first = &pts[..pts.len() / 2];
@@ -345,6 +346,22 @@ fn never_improved(ctx: &Ctx, loss: Series) -> bool {
     let (xs, ys) = blocked(first, 32, f64::ln);
     theil_sen_change(&xs, &ys)
         .is_some_and(|(change, se)| 2.0 * se < FLAT_WITHIN && 1.0 - change.exp() < 2.0 * se)
+        && !validation_improved(ctx)
+}
+
+/// The validation loss, evaluated at least [`FROZEN_EVALS`] times, improved over the run along
+/// its fitted line by more than twice that line's error and by [`DoctorConfig::plateau_rel`]
+/// at least: the model learned, whatever a noisy training loss shows.
+///
+/// [`DoctorConfig::plateau_rel`]: crate::DoctorConfig::plateau_rel
+fn validation_improved(ctx: &Ctx) -> bool {
+    let val = finite(ctx.st.points(Series::ValLoss));
+    if val.len() < FROZEN_EVALS || val.iter().any(|p| p.value <= 0.0) {
+        return false;
+    }
+    let (xs, ys) = blocked(&val, 32, f64::ln);
+    theil_sen_change(&xs, &ys)
+        .is_some_and(|(change, se)| change < -2.0 * se && 1.0 - change.exp() >= ctx.cfg.plateau_rel)
 }
 
 /// A flat tail is convergence when the validation loss, evaluated at least 3 times in it, stays

@@ -463,3 +463,28 @@ fn a_short_run_whose_loss_never_moved_from_its_first_log_is_a_plateau() {
     let r = &reports_of(&[("trainer_state.json", state(0.47))])[0];
     assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
 }
+
+#[test]
+fn a_training_loss_too_noisy_to_show_a_fall_is_no_plateau_while_validation_improves() {
+    // 180 logs over 18,000 steps under a linear decay from the first, the training loss at 1.27
+    // ± 0.15 throughout; 36 evaluations, falling 1.37 -> 1.29 (`val_fall`), or level.
+    let state = |val_fall: f64| {
+        let mut rows: Vec<String> = (1..=180u64)
+            .map(|i| {
+                let (s, lr) = (100 * i, 5e-5 * (1.0 - i as f64 / 181.0));
+                let loss = 1.27 + 0.3 * (jitter(i) - 0.5);
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        rows.extend((1..=36u64).map(|i| {
+            let v = 1.37 - val_fall * (1.0 - (-(i as f64) / 12.0).exp()) + 0.001 * (jitter(i + 999) - 0.5);
+            format!(r#"{{"step": {}, "eval_loss": {v}}}"#, 500 * i)
+        }));
+        format!(r#"{{"max_steps": 18000, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let r = &reports_of(&[("trainer_state.json", state(0.085))])[0];
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+    // Validation level too: nothing says the model learned.
+    let r = &reports_of(&[("trainer_state.json", state(0.0))])[0];
+    assert_eq!(finding(r, Label::Plateau).evidence["never_improved"], 1.0);
+}
