@@ -12,8 +12,11 @@ use crate::stats::{block_medians, median, median_gap, robust_sigma};
 const LEVEL_EVALS: usize = 6;
 /// Consecutive rising evaluations that make a sustained rise.
 pub const SUSTAINED_RISES: usize = 4;
-/// A sustained rise counts from this total relative rise of validation.
-const SUSTAINED_RISE_MIN: f64 = 0.008;
+/// A sustained rise counts from this total relative rise of validation: a material one, as the
+/// labelled set's vocabulary defines overfitting (`eval/doctor-real/LABELLING.md`: 5–10 % above
+/// the minimum). A steady rise of 1 % while the training loss falls by a third is validation
+/// levelling off, not yet the model fitting noise (a labelled seq2seq run: its ROUGE still rose).
+const SUSTAINED_RISE_MIN: f64 = 0.05;
 /// ... while the training loss fell by more than this share since the rise began.
 pub const SUSTAINED_TRAIN_FALL: f64 = 0.2;
 

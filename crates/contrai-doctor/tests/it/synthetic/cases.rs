@@ -105,15 +105,16 @@ fn outlier_then_rise(rise: f64, seed: u64) -> Run {
 }
 
 /// An epoch log whose validation reaches its best at epoch 8 and then rises at each of the last
-/// four epochs, 1 % in all (`rising`; else it wobbles flat), while the training loss falls by a
-/// third after the best (`train_falls`; else it stays flat).
-fn small_sustained_rise(rising: bool, train_falls: bool) -> Run {
+/// four epochs, `4 · rise` in all (0: it wobbles flat), while the training loss falls by a third
+/// after the best (`train_falls`; else it stays flat).
+fn sustained_rise(rise: f64, train_falls: bool) -> Run {
+    let rising = rise > 0.0;
     let val: Vec<(u64, f64)> = (0..13)
         .map(|e| {
             let v = if e <= 8 {
                 0.5 + 0.5 * (-(e as f64) / 2.0).exp()
             } else if rising {
-                (0.5 + 0.5 * (-8.0f64 / 2.0).exp()) * (1.0 + 0.0025 * (e - 8) as f64)
+                (0.5 + 0.5 * (-8.0f64 / 2.0).exp()) * (1.0 + rise * (e - 8) as f64)
             } else {
                 (0.5 + 0.5 * (-8.0f64 / 2.0).exp()) * (1.0 + if e % 2 == 0 { 0.002 } else { -0.001 })
             };
@@ -209,20 +210,26 @@ fn cases() -> Vec<Case> {
             &[Overfitting],
         ),
         case(
-            "small sustained rise",
-            small_sustained_rise(true, true),
+            "sustained rise of 6 %",
+            sustained_rise(0.015, true),
             &[Overfitting],
             &[Healthy],
         ),
         case(
+            "sustained rise of 1 %: validation levelling off (control)",
+            sustained_rise(0.0025, true),
+            &[],
+            &[Overfitting],
+        ),
+        case(
             "flat validation (control)",
-            small_sustained_rise(false, true),
+            sustained_rise(0.0, true),
             &[],
             &[Overfitting],
         ),
         case(
             "rise, training flat (control)",
-            small_sustained_rise(true, false),
+            sustained_rise(0.015, false),
             &[],
             &[Overfitting],
         ),
