@@ -258,9 +258,15 @@ struct LrCourse {
     second: Option<f64>,
     high: f64,
     last: f64,
-    /// The restart's mark, with how many marks the log had then (a mark in between voids it).
-    pending: Option<(Mark, usize)>,
+    /// The restart's mark, with how many marks the log had then (a mark in between voids it),
+    /// and whether it began a new schedule ([`LrCourse::begins_anew`]).
+    pending: Option<(Mark, usize, bool)>,
 }
+
+/// An LR at or under this share of its high has come to its schedule's end...
+const ENDED: f64 = 0.05;
+/// ...and one back at this share or above trains again.
+const TRAINS: f64 = 0.3;
 
 /// Within 2 % of each other.
 fn same_lr(a: f64, b: f64) -> bool {
@@ -282,11 +288,20 @@ impl LrCourse {
         }
     }
 
+    /// Whether `value` begins a new schedule where the last one ended: the LR had decayed to
+    /// its end ([`ENDED`] of its high or less) and is back at a training LR ([`TRAINS`] of it):
+    /// a run resumed, or launched again, with a schedule of its own (a larger `max_steps`).
+    fn begins_anew(&self, value: f64) -> bool {
+        self.last <= ENDED * self.high && value >= TRAINS * self.high
+    }
+
     /// Whether the value after a possible restart confirms it: the log's second value again (a
     /// warmup that passes the first value on its way is no restart), or, after zero, any LR (a
-    /// decay that ends at zero stays there).
-    fn confirms(&self, value: f64) -> bool {
-        if self.first == 0.0 {
+    /// decay that ends at zero stays there); after a new schedule began, a training LR still.
+    fn confirms(&self, value: f64, anew: bool) -> bool {
+        if anew {
+            value >= TRAINS * self.high
+        } else if self.first == 0.0 {
             value > 0.0
         } else {
             self.second.is_some_and(|s| same_lr(value, s))
@@ -357,20 +372,21 @@ impl RawRun {
             return;
         };
         if c.tag == i && value.is_finite() && value >= 0.0 {
-            if let Some((mark, marks)) = c.pending.take()
+            if let Some((mark, marks, anew)) = c.pending.take()
                 && marks == self.marks.len()
-                && c.confirms(value)
+                && c.confirms(value, anew)
             {
                 self.marks.push(mark);
             }
-            if c.restarts(value) {
+            let anew = c.begins_anew(value);
+            if anew || c.restarts(value) {
                 let mark = Mark {
                     lens: self.tags.iter().map(|(_, p)| p.len()).collect(),
                     marker: Some(Marker::LrRestart),
                     log_steps: None,
                     line: self.line,
                 };
-                c.pending = Some((mark, self.marks.len()));
+                c.pending = Some((mark, self.marks.len(), anew));
             }
             if value > 0.0 {
                 c.second = c.second.or(Some(value));

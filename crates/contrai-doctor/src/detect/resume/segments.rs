@@ -12,6 +12,9 @@ const JITTER_PASS: usize = 3;
 /// How far a warm-restart schedule's cycle may stray from its law, as a share of the length the
 /// law predicts.
 const CYCLE_SLACK: f64 = 0.1;
+/// How much higher than the cycle before a warm-restart schedule's cycle may peak (logged
+/// values straddle the true peak).
+const PEAK_SLACK: f64 = 1.05;
 
 /// A kept cut of one series, with the segments on either side in log order.
 pub(super) struct Side<'a> {
@@ -30,11 +33,13 @@ pub(super) fn pairs<'a>(
 ) -> Vec<(Option<Side<'a>>, Option<Side<'a>>)> {
     let mut out: Vec<(Option<Side<'a>>, Option<Side<'a>>)> = Vec::new();
     let mut open: BTreeMap<(u64, u64), VecDeque<usize>> = BTreeMap::new();
-    for s in loss.map(|l| sides(l, loss_repeats)).unwrap_or_default() {
+    // The LR tells a warm-restart schedule (its restarts mark every series).
+    let warm = lr.or(loss).is_some_and(warm_restarts);
+    for s in loss.map(|l| sides(l, loss_repeats, warm)).unwrap_or_default() {
         open.entry(s.cut.log_steps).or_default().push_back(out.len());
         out.push((Some(s), None));
     }
-    for s in lr.map(|l| sides(l, true)).unwrap_or_default() {
+    for s in lr.map(|l| sides(l, true, warm)).unwrap_or_default() {
         match open.get_mut(&s.cut.log_steps).and_then(VecDeque::pop_front) {
             Some(i) => {
                 if let Some(slot) = out.get_mut(i) {
@@ -47,9 +52,10 @@ pub(super) fn pairs<'a>(
     out
 }
 
-/// The segments on either side of each kept cut of a series (`repeats`: a repeated step counts).
-fn sides(log: &LogOrder, repeats: bool) -> Vec<Side<'_>> {
-    let mut kept = kept_cuts(log);
+/// The segments on either side of each kept cut of a series (`repeats`: a repeated step counts;
+/// `warm`: the LR's restarts are a warm-restart schedule's).
+fn sides(log: &LogOrder, repeats: bool, warm: bool) -> Vec<Side<'_>> {
+    let mut kept = kept_cuts(log, warm);
     kept.retain(|c| repeats || !c.repeated() || c.marker.is_some());
     let mut out = Vec::with_capacity(kept.len());
     let mut first = u64::MAX;
@@ -75,7 +81,7 @@ fn sides(log: &LogOrder, repeats: bool) -> Vec<Side<'_>> {
 /// (same step, same value) or belongs to a pervasive pattern of shallow cuts the log is past again
 /// within a few points — two writers a few steps apart, a train row and an eval row at each step
 /// — which is how a logger writes, not where a run resumed.
-fn kept_cuts(log: &LogOrder) -> Vec<Cut> {
+fn kept_cuts(log: &LogOrder, warm: bool) -> Vec<Cut> {
     let p = &log.points;
     let prev = |c: &Cut| c.index.checked_sub(1).and_then(|i| p.get(i));
     let back = |c: &Cut| prev(c).zip(p.get(c.index)).is_some_and(|(a, b)| b.step <= a.step);
@@ -111,7 +117,6 @@ fn kept_cuts(log: &LogOrder) -> Vec<Cut> {
     let jitter = |c: &Cut| {
         pervasive && c.marker.is_none() && back(c) && depth(c) <= shallow && (passes(c) || cut_follows(c))
     };
-    let warm = warm_restarts(log);
     log.cuts
         .iter()
         .filter(|c| c.marker != Some(Marker::LrRestart) || !warm)
@@ -120,19 +125,40 @@ fn kept_cuts(log: &LogOrder) -> Vec<Cut> {
         .collect()
 }
 
-/// True when the log's LR restarts are a warm-restart schedule, not resumes: there are several
-/// and their cycles follow one law — equal (cosine with restarts) or each an integer multiple of
-/// the one before (SGDR's `T_mult`). A job resumed several times with a recomputed schedule
-/// restarts at whatever steps it died at.
+/// True when the log's LR restarts (`log` is the LR's) are a warm-restart schedule, not
+/// resumes: there are several, no cycle peaks higher than the one before (a schedule restarts at
+/// its peak, or a decayed one), and their cycles follow one law — equal (cosine with restarts)
+/// or each an integer multiple of the one before (SGDR's `T_mult`). A job resumed several times
+/// with a recomputed schedule restarts at whatever steps it died at, at whatever LR its new
+/// schedule gives.
 fn warm_restarts(log: &LogOrder) -> bool {
-    let starts: Vec<f64> = log
+    let cuts: Vec<usize> = log
         .cuts
         .iter()
         .filter(|c| c.marker == Some(Marker::LrRestart))
-        .filter_map(|c| log.points.get(c.index))
+        .map(|c| c.index)
+        .collect();
+    let starts: Vec<f64> = cuts
+        .iter()
+        .filter_map(|&i| log.points.get(i))
         .map(|p| p.step as f64)
         .collect();
     if starts.len() < 2 {
+        return false;
+    }
+    let bounds: Vec<usize> = std::iter::once(0).chain(cuts).chain([log.points.len()]).collect();
+    let peaks: Vec<f64> = bounds
+        .windows(2)
+        .map(|w| {
+            log.points
+                .get(w[0]..w[1])
+                .unwrap_or_default()
+                .iter()
+                .map(|p| p.value)
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    if peaks.windows(2).any(|w| w[1] > PEAK_SLACK * w[0]) {
         return false;
     }
     // The cycles between restarts; the first cycle (which may hold a warmup) only when there is

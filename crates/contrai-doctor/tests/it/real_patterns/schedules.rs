@@ -264,3 +264,36 @@ fn a_quiet_loss_that_climbs_a_quarter_at_a_peak_lr_and_stays_up_is_a_warmup_too_
     let r = &reports_of(&[("trainer_state.json", state(&noisy))])[0];
     assert!(!labels(r).contains(&Label::LrWarmupTooShort), "{:?}", r.findings);
 }
+
+#[test]
+fn a_new_schedule_begun_where_the_last_ended_is_a_resume_even_when_its_cycles_look_planned() {
+    // Logged every 5 steps to 600: a linear decay from `peaks[0]` that ends at 0 at step 60, a
+    // new one from `peaks[1]` to 0 at step 300, a third from `peaks[2]` decaying slowly (a run
+    // launched again twice with a longer max_steps). Cycles of 60 and 240 steps: the 1:4 law of
+    // SGDR's `T_mult`.
+    let state = |peaks: [f64; 3]| {
+        let rows: Vec<String> = (1..=120u64)
+            .map(|i| {
+                let s = 5 * i;
+                let lr = match s {
+                    ..=60 => peaks[0] * (60 - s) as f64 / 55.0,
+                    61..=300 => peaks[1] * (300 - s) as f64 / 235.0,
+                    _ => peaks[2] * (1.0 - (s - 305) as f64 / 2000.0),
+                };
+                let loss = 0.7 + 0.05 * (jitter(i) - 0.5);
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        format!(r#"{{"max_steps": 600, "log_history": [{}]}}"#, rows.join(", "))
+    };
+    let r = &reports_of(&[("trainer_state.json", state([3e-4, 2.4e-4, 3e-4]))])[0];
+    let f = finding(r, Label::ResumeDiscontinuity);
+    assert_eq!(f.step, 65);
+    // The same cycles restarting at one peak are a warm-restart schedule: no resume.
+    let r = &reports_of(&[("trainer_state.json", state([3e-4, 3e-4, 3e-4]))])[0];
+    assert!(
+        !labels(r).contains(&Label::ResumeDiscontinuity),
+        "{:?}",
+        labels(r)
+    );
+}
