@@ -292,7 +292,7 @@ impl LrCourse {
     /// its end ([`ENDED`] of its high or less) and is back at a training LR ([`TRAINS`] of it):
     /// a run resumed, or launched again, with a schedule of its own (a larger `max_steps`).
     fn begins_anew(&self, value: f64) -> bool {
-        self.last <= ENDED * self.high && value >= TRAINS * self.high
+        self.high > 0.0 && self.last <= ENDED * self.high && value >= TRAINS * self.high
     }
 
     /// Whether the value after a possible restart confirms it: the log's second value again (a
