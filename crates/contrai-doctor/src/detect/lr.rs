@@ -38,7 +38,7 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
     // the run's first steps: the peak LR hit an untrained model.
     let short = has_warmup && frac < ctx.cfg.warmup_min;
     let rise = if !has_warmup || short {
-        early_rise(ctx, total)
+        early_rise(ctx, total).or_else(|| final_.then(|| early_jumps(ctx, total)).flatten())
     } else {
         None
     };
@@ -193,6 +193,45 @@ fn early_rise(ctx: &Ctx, total: f64) -> Option<(f64, f64, u64)> {
             && point_noise(&values).is_some_and(|n| high.value - first.value >= EARLY_LIFT.1 * n)
     };
     (high.value >= EARLY_RISE * first.value || lifted()).then_some((first.value, high.value, high.step))
+}
+
+/// A jump: a training-loss point this many times the median of the points before it (the
+/// labelled set's loss spike)...
+const JUMP: f64 = 2.0;
+/// ...and the fewest jumps that make the early stretch unstable.
+const EARLY_JUMPS: usize = 2;
+
+/// At the run's end: the training loss jumped ([`JUMP`]) at least [`EARLY_JUMPS`] times in the
+/// run's first [`EARLY`] — each against the median of up to 20 points before it, its first
+/// point (an untrained model's, or a first epoch's blow-up) left out — and never after, in a log
+/// that goes on at least as long again: the
+/// instability belonged to the peak LR meeting an untrained model, whatever the first log was.
+/// Returns the level before the highest early jump, that jump and its step.
+fn early_jumps(ctx: &Ctx, total: f64) -> Option<(f64, f64, u64)> {
+    let loss = finite(ctx.st.points(Series::TrainLoss));
+    let until = loss.first()?.step as f64 + EARLY * total;
+    // "Never after" needs an after at least as long as the early stretch.
+    if (loss.last()?.step as f64) < until + EARLY * total {
+        return None;
+    }
+    let mut jumps = (3..loss.len()).filter_map(|i| {
+        let level = median(
+            &loss[i.saturating_sub(20).max(1)..i]
+                .iter()
+                .map(|p| p.value)
+                .collect::<Vec<_>>(),
+        )?;
+        (level > 0.0 && loss[i].value >= JUMP * level).then_some((level, loss[i]))
+    });
+    let early: Vec<(f64, Point)> = jumps
+        .by_ref()
+        .take_while(|(_, p)| (p.step as f64) <= until)
+        .collect();
+    if early.len() < EARLY_JUMPS || jumps.next().is_some() {
+        return None;
+    }
+    let (level, high) = early.into_iter().max_by(|a, b| a.1.value.total_cmp(&b.1.value))?;
+    Some((level, high.value, high.step))
 }
 
 /// With no LR logged: a constant schedule, or a warmup over [`DoctorConfig::warmup_max`] of the
