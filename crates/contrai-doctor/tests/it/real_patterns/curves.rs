@@ -261,7 +261,7 @@ fn a_loss_that_never_fell_under_a_decaying_lr_is_a_plateau_and_one_that_fell_the
                 format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
             })
             .collect();
-        format!(r#"{{"max_steps": 1000, "log_history": [{}]}}"#, rows.join(", "))
+        history(1000, &rows)
     };
     let r = &reports_of(&[("trainer_state.json", state(0.0))])[0];
     let f = finding(r, Label::Plateau);
@@ -317,7 +317,7 @@ fn a_healthy_verdict_is_as_sure_as_what_it_could_judge() {
             let loss = 2.1 / (1.0 + 0.5 * i as f64);
             format!(r#"{{"step": {}, "eval_loss": {loss}}}"#, i * 100)
         }));
-        format!(r#"{{"max_steps": 600, "log_history": [{}]}}"#, rows.join(", "))
+        history(600, &rows)
     };
     let confidence = |evals: u64| {
         let r = reports_of(&[("trainer_state.json", state(evals))]).remove(0);
@@ -449,7 +449,7 @@ fn a_short_run_whose_loss_never_moved_from_its_first_log_is_a_plateau() {
                 )
             })
             .collect();
-        format!(r#"{{"max_steps": 700, "log_history": [{}]}}"#, rows.join(", "))
+        history(700, &rows)
     };
     let r = &reports_of(&[("trainer_state.json", state(0.0))])[0];
     let f = finding(r, Label::Plateau);
@@ -480,7 +480,7 @@ fn a_training_loss_too_noisy_to_show_a_fall_is_no_plateau_while_validation_impro
             let v = 1.37 - val_fall * (1.0 - (-(i as f64) / 12.0).exp()) + 0.001 * (jitter(i + 999) - 0.5);
             format!(r#"{{"step": {}, "eval_loss": {v}}}"#, 500 * i)
         }));
-        format!(r#"{{"max_steps": 18000, "log_history": [{}]}}"#, rows.join(", "))
+        history(18000, &rows)
     };
     let r = &reports_of(&[("trainer_state.json", state(0.085))])[0];
     assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));

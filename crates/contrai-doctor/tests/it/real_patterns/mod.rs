@@ -45,6 +45,14 @@ pub(super) fn finding(r: &Report, label: Label) -> &Finding {
         .unwrap_or_else(|| panic!("no {label}: {:?}", labels(r)))
 }
 
+/// A trainer_state.json of these `log_history` entries, planned for `max_steps`.
+pub(super) fn history(max_steps: u64, rows: &[String]) -> String {
+    format!(
+        r#"{{"max_steps": {max_steps}, "log_history": [{}]}}"#,
+        rows.join(", ")
+    )
+}
+
 /// A trainer_state.json: `train` (step, loss) and `eval` (step, eval_loss, eval_accuracy).
 pub(super) fn trainer_state(
     train: &[(u64, f64)],
@@ -61,10 +69,7 @@ pub(super) fn trainer_state(
             .unwrap_or_default();
         rows.push(format!(r#"{{"step": {s}, "eval_loss": {l}{acc}}}"#));
     }
-    format!(
-        r#"{{"max_steps": {max_steps}, "log_history": [{}]}}"#,
-        rows.join(", ")
-    )
+    history(max_steps, &rows)
 }
 
 /// Validation swings ±10 % and after its minimum (step 800) sits 10-30 % above it for seven
@@ -129,7 +134,7 @@ pub(super) fn three_epochs(loss: &dyn Fn(f64) -> f64) -> String {
             )
         })
         .collect();
-    format!(r#"{{"max_steps": 300, "log_history": [{}]}}"#, rows.join(", "))
+    history(300, &rows)
 }
 
 /// A deterministic draw in [0, 1) for step `i` (a per-batch metric's noise).

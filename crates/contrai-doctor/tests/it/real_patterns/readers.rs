@@ -76,7 +76,7 @@ fn every_evaluation_set_of_a_trainer_is_judged_and_named() {
             i * 200
         ));
     }
-    let state = format!(r#"{{"max_steps": 3000, "log_history": [{}]}}"#, rows.join(", "));
+    let state = history(3000, &rows);
     let rs = reports_of(&[("trainer_state.json", state)]);
     let names: Vec<&str> = rs.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(rs.len(), 2, "{names:?}");

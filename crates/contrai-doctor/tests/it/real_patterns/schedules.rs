@@ -20,7 +20,7 @@ fn a_warmup_over_a_tenth_of_a_short_run_is_no_finding_and_one_over_a_third_is() 
                 )
             })
             .collect();
-        format!(r#"{{"max_steps": 75, "log_history": [{}]}}"#, rows.join(", "))
+        history(75, &rows)
     };
     let r = &reports_of(&[("trainer_state.json", state(10))])[0];
     assert!(!labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
@@ -129,7 +129,7 @@ fn no_warmup_and_a_loss_that_rises_in_the_first_steps_is_a_warmup_too_short() {
                 )
             })
             .collect();
-        format!(r#"{{"max_steps": 2000, "log_history": [{}]}}"#, rows.join(", "))
+        history(2000, &rows)
     };
     // The loss triples over the first 150 steps before it comes down.
     let unstable = |s: f64| {
@@ -167,7 +167,7 @@ fn an_lr_schedule_that_begins_again_while_the_steps_go_on_is_a_resume_and_warm_r
                 format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
             })
             .collect();
-        format!(r#"{{"max_steps": 2000, "log_history": [{}]}}"#, rows.join(", "))
+        history(2000, &rows)
     };
     let once = |s: u64| if s >= 825 { s - 800 } else { s };
     let r = &reports_of(&[("trainer_state.json", state(&once))])[0];
@@ -207,7 +207,7 @@ fn a_job_resumed_at_irregular_steps_with_a_schedule_from_zero_each_time_is_resum
                 format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
             })
             .collect();
-        format!(r#"{{"max_steps": 1000, "log_history": [{}]}}"#, rows.join(", "))
+        history(1000, &rows)
     };
     let r = &reports_of(&[("trainer_state.json", state(&[1, 401, 531, 851]))])[0];
     let f = finding(r, Label::ResumeDiscontinuity);
@@ -241,7 +241,7 @@ fn a_quiet_loss_that_climbs_a_quarter_at_a_peak_lr_and_stays_up_is_a_warmup_too_
                 )
             })
             .collect();
-        format!(r#"{{"max_steps": 7460, "log_history": [{}]}}"#, rows.join(", "))
+        history(7460, &rows)
     };
     // 1.25 at the first log, up to 1.56 by step 500, then 1.40 for good: 1.25x, not 1.5x, but
     // sixty noise units and every early log above the first.
@@ -284,7 +284,7 @@ fn a_new_schedule_begun_where_the_last_ended_is_a_resume_even_when_its_cycles_lo
                 format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
             })
             .collect();
-        format!(r#"{{"max_steps": 600, "log_history": [{}]}}"#, rows.join(", "))
+        history(600, &rows)
     };
     let r = &reports_of(&[("trainer_state.json", state([3e-4, 2.4e-4, 3e-4]))])[0];
     let f = finding(r, Label::ResumeDiscontinuity);
