@@ -204,8 +204,8 @@ const EARLY_JUMPS: usize = 2;
 /// At the run's end: the training loss jumped ([`JUMP`]) at least [`EARLY_JUMPS`] times in the
 /// run's first [`EARLY`] — each against the median of up to 20 points before it, its first
 /// point (an untrained model's, or a first epoch's blow-up) left out — and never after, in a log
-/// that goes on at least as long again: the
-/// instability belonged to the peak LR meeting an untrained model, whatever the first log was.
+/// that goes on at least as long again: the instability belonged to the peak LR meeting an
+/// untrained model, whatever the first log was.
 /// Returns the level before the highest early jump, that jump and its step.
 fn early_jumps(ctx: &Ctx, total: f64) -> Option<(f64, f64, u64)> {
     let loss = finite(ctx.st.points(Series::TrainLoss));
@@ -214,20 +214,18 @@ fn early_jumps(ctx: &Ctx, total: f64) -> Option<(f64, f64, u64)> {
     if (loss.last()?.step as f64) < until + EARLY * total {
         return None;
     }
-    let mut jumps = (3..loss.len()).filter_map(|i| {
-        let level = median(
-            &loss[i.saturating_sub(20).max(1)..i]
+    let jumps: Vec<(f64, Point)> = (3..loss.len())
+        .filter_map(|i| {
+            let before: Vec<f64> = loss[i.saturating_sub(20).max(1)..i]
                 .iter()
                 .map(|p| p.value)
-                .collect::<Vec<_>>(),
-        )?;
-        (level > 0.0 && loss[i].value >= JUMP * level).then_some((level, loss[i]))
-    });
-    let early: Vec<(f64, Point)> = jumps
-        .by_ref()
-        .take_while(|(_, p)| (p.step as f64) <= until)
+                .collect();
+            let level = median(&before)?;
+            (level > 0.0 && loss[i].value >= JUMP * level).then_some((level, loss[i]))
+        })
         .collect();
-    if early.len() < EARLY_JUMPS || jumps.next().is_some() {
+    let (early, late): (Vec<_>, Vec<_>) = jumps.into_iter().partition(|(_, p)| (p.step as f64) <= until);
+    if early.len() < EARLY_JUMPS || !late.is_empty() {
         return None;
     }
     let (level, high) = early.into_iter().max_by(|a, b| a.1.value.total_cmp(&b.1.value))?;
