@@ -94,10 +94,11 @@ impl Mask {
 
     /// `x` times elements `start .. start + x.len()` of the mask.
     pub fn apply(&self, start: usize, x: &mut [f32]) {
-        let mut mask = [0f32; 1024];
-        for (k, x) in x.chunks_mut(mask.len()).enumerate() {
+        const PIECE: usize = 1024;
+        let mut mask = [0f32; PIECE];
+        for (k, x) in x.chunks_mut(PIECE).enumerate() {
             let mask = &mut mask[..x.len()];
-            self.fill(start + k * 1024, mask);
+            self.fill(start + k * PIECE, mask);
             x.iter_mut().zip(mask.iter()).for_each(|(x, m)| *x *= m);
         }
     }
