@@ -188,12 +188,14 @@ impl Doctor {
         // Trend findings raised live that the whole run no longer supports are resolved (a
         // transient plateau, a validation dip the run recovered from); point events stay.
         let confirmed: Vec<Label> = fresh.iter().map(|f| f.label).collect();
+        // So is a spike the whole run shows to be the top of its loss's own tail of jumps.
         let (keep, resolved): (Vec<Finding>, Vec<Finding>) =
             std::mem::take(&mut self.findings).into_iter().partition(|f| {
-                !matches!(
+                let trend = matches!(
                     f.label,
                     Label::Overfitting | Label::Plateau | Label::Oscillation | Label::StuckAtChance
-                ) || confirmed.contains(&f.label)
+                );
+                (!trend || confirmed.contains(&f.label)) && !detect::spike::in_its_tail(&ctx, f)
             });
         self.findings = keep;
         self.resolved.extend(resolved);

@@ -338,6 +338,40 @@ pub fn settle(ctx: &Ctx, f: &mut Finding) {
     );
 }
 
+/// Jumps (log-ratios to the median of the 20 points before) at least half a spike's that a
+/// long loss must hold before its shape is read...
+const TAIL_POINTS: usize = 20;
+/// ...and the most of them that may reach three quarters of the spike's for it to be the top
+/// of a tail: jumps that thin out as they grow (batch noise) rather than a cluster of like ones
+/// (recurring spikes) or one alone.
+const TAIL_THINS: f64 = 0.25;
+
+/// True when a training-loss spike is the top of its loss's own tail of jumps: of the points
+/// that jumped at least half as far (in log ratio), at least [`TAIL_POINTS`], at most
+/// [`TAIL_THINS`] jumped three quarters as far — a heavy-tailed batch noise's largest draw,
+/// not an event. Judged on the whole run, at its end.
+pub fn in_its_tail(ctx: &Ctx, f: &Finding) -> bool {
+    if f.label != Label::LossSpike || f.evidence.contains_key("on_validation") {
+        return false;
+    }
+    let Some(ratio) = f.evidence.get("ratio_to_median").copied().filter(|r| *r > 1.0) else {
+        return false;
+    };
+    let values: Vec<f64> = finite(ctx.st.points(Series::TrainLoss))
+        .iter()
+        .map(|p| p.value)
+        .collect();
+    let jumps: Vec<f64> = (8..values.len())
+        .filter_map(|i| {
+            let m = crate::stats::median(&values[i.saturating_sub(20)..i])?;
+            (m > 0.0 && values[i] > 0.0).then(|| (values[i] / m).ln())
+        })
+        .collect();
+    let at_least = |share: f64| jumps.iter().filter(|&&r| r >= share * ratio.ln()).count();
+    let (half, most) = (at_least(0.5), at_least(0.75));
+    half >= TAIL_POINTS && (most as f64) <= TAIL_THINS * half as f64
+}
+
 /// Whether a point of `loss` from `from` on stands [`JUMP_RATIO`] times the median of the 20
 /// before it.
 pub(crate) fn jumped(ctx: &Ctx, loss: Series, from: u64) -> bool {

@@ -488,3 +488,38 @@ fn a_training_loss_too_noisy_to_show_a_fall_is_no_plateau_while_validation_impro
     let r = &reports_of(&[("trainer_state.json", state(0.0))])[0];
     assert_eq!(finding(r, Label::Plateau).evidence["never_improved"], 1.0);
 }
+
+#[test]
+fn the_largest_draw_of_a_heavy_tailed_batch_noise_is_no_spike_and_a_few_like_jumps_are() {
+    // 6,000 per-step logs of a loss falling 2.0 -> 0.1 under Laplace noise in log space (scale
+    // 0.12: jumps that thin out as they grow, the largest about 2x); with `spikes`, three 6x
+    // jumps at steps 2,000, 3,500 and 5,000 too.
+    let state = |spikes: bool| {
+        let rows: Vec<String> = (1..=6000u64)
+            .map(|s| {
+                let u = jitter(s).clamp(1e-9, 1.0 - 1e-9);
+                let laplace = if u < 0.5 {
+                    0.12 * (2.0 * u).ln()
+                } else {
+                    -0.12 * (2.0 - 2.0 * u).ln()
+                };
+                let base = 0.1 + 1.9 * (-(s as f64) / 800.0).exp();
+                let jump = if spikes && [2000, 3500, 5000].contains(&s) {
+                    6.0
+                } else {
+                    1.0
+                };
+                let lr = 5e-5 * (1.0 - s as f64 / 6001.0);
+                format!(
+                    r#"{{"step": {s}, "loss": {}, "learning_rate": {lr}}}"#,
+                    base * laplace.exp() * jump
+                )
+            })
+            .collect();
+        history(6000, &rows)
+    };
+    let r = &reports_of(&[("trainer_state.json", state(false))])[0];
+    assert!(!labels(r).contains(&Label::LossSpike), "{:?}", labels(r));
+    let r = &reports_of(&[("trainer_state.json", state(true))])[0];
+    finding(r, Label::LossSpike);
+}
