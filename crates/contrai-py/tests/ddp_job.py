@@ -46,3 +46,7 @@ assert trainer.model is not None
 for _, p in sorted(trainer.model.state_dict().items()):
     digest.update(p.detach().cpu().numpy().tobytes())
 (out / f"weights.rank{args.process_index}").write_text(digest.hexdigest())
+# The process group torchrun's ranks share, torn down before the interpreter exits: left to exit,
+# gloo's threads can abort a rank ("terminate called without an active exception").
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()

@@ -71,3 +71,7 @@ trainer = Trainer(model=model, args=args, train_dataset=DroppableDataset(token_t
                   eval_dataset=token_task(100, 2), callbacks=callbacks)
 ContraiCallback(out / "recipe.toml", run_dir=out / "run", holdout_dataset=token_task(60, 3)).attach(trainer)
 trainer.train(resume_from_checkpoint=last_checkpoint(out / "trainer"))
+# The process group torchrun's ranks share, torn down before the interpreter exits: left to exit,
+# gloo's threads can abort a rank ("terminate called without an active exception").
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()
