@@ -354,10 +354,9 @@ fn rows_portable(q: &[u8], scales: &[f32], w: &Int8Weights, bias: &[f32], y: &mu
     "x86_64+avx2+fma+sse4.1"
 ))]
 fn quantize_row(x: &[f32], q: &mut [u8]) -> f32 {
-    // Lane-wise maxima, and `v · 0` summed: 0 for finite rows, NaN when a value is not finite
-    // (the maxima pass over a NaN). The maxima are comparisons, one `vmaxps` each: `f32::max`
-    // would add NaN handling the poison makes needless.
-    let larger = |m: f32, v: f32| if v > m { v } else { m };
+    // Lane-wise maxima (`math::larger`: they pass over a NaN), and `v · 0` summed: 0 for finite
+    // rows, NaN when a value is not finite.
+    use math::larger;
     let (mut lanes, mut poison) = ([0f32; 16], [0f32; 16]);
     let chunks = x.chunks_exact(16);
     let tail = chunks.remainder().iter().fold(0f32, |m, v| larger(m, v.abs()));

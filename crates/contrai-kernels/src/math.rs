@@ -161,12 +161,18 @@ fn sum(a: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// The larger of a running maximum `m` and `v`, `m` when `v` is NaN: one comparison (`vmaxps`
+/// in a vector loop), where `f32::max` adds NaN handling a maximum that starts at a number never
+/// needs.
+#[inline(always)]
+pub(crate) fn larger(m: f32, v: f32) -> f32 {
+    if v > m { v } else { m }
+}
+
 /// max over a row with lane-wise partial maxima, passing over NaN as `f32::max` does (the
-/// maxima start at −∞ and never become NaN). Comparisons, one `vmaxps` each: `f32::max` adds
-/// NaN handling a lane never needs.
+/// maxima start at −∞ and never become NaN).
 #[inline(always)]
 fn max(a: &[f32]) -> f32 {
-    let larger = |m: f32, v: f32| if v > m { v } else { m };
     let mut acc = [f32::NEG_INFINITY; LANES];
     let ca = a.chunks_exact(LANES);
     let tail = ca
