@@ -214,15 +214,10 @@ fn early_jumps(ctx: &Ctx, total: f64) -> Option<(f64, f64, u64)> {
     if (loss.last()?.step as f64) < until + EARLY * total {
         return None;
     }
-    let jumps: Vec<(f64, Point)> = (3..loss.len())
-        .filter_map(|i| {
-            let before: Vec<f64> = loss[i.saturating_sub(20).max(1)..i]
-                .iter()
-                .map(|p| p.value)
-                .collect();
-            let level = median(&before)?;
-            (level > 0.0 && loss[i].value >= JUMP * level).then_some((level, loss[i]))
-        })
+    let values: Vec<f64> = loss.iter().map(|p| p.value).collect();
+    let jumps: Vec<(f64, Point)> = super::spike::levels_before(&values, 3, 1)
+        .filter(|&(i, level)| values[i] >= JUMP * level)
+        .map(|(i, level)| (level, loss[i]))
         .collect();
     let (early, late): (Vec<_>, Vec<_>) = jumps.into_iter().partition(|(_, p)| (p.step as f64) <= until);
     if early.len() < EARLY_JUMPS || !late.is_empty() {

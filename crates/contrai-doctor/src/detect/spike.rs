@@ -361,11 +361,9 @@ pub fn in_its_tail(ctx: &Ctx, f: &Finding) -> bool {
         .iter()
         .map(|p| p.value)
         .collect();
-    let jumps: Vec<f64> = (8..values.len())
-        .filter_map(|i| {
-            let m = crate::stats::median(&values[i.saturating_sub(20)..i])?;
-            (m > 0.0 && values[i] > 0.0).then(|| (values[i] / m).ln())
-        })
+    let jumps: Vec<f64> = levels_before(&values, 8, 0)
+        .filter(|&(i, _)| values[i] > 0.0)
+        .map(|(i, m)| (values[i] / m).ln())
         .collect();
     let at_least = |share: f64| jumps.iter().filter(|&&r| r >= share * ratio.ln()).count();
     let (half, most) = (at_least(0.5), at_least(0.75));
@@ -381,12 +379,22 @@ pub(crate) fn jumped(ctx: &Ctx, loss: Series, from: u64) -> bool {
     jump_points(&values, JUMP_RATIO).any(|i| i >= first)
 }
 
+/// Each point from `from` on with its level: the median of the up to 20 points before it (those
+/// before `skip` left out), when that is positive — what a jump is measured against.
+pub(crate) fn levels_before(
+    values: &[f64],
+    from: usize,
+    skip: usize,
+) -> impl Iterator<Item = (usize, f64)> + '_ {
+    (from..values.len()).filter_map(move |i| {
+        let m = crate::stats::median(&values[i.saturating_sub(20).max(skip)..i])?;
+        (m > 0.0).then_some((i, m))
+    })
+}
+
 /// Points at least `ratio` times the median of the 20 before them.
 fn jump_points(values: &[f64], ratio: f64) -> impl Iterator<Item = usize> + '_ {
-    (8..values.len()).filter(move |&i| {
-        let m = crate::stats::median(&values[i.saturating_sub(20)..i]).unwrap_or(f64::INFINITY);
-        m > 0.0 && values[i] >= ratio * m
-    })
+    levels_before(values, 8, 0).filter_map(move |(i, m)| (values[i] >= ratio * m).then_some(i))
 }
 
 /// How many points are at least `ratio` times the median of the 20 before them.
