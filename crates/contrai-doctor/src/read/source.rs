@@ -22,8 +22,8 @@ pub(crate) struct Appended {
 enum Kind {
     Jsonl,
     Csv,
-    /// A TensorBoard event file, with its folder's role.
-    Events(Option<&'static str>),
+    /// A TensorBoard event file, with its folder's role, and whether it is its role's first.
+    Events(Option<&'static str>, bool),
     /// A W&B run file.
     Wandb,
 }
@@ -34,7 +34,7 @@ impl Appended {
         match self.kind {
             Kind::Jsonl => Box::new(jsonl::Jsonl::new(&self.path)),
             Kind::Csv => Box::new(csv_log::Csv::new(&self.path)),
-            Kind::Events(role) => Box::new(tensorboard::Events::new(&self.path, role)),
+            Kind::Events(role, first) => Box::new(tensorboard::Events::new(&self.path, role, first)),
             Kind::Wandb => Box::new(wandb_run::WandbRun::new(&self.path)),
         }
     }
@@ -147,13 +147,13 @@ pub(crate) fn of_format(path: &Path, format: Format) -> Result<Source, ReadError
     Ok(match format {
         Format::Tensorboard => {
             let (run, files) = tensorboard::source(path)?;
-            appended(
-                run,
-                files
-                    .into_iter()
-                    .map(|(f, role)| (f, Kind::Events(role)))
-                    .collect(),
-            )
+            let mut roles = Vec::new();
+            let files = files.into_iter().map(|(f, role)| {
+                let first = !roles.contains(&role);
+                roles.push(role);
+                (f, Kind::Events(role, first))
+            });
+            appended(run, files.collect())
         }
         Format::Jsonl => appended(jsonl::Jsonl::run(path), one(Kind::Jsonl)),
         Format::Csv => appended(csv_log::Csv::run(path), one(Kind::Csv)),

@@ -343,21 +343,23 @@ pub struct Events {
     plugins: Plugins,
     /// Bytes parsed so far, for the offset of a corrupt record.
     parsed: u64,
-    /// Its segment mark was made.
+    /// Its segment mark was made (or it needs none: its role's first file).
     started: bool,
     /// The Trainer's arguments were read (they are written once, at the start).
     args_read: bool,
 }
 
 impl Events {
-    /// A reader at the start of the event file `path` of a run whose events have this role.
-    pub fn new(path: &Path, role: Option<&'static str>) -> Events {
+    /// A reader at the start of the event file `path` of a run whose events have this role;
+    /// `first` when no file of that role comes before it (it starts no segment: a Keras run's
+    /// `validation/` file, written beside its `train/` one, continues nothing).
+    pub fn new(path: &Path, role: Option<&'static str>, first: bool) -> Events {
         Events {
             path: path.to_path_buf(),
             role,
             plugins: Plugins::new(),
             parsed: 0,
-            started: false,
+            started: first,
             args_read: false,
         }
     }
@@ -367,8 +369,8 @@ impl Stream for Events {
     fn feed(&mut self, run: &mut RawRun, data: &[u8], eof: bool) -> Result<usize, ReadError> {
         if !self.started {
             self.started = true;
-            // Each event file of a run is a segment (a resumed job writes a new one); a tag that
-            // continues in it is cut there.
+            // Each later event file of a role is a segment (a resumed job writes a new one); a
+            // tag that continues in it is cut there.
             run.mark_segment(Some(Marker::NewFile), None);
         }
         let mut args: Option<String> = None;
