@@ -1,5 +1,6 @@
-//! One doctor: every labelled log of `../shared/eval/doctor/` and `../shared/eval/doctor-real/`,
-//! written again an eighth at a time (cut anywhere, mid-line and mid-record) and followed live:
+//! One doctor: every labelled log of `../shared/eval/doctor/` and `../shared/eval/doctor-real/`
+//! (and of `CONTRAI_DOCTOR_CORPUS`, when it names a folder of cases), written again an eighth at a
+//! time (cut anywhere, mid-line and mid-record) in the order a writer writes it and followed live:
 //! at every cut the live report is what `contrai doctor` says of the log as it then stands, and
 //! the last is what it says of the whole log — the same labels, steps, recommendations and
 //! evidence.
@@ -8,22 +9,40 @@ use std::path::{Path, PathBuf};
 
 use contrai_doctor::{DoctorConfig, Live, Report, diagnose, read_path};
 
-/// The case folders of both labelled sets that `../shared` holds.
+/// The case folders of both labelled sets that `../shared` holds, and of `CONTRAI_DOCTOR_CORPUS`.
 fn cases() -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for set in ["eval/doctor/cases", "eval/doctor-real/cases"] {
-        let Some(dir) = contrai_testkit::shared(set) else {
-            continue;
-        };
+    let sets = ["eval/doctor/cases", "eval/doctor-real/cases"].map(contrai_testkit::shared);
+    let corpus = std::env::var_os("CONTRAI_DOCTOR_CORPUS").map(PathBuf::from);
+    for dir in sets.into_iter().chain([corpus]).flatten() {
         let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
             .unwrap()
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.join("case.json").is_file())
             .collect();
         found.sort();
+        // A case in both (the corpus holds `../shared`'s logs too) is checked once.
+        found.retain(|p| !out.iter().any(|o: &PathBuf| o.file_name() == p.file_name()));
         out.extend(found);
     }
     out
+}
+
+/// When a file is written: the event files of one TensorBoard folder one after another (a
+/// job writes a new one when it starts again), in name order, which starts with their time;
+/// every other file from the start. Files of different folders (a Keras run's `train/` and
+/// `validation/`) grow side by side.
+fn turn(rel: &Path, all: &[PathBuf]) -> usize {
+    let events = |p: &Path| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("events.out.tfevents"))
+    };
+    if !events(rel) {
+        return 0;
+    }
+    all.iter()
+        .filter(|o| o.parent() == rel.parent() && events(o) && o.as_path() < rel)
+        .count()
 }
 
 /// Every file under `dir`, relative to it.
@@ -89,26 +108,28 @@ fn a_log_followed_as_it_grows_ends_with_the_findings_of_the_whole_log() {
         let copy = tmp.path().join(case.file_name().unwrap());
         let mut rel = Vec::new();
         files(case, Path::new(""), &mut rel);
+        let turns: Vec<usize> = rel.iter().map(|r| turn(r, &rel)).collect();
+        let last = turns.iter().copied().max().unwrap_or(0);
         let mut live = Live::new(std::slice::from_ref(&copy), None, cfg.clone());
-        for eighth in 1..=8 {
-            for r in &rel {
+        for (now, eighth) in (0..=last).flat_map(|t| (1..=8).map(move |e| (t, e))) {
+            for (r, &t) in rel.iter().zip(&turns).filter(|(_, t)| **t <= now) {
                 let bytes = std::fs::read(case.join(r)).unwrap();
                 let to = copy.join(r);
                 std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-                std::fs::write(&to, cut(&bytes, eighth)).unwrap();
+                std::fs::write(&to, cut(&bytes, if t < now { 8 } else { eighth })).unwrap();
             }
             live.poll();
             // Every run's report brought up to what was read (a poll spaces costly reports).
             live.finish();
-            if eighth < 8
+            if (now, eighth) != (last, 8)
                 && let Ok(cut) = read_path(&copy, None)
             {
-                let now: Vec<Report> = cut.iter().map(|r| diagnose(r, &cfg)).collect();
+                let after: Vec<Report> = cut.iter().map(|r| diagnose(r, &cfg)).collect();
                 let followed: Vec<Report> = live.runs().iter().map(|r| r.report.clone()).collect();
                 assert_eq!(
                     findings(&followed),
-                    findings(&now),
-                    "{}: followed live, then after the fact on the log cut at {eighth}/8",
+                    findings(&after),
+                    "{}: followed live, then after the fact on the log cut at {eighth}/8 of its turn {now}",
                     case.display()
                 );
             }
