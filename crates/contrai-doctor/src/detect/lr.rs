@@ -35,49 +35,31 @@ pub fn check(ctx: &Ctx, final_: bool) -> Vec<Finding> {
     // Its share of the run is known at the end, or live when the log states the planned total.
     let share_known = final_ || ctx.st.hints.total_steps.is_some();
     // No warmup (the LR starts at half its peak or more) or a short one, and the loss rose in
-    // the run's first steps: the peak LR hit an untrained model.
+    // the run's first steps: the peak LR hit an untrained model. A short warmup the loss came
+    // through unharmed is no finding: the label is a warmup too short "where it hurts".
     let short = has_warmup && frac < ctx.cfg.warmup_min;
     let rise = if !has_warmup || short {
         early_rise(ctx, total).or_else(|| final_.then(|| early_jumps(ctx, total)).flatten())
     } else {
         None
     };
-    if has_warmup && share_known && (warmup_done || final_) {
-        if frac > ctx.cfg.warmup_max {
-            let rec = format!(
-                "the LR warms up over {} steps ({:.0} % of {}): shorten the warmup to 2-5 % \
-                 (~{} steps), then cosine-decay to 0.1x peak ({})",
-                warmup_steps,
-                100.0 * frac,
-                total,
-                advised,
-                num(peak * 0.1)
-            );
-            out.push(
-                Finding::new(Label::LrWarmupTooLong, Severity::Warning, first.step, rec)
-                    .with("warmup_steps", warmup_steps)
-                    .with("warmup_fraction", frac)
-                    .with("peak_lr", peak)
-                    .with("total_steps", total),
-            );
-        } else if short && total >= 1000.0 && rise.is_none() {
-            let rec = format!(
-                "the LR reaches its peak {} after only {} steps ({:.2} % of {}): warm up over \
-                 3 % (~{} steps) to avoid early loss spikes",
-                num(peak),
-                warmup_steps,
-                100.0 * frac,
-                total,
-                advised
-            );
-            out.push(
-                Finding::new(Label::LrWarmupTooShort, Severity::Info, first.step, rec)
-                    .with("warmup_steps", warmup_steps)
-                    .with("warmup_fraction", frac)
-                    .with("peak_lr", peak)
-                    .with("total_steps", total),
-            );
-        }
+    if has_warmup && share_known && (warmup_done || final_) && frac > ctx.cfg.warmup_max {
+        let rec = format!(
+            "the LR warms up over {} steps ({:.0} % of {}): shorten the warmup to 2-5 % (~{} \
+             steps), then cosine-decay to 0.1x peak ({})",
+            warmup_steps,
+            100.0 * frac,
+            total,
+            advised,
+            num(peak * 0.1)
+        );
+        out.push(
+            Finding::new(Label::LrWarmupTooLong, Severity::Warning, first.step, rec)
+                .with("warmup_steps", warmup_steps)
+                .with("warmup_fraction", frac)
+                .with("peak_lr", peak)
+                .with("total_steps", total),
+        );
     }
     if share_known && let Some((low, high, at)) = rise {
         let how = if short {
