@@ -325,11 +325,22 @@ fn never_moved(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let (xs, ys) = blocked(&pts, 32, f64::ln);
     let (change, se) = theil_sen_change(&xs, &ys)?;
     let improvement = 1.0 - change.exp();
-    if 2.0 * se >= FLAT_WITHIN || improvement >= 2.0 * se {
+    if !flat(ctx, improvement, se, 1.0) {
         return None;
     }
     let f = finding(ctx, loss, improvement, se, first, pts.len());
     Some(never_fell(f, loss, lr_annealing(ctx, first)))
+}
+
+/// A fitted relative improvement over `share` of the run, known within [`FLAT_WITHIN`], that is
+/// no learning: within its noise (two standard errors), or under the least a learning run gains
+/// ([`DoctorConfig::plateau_rel`] a recent window, [`DoctorConfig::plateau_window`] of the run).
+///
+/// [`DoctorConfig::plateau_rel`]: crate::DoctorConfig::plateau_rel
+/// [`DoctorConfig::plateau_window`]: crate::DoctorConfig::plateau_window
+fn flat(ctx: &Ctx, improvement: f64, se: f64, share: f64) -> bool {
+    let least = ctx.cfg.plateau_rel * share / ctx.cfg.plateau_window;
+    2.0 * se < FLAT_WITHIN && (improvement < 2.0 * se || improvement < least)
 }
 
 /// The loss over the run's first half — its LR at or near its peak — improved by no more than
@@ -344,8 +355,7 @@ fn never_improved(ctx: &Ctx, loss: Series) -> bool {
         return false;
     }
     let (xs, ys) = blocked(first, 32, f64::ln);
-    theil_sen_change(&xs, &ys)
-        .is_some_and(|(change, se)| 2.0 * se < FLAT_WITHIN && 1.0 - change.exp() < 2.0 * se)
+    theil_sen_change(&xs, &ys).is_some_and(|(change, se)| flat(ctx, 1.0 - change.exp(), se, 0.5))
         && !validation_improved(ctx)
 }
 

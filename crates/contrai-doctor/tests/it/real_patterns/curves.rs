@@ -465,6 +465,30 @@ fn a_short_run_whose_loss_never_moved_from_its_first_log_is_a_plateau() {
 }
 
 #[test]
+fn a_loss_that_drifts_down_less_than_a_learning_run_gains_never_improved() {
+    // An LLM fine-tune logged every 10 steps for 5,800 under a cosine from its first log, its
+    // loss at 11.2 (near ln of its vocabulary) ± 2 % drifting down `fall` over the whole run:
+    // 0.8 % is a change its 580 logs know well (it is more than its noise) but no learning.
+    let state = |fall: f64| {
+        let rows: Vec<String> = (1..=580u64)
+            .map(|i| {
+                let s = i * 10;
+                let lr = 2.5e-5 * (1.0 + (std::f64::consts::PI * s as f64 / 5800.0).cos());
+                let loss = 11.2 * (1.0 - fall * s as f64 / 5800.0) * (1.0 + 0.01 * (jitter(i) - 0.5));
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        history(5800, &rows)
+    };
+    let r = &reports_of(&[("trainer_state.json", state(0.008))])[0];
+    let f = finding(r, Label::Plateau);
+    assert_eq!(f.evidence["never_improved"], 1.0, "{f:?}");
+    // The same run falling 5 % learned, slowly: its schedule's decay explains the flattening.
+    let r = &reports_of(&[("trainer_state.json", state(0.05))])[0];
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", r.findings);
+}
+
+#[test]
 fn a_training_loss_too_noisy_to_show_a_fall_is_no_plateau_while_validation_improves() {
     // 180 logs over 18,000 steps under a linear decay from the first, the training loss at 1.27
     // ± 0.15 throughout; 36 evaluations, falling 1.37 -> 1.29 (`val_fall`), or level.
