@@ -87,6 +87,9 @@ pub enum Marker {
     /// The LR went back up to the value the log started at while the steps went on: the
     /// schedule began again (a job resumed without its scheduler's state).
     LrRestart,
+    /// The run's planned steps changed, or its epoch went back while its steps went on: the
+    /// job was launched again (a new dataset or schedule) and its log appended to.
+    Relaunch,
 }
 
 /// Where a series' log order starts a new segment.

@@ -9,7 +9,7 @@
 
 use super::{Ctx, main_loss, num};
 use crate::finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
-use crate::series::{Cut, Point, Series};
+use crate::series::{Cut, Marker, Point, Series};
 use crate::stats::{median, point_noise};
 
 mod segments;
@@ -231,6 +231,10 @@ fn judge(ctx: &Ctx, loss: Option<&Side>, lr: Option<&Side>) -> Option<Judged> {
     if loss_broke {
         breaks.push(Break::LossJump);
     }
+    let new_plan = cut.marker == Some(Marker::Relaunch);
+    if new_plan {
+        breaks.push(Break::NewPlan);
+    }
     let start = from_start(side);
     let start_level = lc
         .as_ref()
@@ -240,7 +244,7 @@ fn judge(ctx: &Ctx, loss: Option<&Side>, lr: Option<&Side>) -> Option<Judged> {
         start,
         lc.as_ref(),
         start_level,
-        loss_broke || lr_broke.is_some(),
+        loss_broke || lr_broke.is_some() || new_plan,
     );
     let severity = severity(reading, &cut, side.before.len())?;
     let b = Boundary {
@@ -421,10 +425,11 @@ fn place(b: &Boundary) -> String {
 /// A structural mark in words.
 fn marker_text(m: crate::series::Marker) -> &'static str {
     match m {
-        crate::series::Marker::NewFile => "a new event file",
-        crate::series::Marker::RepeatedHeader => "the header written again",
-        crate::series::Marker::RunSummary => "training after the run's closing summary",
-        crate::series::Marker::LrRestart => "the LR schedule beginning again, the steps going on",
+        Marker::NewFile => "a new event file",
+        Marker::RepeatedHeader => "the header written again",
+        Marker::RunSummary => "training after the run's closing summary",
+        Marker::LrRestart => "the LR schedule beginning again, the steps going on",
+        Marker::Relaunch => "the job launched again: its planned steps or epoch began anew",
     }
 }
 
@@ -541,6 +546,9 @@ fn what_broke(b: &Boundary) -> String {
                 lr.0, lr.1
             )),
             Break::LrJump => parts.push(format!("the LR is {} where the schedule gave {}", lr.0, lr.1)),
+            Break::NewPlan => {
+                parts.push("the steps after it follow another schedule and data order".to_string());
+            }
             _ => {}
         }
     }

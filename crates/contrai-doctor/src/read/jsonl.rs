@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::json_tolerant::{parse_tolerant, value_f64};
 use super::{ReadError, Stream, complete_lines, to_step};
-use crate::series::RawRun;
+use crate::series::{Marker, RawRun};
 
 const STEP_KEYS: [&str; 7] = [
     "step",
@@ -25,6 +25,27 @@ pub struct Jsonl {
     line: usize,
     uses_epoch: bool,
     any_step: bool,
+    /// The last line's planned steps and epoch, to tell a job launched again.
+    plan: Option<Plan>,
+}
+
+/// What a line says of its run's course: its step, the steps planned, the epoch reached.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Plan {
+    step: u64,
+    total: Option<u64>,
+    epoch: Option<f64>,
+}
+
+impl Plan {
+    /// Whether `next`, a later line, belongs to a job launched again: one process keeps its
+    /// planned steps, and its epoch never goes back (by more than the log's rounding) while its
+    /// steps go on (a resume from an earlier checkpoint takes both back: the steps tell that).
+    fn relaunched(self, next: Plan) -> bool {
+        let total = matches!((self.total, next.total), (Some(a), Some(b)) if a != b);
+        let epoch = matches!((self.epoch, next.epoch), (Some(a), Some(b)) if b < a - 0.01);
+        total || (epoch && next.step > self.step)
+    }
 }
 
 impl Jsonl {
@@ -35,6 +56,7 @@ impl Jsonl {
             line: 0,
             uses_epoch: false,
             any_step: false,
+            plan: None,
         }
     }
 
@@ -82,11 +104,20 @@ impl Jsonl {
         }
         let step = to_step(step.unwrap_or(self.line as f64));
         run.at_line(self.line);
-        if run.hints.total_steps.is_none() {
-            run.hints.total_steps = obj
+        let plan = Plan {
+            step,
+            total: obj
                 .get("total_steps")
                 .or_else(|| obj.get("max_steps"))
-                .and_then(Value::as_u64);
+                .and_then(Value::as_u64),
+            epoch: obj.get("epoch").and_then(value_f64),
+        };
+        if self.plan.is_some_and(|p| p.relaunched(plan)) {
+            run.mark_segment(Some(Marker::Relaunch), None);
+        }
+        self.plan = Some(plan);
+        if run.hints.total_steps.is_none() {
+            run.hints.total_steps = plan.total;
         }
         // LLaMA-Factory's `trainer_log.jsonl` (`current_steps` and `total_steps` on each line):
         // every one of its stages trains a language model.

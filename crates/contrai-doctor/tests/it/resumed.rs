@@ -295,6 +295,48 @@ fn planted_hf_lr_jumps_after_a_closing_summary() {
     assert_eq!(f.severity, Severity::Warning);
 }
 
+/// A LLaMA-Factory `trainer_log.jsonl` logged every 10 steps to step 700 under a cosine over
+/// 41,000 steps, 42 steps an epoch; from step 440 (`relaunch`) the job was launched again on a
+/// new dataset (222 steps an epoch) and schedule (222,000 steps), its steps, LR and loss going
+/// on as they were.
+fn llama_factory_log(relaunch: bool) -> String {
+    let mut n = Noise(3);
+    let mut out = String::new();
+    for s in (1..=70).map(|i| i * 10) {
+        let (total, per_epoch) = if relaunch && s >= 440 {
+            (222_000, 222.0)
+        } else {
+            (41_000, 42.0)
+        };
+        let lr = 2.5e-5 * (1.0 + (std::f64::consts::PI * s as f64 / total as f64).cos());
+        let row = format!(
+            r#"{{"current_steps": {s}, "total_steps": {total}, "loss": {:.4}, "learning_rate": {lr:e}, "epoch": {:.2}}}"#,
+            loss_at(s, &mut n),
+            s as f64 / per_epoch
+        );
+        writeln!(out, "{row}").unwrap();
+    }
+    out
+}
+
+#[test]
+fn planted_relaunch_with_a_new_plan_is_a_warning_and_the_same_plan_is_no_boundary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("trainer_log.jsonl");
+    std::fs::write(&path, llama_factory_log(true)).expect("write");
+    let f = resume_finding(&path).expect("resume finding");
+    let b = &boundaries(&f)[0];
+    assert_eq!(
+        (b.step_before, b.step_after, b.marker, b.reading),
+        (430, 440, Some(Marker::Relaunch), Reading::Broken)
+    );
+    assert_eq!(b.breaks, vec![Break::NewPlan]);
+    assert_eq!(f.severity, Severity::Warning);
+    // The same log written by one job: nothing to report.
+    std::fs::write(&path, llama_factory_log(false)).expect("write");
+    assert!(resume_finding(&path).is_none());
+}
+
 /// A Lightning CSVLogger `metrics.csv`: a train row per 50 steps, a validation row per 500.
 fn lightning_csv(rows: &[(u64, f64, f64)]) -> String {
     let mut out = "epoch,lr-AdamW,step,train_loss_step,val_loss\n".to_string();
