@@ -12,11 +12,8 @@ pub fn vanish(ctx: &Ctx) -> Option<Finding> {
         return None;
     }
     let vals: Vec<f64> = pts.iter().map(|p| p.value).collect();
-    let blocks = block_medians(&vals, 20);
-    let peak = blocks.iter().copied().fold(0.0, f64::max);
-    let k = (vals.len() / 10).max(3);
-    let last = median(&vals[vals.len() - k..])?;
-    if peak <= 0.0 || last > peak * ctx.cfg.grad_vanish_ratio {
+    let (peak, last) = peak_and_last(&vals)?;
+    if peak <= 0.0 || last > peak * ctx.cfg.grad_vanish_ratio || loss_fell_as_far(ctx, peak / last) {
         return None;
     }
     let step = pts
@@ -41,6 +38,26 @@ pub fn vanish(ctx: &Ctx) -> Option<Finding> {
             .with("last_grad_norm", last)
             .with("ratio", last / peak),
     )
+}
+
+/// A series' peak (the highest of 20 block medians) and its level at the end (the median of
+/// its last tenth, at least 3 points).
+fn peak_and_last(vals: &[f64]) -> Option<(f64, f64)> {
+    let peak = block_medians(vals, 20).into_iter().fold(0.0, f64::max);
+    let k = (vals.len() / 10).max(3).min(vals.len());
+    Some((peak, median(&vals[vals.len() - k..])?))
+}
+
+/// True when the main loss fell from its peak to its end by `fall` or more: a gradient norm
+/// that shrank with the loss (a cross-entropy's gradient shrinks as its loss, a squared
+/// error's as its root) followed a model that converged, not a gradient that vanished while
+/// the loss was still high.
+fn loss_fell_as_far(ctx: &Ctx, fall: f64) -> bool {
+    let loss: Vec<f64> = finite(ctx.st.points(super::main_loss(ctx.st)))
+        .iter()
+        .map(|p| p.value)
+        .collect();
+    peak_and_last(&loss).is_some_and(|(peak, last)| last > 0.0 && peak / last >= fall)
 }
 
 /// The least a loss must fall (relative, beyond twice its standard error) after the gradient

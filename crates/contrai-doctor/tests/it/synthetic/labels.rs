@@ -256,6 +256,26 @@ fn grad_vanish_and_control() {
     // A loss that still falls under the small norm is learning: the gradient carries it.
     let l = labels(&run(with(base.clone(), Series::GradNorm, vanish), XUnit::Step));
     assert!(!l.contains(&Label::GradVanish), "{l:?}");
+    // The norm down 2000x by step 1500 while the loss fell to a floor 20,000x under its start
+    // and stays there: the norm shrank with the loss (a model that fits its data), not while
+    // the loss was still high.
+    let shrank: Vec<(u64, f64)> = base[3]
+        .1
+        .iter()
+        .map(|&(s, v)| (s, v * (-(s as f64) / 200.0).exp().max(5e-4)))
+        .collect();
+    let floor: Vec<(u64, f64)> = base[0]
+        .1
+        .iter()
+        .map(|&(s, _)| (s, 2.3 * (-(s as f64) / 100.0).exp() + 1e-4))
+        .collect();
+    let converged = with(
+        with(base.clone(), Series::GradNorm, shrank),
+        Series::TrainLoss,
+        floor,
+    );
+    let l = labels(&run(converged, XUnit::Step));
+    assert!(!l.contains(&Label::GradVanish), "{l:?}");
     let mild: Vec<(u64, f64)> = base[3]
         .1
         .iter()
