@@ -6,6 +6,7 @@
 //! | --- | --- | --- | --- |
 //! | `fp16_on_bf16_model` | fp16 training (autocast or fp16 weights) of a model whose config says bfloat16 | error | bf16 |
 //! | `bf16_not_native` | bf16 training on a device that has no native bf16 matrix multiply (a CPU without AVX-512 or AMX, a GPU before Ampere): every matmul takes a slow fallback | warning | fp32 |
+//! | `precision_not_applied` | the recipe asks bf16 (`model.precision`) of a PyTorch job that trains in another format: the job's own settings choose it | warning | the job's bf16 setting, or no `model.precision` |
 //! | `checkpointing_without_input_grads` | PEFT adapters, reentrant gradient checkpointing, and the input embeddings' output needs no grad: the checkpointed blocks' adapters get no gradient | error | `enable_input_require_grads()`, or `use_reentrant=False` |
 //! | `reentrant_checkpointing_with_lora` | PEFT adapters under reentrant gradient checkpointing (input gradients on or unknown) | warning | `use_reentrant=False` |
 //! | `loss_not_normalised` | accumulation > 1 and a token-level loss averaged per micro-batch, not over the window's tokens | warning | normalise over the window (`num_items_in_batch`) |
@@ -72,6 +73,8 @@ pub enum FindingKind {
     Fp16OnBf16Model,
     /// bf16 training on a device without native bf16 matrix multiplies.
     Bf16NotNative,
+    /// The recipe's `model.precision` is not the format the job trains in.
+    PrecisionNotApplied,
     /// PEFT under reentrant checkpointing with no input gradients: adapters get no gradient.
     CheckpointingWithoutInputGrads,
     /// PEFT under reentrant checkpointing.
@@ -100,6 +103,7 @@ impl FindingKind {
         match self {
             FindingKind::Fp16OnBf16Model => "fp16_on_bf16_model",
             FindingKind::Bf16NotNative => "bf16_not_native",
+            FindingKind::PrecisionNotApplied => "precision_not_applied",
             FindingKind::CheckpointingWithoutInputGrads => "checkpointing_without_input_grads",
             FindingKind::ReentrantCheckpointingWithLora => "reentrant_checkpointing_with_lora",
             FindingKind::LossNotNormalised => "loss_not_normalised",
@@ -121,6 +125,7 @@ impl FindingKind {
             | FindingKind::SeedArticleFailure
             | FindingKind::NoEvalSplit => Severity::Error,
             FindingKind::Bf16NotNative
+            | FindingKind::PrecisionNotApplied
             | FindingKind::ReentrantCheckpointingWithLora
             | FindingKind::LossNotNormalised
             | FindingKind::WarmupOutsideRange
@@ -170,6 +175,7 @@ pub fn check(facts: &JobFacts) -> Vec<Finding> {
     [
         fp16_on_bf16_model(facts),
         bf16_not_native(facts),
+        precision_not_applied(facts),
         checkpointing_with_adapters(facts),
         loss_not_normalised(facts),
     ]
@@ -248,6 +254,32 @@ fn bf16_not_native(f: &JobFacts) -> Option<Finding> {
             "the job trains in bf16 on a device with no native bf16 matrix multiply (a CPU without AVX-512 or AMX, a GPU before Ampere), where every matmul takes a fallback kernel tens of times slower than fp32: {fix}."
         ),
         json!({"precision": "bf16", "native_bf16": false}),
+    ))
+}
+
+/// A recipe asking bf16 (`model.precision`, Contrai's own engine's setting) of a PyTorch job
+/// that trains in another format: the job's own settings choose its format, so the recipe's
+/// ask would pass unheeded.
+fn precision_not_applied(f: &JobFacts) -> Option<Finding> {
+    let (asked, trains) = (f.recipe_precision?, f.precision?);
+    if f.source == Some(Source::Recipe) || asked != Precision::Bf16 || trains == asked {
+        return None;
+    }
+    let fix = setting(
+        f.source,
+        "train in bf16",
+        "set bf16=True in the job's TrainingArguments",
+        "set precision=\"bf16-mixed\" on the Lightning Trainer",
+        "train the job in bf16",
+    );
+    let trains = serde_json::to_value(trains).ok()?;
+    Some(Finding::new(
+        FindingKind::PrecisionNotApplied,
+        format!(
+            "the recipe's model.precision = \"bf16\" sets the format of Contrai's own engine, but this job trains in {} as its own settings choose: {fix}, or drop model.precision from the recipe.",
+            trains.as_str().unwrap_or("another format")
+        ),
+        json!({"recipe_precision": "bf16", "precision": trains}),
     ))
 }
 

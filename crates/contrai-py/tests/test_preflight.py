@@ -488,6 +488,19 @@ def test_preflight_warn_trains_anyway_and_off_says_nothing(tmp_path: Path,
     assert "pre-flight" not in capsys.readouterr().out
 
 
+def test_a_recipe_asking_bf16_of_an_fp32_job_says_the_job_decides(tmp_path: Path) -> None:
+    # model.precision sets Contrai's own engine; a PyTorch job trains in what its arguments say.
+    clean = CALLBACK_RECIPE.format(lr=2e-4, warmup=0.03, schedule="cosine")
+    bf16 = clean + '[model]\nprecision = "bf16"\n'
+    fp32_job = preflight.facts_hf(args(tmp_path), tiny_bert())
+    found = preflight.under_recipe(fp32_job, bf16, "recipe.toml", holdout=True)
+    assert kinds(found) == ["precision_not_applied"]
+    assert "bf16=True" in found[0]["message"] and "trains in fp32" in found[0]["message"], found[0]["message"]
+    bf16_job = preflight.facts_hf(args(tmp_path, bf16=True), tiny_bert())
+    assert kinds(preflight.under_recipe(bf16_job, bf16, "recipe.toml", holdout=True)) == []
+    assert kinds(preflight.under_recipe(fp32_job, clean, "recipe.toml", holdout=True)) == []
+
+
 def test_the_lightning_callback_runs_the_check(tmp_path: Path) -> None:
     (tmp_path / "recipe.toml").write_text(CALLBACK_RECIPE.format(lr=1e-3, warmup=0.03, schedule="cosine"))
     rows = DataLoader(dataset(lm_rows(64)), batch_size=16)

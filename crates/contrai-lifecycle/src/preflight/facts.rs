@@ -98,6 +98,9 @@ pub struct JobFacts {
     pub precision: Option<Precision>,
     /// The format the model's config says it was trained in (`torch_dtype` / `dtype`).
     pub model_dtype: Option<Precision>,
+    /// The format the recipe asks of Contrai's own engine (`model.precision`), beside a job
+    /// whose own settings choose its format.
+    pub recipe_precision: Option<Precision>,
     /// The device the job trains on multiplies bf16 matrices natively (PyTorch's oneDNN bf16
     /// path on a CPU, bf16 tensor cores on a GPU); read only when the job trains in bf16.
     pub native_bf16: Option<bool>,
@@ -141,14 +144,19 @@ pub struct JobFacts {
 }
 
 impl JobFacts {
-    /// What a recipe says of its own main phase: schedule, batch, checkpoint cadence, split
-    /// shares and LoRA (Contrai's engine trains f32 classifiers, whose loss is per sample).
+    /// What a recipe says of its own main phase: precision, schedule, batch, checkpoint cadence,
+    /// split shares and LoRA (Contrai's engine trains classifiers, whose loss is per sample).
     pub fn from_recipe(recipe: &Recipe) -> JobFacts {
         let m = &recipe.main;
         let s = &recipe.data.split;
+        let precision = match recipe.model.precision {
+            contrai_recipe::Precision::F32 => Precision::Fp32,
+            contrai_recipe::Precision::Bf16 => Precision::Bf16,
+        };
         JobFacts {
             source: Some(Source::Recipe),
-            precision: Some(Precision::Fp32),
+            precision: Some(precision),
+            recipe_precision: Some(precision),
             tuning: Some(if recipe.model.lora.is_some() {
                 Tuning::Lora
             } else {

@@ -9,6 +9,7 @@ fn clean() -> JobFacts {
         source: Some(Source::Hf),
         precision: Some(Precision::Bf16),
         model_dtype: Some(Precision::Bf16),
+        recipe_precision: None,
         native_bf16: Some(true),
         tuning: Some(Tuning::Lora),
         gradient_checkpointing: Some(true),
@@ -294,6 +295,45 @@ fn missing_validation_is_an_error_and_a_missing_holdout_a_warning() {
             (FindingKind::NoHoldout, Severity::Warning)
         ]
     );
+}
+
+#[test]
+fn a_recipe_asking_bf16_of_a_job_that_trains_in_fp32_is_a_warning() {
+    let unheeded = JobFacts {
+        precision: Some(Precision::Fp32),
+        recipe_precision: Some(Precision::Bf16),
+        ..clean()
+    };
+    let found = check(&unheeded);
+    assert_eq!(kinds(&unheeded), vec![FindingKind::PrecisionNotApplied]);
+    assert_eq!(found[0].severity, Severity::Warning);
+    assert!(
+        found[0].message.contains("trains in fp32") && found[0].message.contains("bf16=True"),
+        "{}",
+        found[0].message
+    );
+    let lightning = JobFacts {
+        source: Some(Source::Lightning),
+        ..unheeded.clone()
+    };
+    assert!(check(&lightning)[0].message.contains("bf16-mixed"));
+    // A job in bf16 under that recipe, and one under a recipe in f32 (its default), are fine.
+    let heeded = JobFacts {
+        recipe_precision: Some(Precision::Bf16),
+        ..clean()
+    };
+    assert_eq!(kinds(&heeded), vec![]);
+    let default = JobFacts {
+        recipe_precision: Some(Precision::Fp32),
+        ..clean()
+    };
+    assert_eq!(kinds(&default), vec![]);
+    // A recipe's own facts say its precision, and its own engine applies it.
+    let mut recipe = Recipe::default();
+    recipe.model.precision = contrai_recipe::Precision::Bf16;
+    let own = JobFacts::from_recipe(&recipe);
+    assert_eq!(own.precision, Some(Precision::Bf16));
+    assert_eq!(kinds(&own), vec![]);
 }
 
 #[test]

@@ -80,10 +80,13 @@ BESIDE_SCHEDULE = ("tuning", "precision")
 def under_recipe(facts: JobFacts, recipe_toml: str, recipe_path: str, holdout: bool) -> list[Finding]:
     """The findings of a job a callback runs under a recipe: the job's own facts (``facts_hf``,
     ``facts_lightning``) but for its schedule and checkpoint cadence, which are the recipe's and
-    judged from it (their fixes naming the recipe's keys); the holdout is the callback's."""
+    judged from it (their fixes naming the recipe's keys); the holdout is the callback's; the
+    recipe's ``model.precision`` beside the format the job trains in."""
     job: JobFacts = {k: v for k, v in facts.items() if k not in GOVERNED}  # type: ignore[assignment]
     job["holdout"] = holdout
     said = _core.recipe_facts(recipe_toml, recipe_path)
+    # The format the recipe asks of Contrai's engine, beside the one the job's settings chose.
+    job["recipe_precision"] = said.get("precision")
     recipe: JobFacts = {k: v for k, v in said.items() if k in GOVERNED}  # type: ignore[assignment]
     recipe["source"] = "recipe"
     recipe.update({k: v for k, v in facts.items() if k in BESIDE_SCHEDULE})  # type: ignore[typeddict-item]

@@ -172,6 +172,7 @@ class JobFacts(TypedDict):
     peak_lr: NotRequired[Union[float, None]]
     per_device_batch: NotRequired[Union[int, None]]
     precision: NotRequired[Union["Precision", None]]
+    recipe_precision: NotRequired[Union["Precision", None]]
     reentrant: NotRequired[Union[bool, None]]
     source: NotRequired[Union["FactsSource", None]]
     token_level_loss: NotRequired[Union[bool, None]]
@@ -721,7 +722,7 @@ Phase = Union[Literal["validate"], Literal["main"], Literal["diagnose"], Literal
 
 Precision = Union[Literal["fp32"], Literal["fp16"], Literal["bf16"]]
 
-PreflightKind = Union[Literal["fp16_on_bf16_model"], Literal["bf16_not_native"], Literal["checkpointing_without_input_grads"], Literal["reentrant_checkpointing_with_lora"], Literal["loss_not_normalised"], Literal["warmup_outside_range"], Literal["decay_not_cosine"], Literal["seed_article_failure"], Literal["effective_batch_outside_range"], Literal["sparse_checkpoints"], Literal["no_eval_split"], Literal["no_holdout"]]
+PreflightKind = Union[Literal["fp16_on_bf16_model"], Literal["bf16_not_native"], Literal["precision_not_applied"], Literal["checkpointing_without_input_grads"], Literal["reentrant_checkpointing_with_lora"], Literal["loss_not_normalised"], Literal["warmup_outside_range"], Literal["decay_not_cosine"], Literal["seed_article_failure"], Literal["effective_batch_outside_range"], Literal["sparse_checkpoints"], Literal["no_eval_split"], Literal["no_holdout"]]
 
 PreflightSeverity = Union[Literal["warning"], Literal["error"]]
 
