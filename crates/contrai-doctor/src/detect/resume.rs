@@ -423,7 +423,7 @@ fn place(b: &Boundary) -> String {
 }
 
 /// A structural mark in words.
-fn marker_text(m: crate::series::Marker) -> &'static str {
+fn marker_text(m: Marker) -> &'static str {
     match m {
         Marker::NewFile => "a new event file",
         Marker::RepeatedHeader => "the header written again",

@@ -104,13 +104,18 @@ impl Jsonl {
         }
         let step = to_step(step.unwrap_or(self.line as f64));
         run.at_line(self.line);
+        // A line that does not say (an evaluation row) keeps what the lines before said.
         let plan = Plan {
             step,
             total: obj
                 .get("total_steps")
                 .or_else(|| obj.get("max_steps"))
-                .and_then(Value::as_u64),
-            epoch: obj.get("epoch").and_then(value_f64),
+                .and_then(Value::as_u64)
+                .or(self.plan.and_then(|p| p.total)),
+            epoch: obj
+                .get("epoch")
+                .and_then(value_f64)
+                .or(self.plan.and_then(|p| p.epoch)),
         };
         if self.plan.is_some_and(|p| p.relaunched(plan)) {
             run.mark_segment(Some(Marker::Relaunch), None);
