@@ -272,12 +272,11 @@ fn precision_not_applied(f: &JobFacts) -> Option<Finding> {
         "set precision=\"bf16-mixed\" on the Lightning Trainer",
         "train the job in bf16",
     );
-    let trains = serde_json::to_value(trains).ok()?;
+    let trains = trains.as_str();
     Some(Finding::new(
         FindingKind::PrecisionNotApplied,
         format!(
-            "the recipe's model.precision = \"bf16\" sets the format of Contrai's own engine, but this job trains in {} as its own settings choose: {fix}, or drop model.precision from the recipe.",
-            trains.as_str().unwrap_or("another format")
+            "the recipe's model.precision = \"bf16\" sets the format of Contrai's own engine, but this job trains in {trains} as its own settings choose: {fix}, or drop model.precision from the recipe."
         ),
         json!({"recipe_precision": "bf16", "precision": trains}),
     ))

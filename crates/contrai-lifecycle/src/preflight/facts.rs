@@ -17,6 +17,17 @@ pub enum Precision {
     Bf16,
 }
 
+impl Precision {
+    /// The format's name, as JSON spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Fp16 => "fp16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
 /// How the model's weights are tuned.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -346,6 +346,13 @@ fn the_default_recipe_is_within_the_rules_and_the_thresholds_are_its_defaults() 
 }
 
 #[test]
+fn a_precisions_name_is_its_json_spelling() {
+    for p in [Precision::Fp32, Precision::Fp16, Precision::Bf16] {
+        assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
+    }
+}
+
+#[test]
 fn facts_read_from_json_refuse_unknown_fields_and_findings_serialise_snake_case() {
     let f: JobFacts = serde_json::from_str(
         r#"{"source": "hf", "precision": "fp16", "model_dtype": "bf16", "checkpoint_every": {"Steps": 500}}"#,
