@@ -143,6 +143,12 @@ impl Csv {
                 continue;
             };
             if cell.is_empty() {
+                // pandas' `to_csv` writes NaN as an empty field: in a table with no step column
+                // (a row an epoch, every metric in every row) an empty metric is a NaN; beside a
+                // step column (Lightning's sparse rows) it was not logged at that step.
+                if self.step_col.is_none() {
+                    run.push(tag, step, f64::NAN);
+                }
                 continue;
             }
             match parse_num(cell) {

@@ -6,6 +6,7 @@ mod csv_log;
 mod hf;
 mod json_tolerant;
 mod jsonl;
+mod keras_json;
 mod mlflow;
 mod mlflow_db;
 mod mlflow_server;
@@ -129,11 +130,13 @@ pub enum Format {
     Burn,
     /// JSON lines (Contrai, LLaMA-Factory, any flat rows).
     Jsonl,
+    /// A Keras `History` saved as JSON (each metric's per-epoch list).
+    KerasJson,
 }
 
 impl Format {
     /// Every format, in the order `--format`'s help lists them.
-    pub const ALL: [Format; 10] = [
+    pub const ALL: [Format; 11] = [
         Format::Tensorboard,
         Format::HfTrainerState,
         Format::Csv,
@@ -144,6 +147,7 @@ impl Format {
         Format::Trackio,
         Format::Burn,
         Format::Jsonl,
+        Format::KerasJson,
     ];
 
     /// Parses a `--format` value.
@@ -159,6 +163,7 @@ impl Format {
             "trackio" => Format::Trackio,
             "burn" | "burn_metric_logs" => Format::Burn,
             "jsonl" | "json_lines" | "ndjson" => Format::Jsonl,
+            "keras_json" | "keras_history" | "history_json" => Format::KerasJson,
             _ => return None,
         })
     }
@@ -176,6 +181,7 @@ impl Format {
             Format::Trackio => "trackio",
             Format::Burn => "burn_metric_logs",
             Format::Jsonl => "jsonl",
+            Format::KerasJson => "keras_json",
         }
     }
 }
@@ -337,6 +343,9 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
     let text = String::from_utf8_lossy(head);
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') {
+        if !text.contains("\"log_history\"") && keras_json::looks_like(trimmed) {
+            return Ok(Format::KerasJson);
+        }
         if text.contains("\"log_history\"") || lower.ends_with(".json") {
             return Ok(Format::HfTrainerState);
         }

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use super::{
     Format, ReadError, Skipped, Stream, burn, csv_log, detect_format, file_name, hf, io_err,
-    is_trainer_state, jsonl, mlflow, mlflow_db, sqlite_format, tensorboard, trackio, wandb, wandb_run,
+    is_trainer_state, jsonl, keras_json, mlflow, mlflow_db, sqlite_format, tensorboard, trackio, wandb,
+    wandb_run,
 };
 use crate::series::{RawRun, Run};
 
@@ -96,6 +97,7 @@ impl Source {
         for p in paths {
             raws.extend(match format {
                 Format::HfTrainerState => vec![hf::read(p)?],
+                Format::KerasJson => keras_json::read(p)?,
                 Format::WandbCsv => wandb::read(p)?,
                 Format::Mlflow => mlflow::read(p)?,
                 Format::MlflowDb => mlflow_db::read(p)?,
@@ -159,6 +161,7 @@ pub(crate) fn of_format(path: &Path, format: Format) -> Result<Source, ReadError
         Format::Csv => appended(csv_log::Csv::run(path), one(Kind::Csv)),
         Format::Wandb => appended(wandb_run::WandbRun::run(path), one(Kind::Wandb)),
         Format::HfTrainerState
+        | Format::KerasJson
         | Format::WandbCsv
         | Format::Mlflow
         | Format::MlflowDb
@@ -296,6 +299,8 @@ pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Sour
             } else if is_trainer_state(p) {
                 // A Trainer state saved under another name (the content tells, not the name).
                 sources.push(of_format(p, Format::HfTrainerState)?);
+            } else if lower.ends_with(".json") && detect_format(p).is_ok_and(|f| f == Format::KerasJson) {
+                sources.push(of_format(p, Format::KerasJson)?);
             }
         }
         if !wandb.is_empty() {

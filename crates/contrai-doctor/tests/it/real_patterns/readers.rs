@@ -259,3 +259,54 @@ fn lightnings_per_epoch_twin_is_read_where_the_per_step_loss_is_sparser_and_its_
     );
     finding(&reports(dir.path())[0], Label::Plateau);
 }
+
+#[test]
+fn a_keras_history_saved_as_json_is_read_and_a_model_config_beside_it_is_not() {
+    // `json.dump(history.history)`: per-epoch lists, the loss NaN from epoch 3 (bare tokens).
+    let loss = "[0.91, 0.72, 0.66, NaN, NaN, NaN]";
+    let rs = reports_of(&[
+        (
+            "training_history.json",
+            format!(r#"{{"loss": {loss}, "accuracy": [0.5, 0.6, 0.62, 0.5, 0.5, 0.5], "val_loss": {loss}}}"#),
+        ),
+        (
+            "config.json",
+            r#"{"architectures": ["Net"], "num_labels": 2}"#.into(),
+        ),
+    ]);
+    assert_eq!(rs.len(), 1, "{:?}", sources(&rs));
+    assert!(rs[0].source.ends_with("training_history.json"));
+    assert_eq!(finding(&rs[0], Label::Nonfinite).step, 3);
+}
+
+#[test]
+fn a_pandas_history_without_an_epoch_column_writes_nan_as_an_empty_cell() {
+    // `pd.DataFrame(history.history).to_csv(index=False)`: no step column, a row an epoch, the
+    // NaN loss an empty field in every row.
+    let rows: Vec<String> = (0..12).map(|_| "0.6487,,0.5905,".to_string()).collect();
+    let rs = reports_of(&[(
+        "training_history.csv",
+        format!("accuracy,loss,val_accuracy,val_loss\n{}\n", rows.join("\n")),
+    )]);
+    assert_eq!(finding(&rs[0], Label::Nonfinite).step, 0);
+    // Lightning's sparse rows beside a step column: an empty cell was not logged there.
+    let rows: Vec<String> = (1..=40u64)
+        .map(|s| {
+            let loss = 1.0 / (1.0 + s as f64 / 10.0);
+            if s % 10 == 0 {
+                format!("{s},{loss},{}", loss * 1.1)
+            } else {
+                format!("{s},{loss},")
+            }
+        })
+        .collect();
+    let rs = reports_of(&[(
+        "metrics.csv",
+        format!("step,train_loss,val_loss\n{}\n", rows.join("\n")),
+    )]);
+    assert!(
+        !labels(&rs[0]).contains(&Label::Nonfinite),
+        "{:?}",
+        labels(&rs[0])
+    );
+}

@@ -1,0 +1,197 @@
+//! Keras `History` saved as JSON (`json.dump(history.history)`): each metric's list of per-epoch
+//! values, bare or under `history`/`metrics` (beside an `epochs` list), NaN as a bare token. Two
+//! models' histories saved in one file under prefixes (`reg_loss`, `cls_loss`) are two runs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::json_tolerant::{parse_tolerant, value_f64};
+use super::{ReadError, read_text, to_step};
+use crate::series::{RawRun, XUnit};
+use crate::tags;
+
+/// Members a tool wraps the History's lists in.
+const WRAPPERS: [&str; 2] = ["history", "metrics"];
+/// Members that carry the x-axis instead of a metric.
+const EPOCH_KEYS: [&str; 2] = ["epochs", "epoch"];
+
+/// Whether a JSON file's first bytes open a History: an object whose first member is a list of
+/// numbers, or an `epochs`/`history`/`metrics` member (a config's first list holds strings).
+pub fn looks_like(head: &str) -> bool {
+    let Some(rest) = head.trim_start().strip_prefix('{') else {
+        return false;
+    };
+    let Some((key, after)) = first_member(rest) else {
+        return false;
+    };
+    if EPOCH_KEYS.contains(&key) || WRAPPERS.contains(&key) {
+        return true;
+    }
+    after.strip_prefix('[').is_some_and(|list| {
+        let list = list.trim_start();
+        list.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '.')
+            || list.starts_with("NaN")
+            || list.starts_with("Infinity")
+    })
+}
+
+/// The first member's key and what follows its colon (trimmed), if the text holds them.
+fn first_member(rest: &str) -> Option<(&str, &str)> {
+    let rest = rest.trim_start().strip_prefix('"')?;
+    let end = rest.find('"')?;
+    let after = rest[end + 1..].trim_start().strip_prefix(':')?;
+    Some((&rest[..end], after.trim_start()))
+}
+
+/// Reads a History JSON into its runs: one, or one per model prefix.
+pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
+    let err = |line: usize, field: &str, reason: String| ReadError::Parse {
+        path: path.to_path_buf(),
+        line,
+        field: field.to_string(),
+        reason,
+    };
+    let text = read_text(path)?;
+    let v = parse_tolerant(&text).map_err(|e| err(e.line(), "json", e.to_string()))?;
+    let Some(top) = v.as_object() else {
+        return Err(err(1, "json", "expected an object of metric lists".into()));
+    };
+    let lists = WRAPPERS
+        .iter()
+        .find_map(|w| top.get(*w).and_then(Value::as_object))
+        .unwrap_or(top);
+    let epochs: Option<Vec<u64>> = EPOCH_KEYS
+        .iter()
+        .find_map(|k| top.get(*k).or_else(|| lists.get(*k)))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|x| value_f64(x).map_or(0, to_step)).collect());
+    let name = path
+        .file_stem()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "history".into());
+    let mut runs = Vec::new();
+    for (prefix, metrics) in by_model(lists) {
+        let run_name = if prefix.is_empty() { name.clone() } else { prefix };
+        let mut run = RawRun::new(run_name, path.display().to_string(), "keras_json");
+        for (tag, values) in metrics {
+            for (i, x) in values.iter().enumerate() {
+                let step = epochs
+                    .as_ref()
+                    .and_then(|e| e.get(i).copied())
+                    .unwrap_or(i as u64);
+                if let Some(x) = value_f64(x) {
+                    run.push(&tag, step, x);
+                }
+            }
+        }
+        run.hints.x_unit = XUnit::Epoch;
+        runs.push(run);
+    }
+    if runs.is_empty() {
+        return Err(err(1, "json", "no list of per-epoch metric values".into()));
+    }
+    Ok(runs)
+}
+
+/// The metric lists grouped by model: by prefix (`reg_`, `cls_`) when two or more prefixes each
+/// have their own `loss` and the file has no bare `loss`, else all in one group.
+fn by_model(lists: &Map<String, Value>) -> BTreeMap<String, Vec<(String, &Vec<Value>)>> {
+    let metrics: Vec<(&String, &Vec<Value>)> = lists
+        .iter()
+        .filter(|(k, _)| !EPOCH_KEYS.contains(&k.as_str()))
+        .filter_map(|(k, v)| v.as_array().map(|a| (k, a)))
+        .filter(|(k, _)| tags::classify(k).is_some())
+        .collect();
+    let prefixes: Vec<&str> = metrics
+        .iter()
+        .filter_map(|(k, _)| k.strip_suffix("_loss"))
+        .filter(|p| !p.is_empty() && !is_role(p))
+        .collect();
+    let split = prefixes.len() >= 2 && !lists.contains_key("loss");
+    let mut out: BTreeMap<String, Vec<(String, &Vec<Value>)>> = BTreeMap::new();
+    for (k, v) in metrics {
+        let owner = split
+            .then(|| prefixes.iter().find(|p| k.starts_with(&format!("{p}_"))))
+            .flatten();
+        match owner {
+            Some(p) => out
+                .entry(p.to_string())
+                .or_default()
+                .push((k[p.len() + 1..].into(), v)),
+            None => out.entry(String::new()).or_default().push((k.clone(), v)),
+        }
+    }
+    out
+}
+
+/// Whether a loss's prefix names a split (`val_loss`) rather than a model.
+fn is_role(prefix: &str) -> bool {
+    tags::classify(&format!("{prefix}_loss")).is_some_and(|(s, _)| s != crate::series::Series::TrainLoss)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("history.json");
+        std::fs::write(&p, text).unwrap();
+        (dir, p)
+    }
+
+    #[test]
+    fn a_history_dump_is_recognised_and_a_config_is_not() {
+        assert!(looks_like("{\n  \"loss\": [\n    0.69, 0.5"));
+        assert!(looks_like("{\"epochs\": [0.0, 1.0], \"metrics\": {"));
+        assert!(looks_like("{\"val_loss\": [NaN, 1.0]"));
+        assert!(!looks_like("{\"architectures\": [\"BertModel\"]"));
+        assert!(!looks_like("{\"hidden_size\": 768"));
+        assert!(!looks_like("[1, 2]"));
+    }
+
+    #[test]
+    fn per_epoch_lists_become_series_with_nan_kept() {
+        let (_d, p) =
+            write(r#"{"loss": [0.9, 0.7, NaN], "val_loss": [1.0, 0.8, NaN], "lr": [0.001, 0.001, 0.001]}"#);
+        let runs = read(&p).unwrap();
+        assert_eq!(runs.len(), 1);
+        let run = runs.into_iter().next().unwrap().into_runs().remove(0);
+        let loss = run.points(crate::series::Series::TrainLoss);
+        assert_eq!(loss.len(), 3);
+        assert!(loss[2].value.is_nan());
+        assert_eq!(loss[1].step, 1);
+        assert_eq!(run.points(crate::series::Series::ValLoss).len(), 3);
+    }
+
+    #[test]
+    fn a_wrapped_history_takes_its_epochs_and_two_models_are_two_runs() {
+        let (_d, p) = write(r#"{"epochs": [5, 6], "metrics": {"loss": [2.0, 1.0]}}"#);
+        let run = read(&p).unwrap().remove(0).into_runs().remove(0);
+        let steps: Vec<u64> = run
+            .points(crate::series::Series::TrainLoss)
+            .iter()
+            .map(|p| p.step)
+            .collect();
+        assert_eq!(steps, [5, 6]);
+        let (_d, p) = write(
+            r#"{"reg_loss": [1.1, 1.0, 1.0], "reg_val_loss": [0.4, 0.3, 0.3],
+                "cls_loss": [0.72, 0.70], "cls_val_loss": [0.69, 0.69], "cls_val_accuracy": [0.52, 0.52]}"#,
+        );
+        let runs = read(&p).unwrap();
+        let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["cls", "reg"]);
+        let cls = runs[0].clone().into_runs().remove(0);
+        assert_eq!(cls.points(crate::series::Series::ValLoss).len(), 2);
+        assert_eq!(cls.points(crate::series::Series::ValAccuracy).len(), 2);
+    }
+
+    #[test]
+    fn a_file_that_is_no_history_says_what_was_expected() {
+        let (_d, p) = write(r#"{"note": "text"}"#);
+        let e = read(&p).unwrap_err().to_string();
+        assert!(e.contains("history.json") && e.contains("per-epoch"), "{e}");
+    }
+}
