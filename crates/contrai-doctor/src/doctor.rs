@@ -64,7 +64,7 @@ impl Default for DoctorConfig {
             grad_vanish_ratio: 1e-3,
             oscillation_amplitude: 0.03,
             chance_tolerance: 0.03,
-            warmup_max: 0.20,
+            warmup_max: 0.25,
             warmup_min: 0.005,
             no_decay_ratio: 0.9,
             resume_lr_ratio: 1.5,

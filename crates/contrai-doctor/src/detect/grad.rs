@@ -7,7 +7,13 @@ use crate::stats::{block_medians, median};
 
 /// Reviews the gradient norm.
 pub fn vanish(ctx: &Ctx) -> Option<Finding> {
-    let pts = finite(ctx.st.points(Series::GradNorm));
+    // A norm of exactly 0 is a step with no gradient at all (a batch whose labels were all
+    // masked, an RL group whose rewards were all equal), not one that shrank: the level is the
+    // steps' that had one.
+    let pts: Vec<_> = finite(ctx.st.points(Series::GradNorm))
+        .into_iter()
+        .filter(|p| p.value != 0.0)
+        .collect();
     if pts.len() < 10 {
         return None;
     }

@@ -1,7 +1,8 @@
 //! `overfitting`: validation has not improved for several evaluations (about 300 steps, in the
 //! log's own eval cadence) while the training loss still falls; or validation has risen at every
-//! one of its last [`SUSTAINED_RISES`] evaluations while the training loss fell by more than
-//! [`SUSTAINED_TRAIN_FALL`]. Reports the best step, the generalisation gap and Prechelt's GL.
+//! one of its last evaluations ([`SUSTAINED`]: many for a small rise, few for a steep one) while
+//! the training loss fell by more than [`SUSTAINED_TRAIN_FALL`]. Reports the best step, the
+//! generalisation gap and Prechelt's GL.
 
 use super::{Ctx, finite, fitted_change, num, rel_drop};
 use crate::finding::{Finding, Label, Severity};
@@ -10,13 +11,14 @@ use crate::stats::{block_medians, median, median_gap, robust_sigma};
 
 /// Evaluations since the best (and before it) that tell a level from a rise.
 const LEVEL_EVALS: usize = 6;
-/// Consecutive rising evaluations that make a sustained rise.
-pub const SUSTAINED_RISES: usize = 4;
-/// A sustained rise counts from this total relative rise of validation: a material one, as the
-/// labelled set's vocabulary defines overfitting (`eval/doctor-real/LABELLING.md`: 5–10 % above
-/// the minimum). A steady rise of 1 % while the training loss falls by a third is validation
-/// levelling off, not yet the model fitting noise (a labelled seq2seq run: its ROUGE still rose).
-const SUSTAINED_RISE_MIN: f64 = 0.05;
+/// Sustained rises: consecutive rising evaluations, and the total relative rise of validation
+/// over them, that make one. Four for a material rise, as the labelled set's vocabulary defines
+/// overfitting (`eval/doctor-real/LABELLING.md`: 5–10 % above the minimum); a steady rise of 1 %
+/// while the training loss falls by a third is validation levelling off, not yet the model
+/// fitting noise (a labelled seq2seq run: its ROUGE still rose). Two for a steep one, twice the
+/// vocabulary's material rise over each: a run evaluated three times, worse by a third and then
+/// by a half after its first evaluation, never reaches a patience (a labelled classifier).
+const SUSTAINED: [(usize, f64); 2] = [(4, 0.05), (2, 0.2)];
 /// ... while the training loss fell by more than this share since the rise began.
 pub const SUSTAINED_TRAIN_FALL: f64 = 0.2;
 
@@ -123,25 +125,31 @@ fn past_patience(ctx: &Ctx) -> Option<Finding> {
     )
 }
 
-/// Validation rose at each of its last [`SUSTAINED_RISES`] evaluations, by
-/// [`SUSTAINED_RISE_MIN`] or more in total and by more than its noise, while the training loss
-/// fell by more than [`SUSTAINED_TRAIN_FALL`] since the best evaluation: a small rise, but a
-/// steady one.
+/// Validation rose at each of its last evaluations, by a total over the [`SUSTAINED`] pair's
+/// and by more than its noise, while the training loss fell by more than
+/// [`SUSTAINED_TRAIN_FALL`] since the best evaluation: a small rise, but a steady one.
 fn sustained_rise(ctx: &Ctx) -> Option<Finding> {
     let val = finite(ctx.st.points(Series::ValLoss));
-    if val.len() < SUSTAINED_RISES + 2 {
+    SUSTAINED
+        .iter()
+        .find_map(|&(rises, least)| rose_at_each(ctx, &val, rises, least))
+}
+
+/// [`sustained_rise`] over the last `rises` evaluations, rising `least` or more in all.
+fn rose_at_each(ctx: &Ctx, val: &[Point], rises: usize, least: f64) -> Option<Finding> {
+    if val.len() < rises + 1 {
         return None;
     }
-    let from = val.len() - 1 - SUSTAINED_RISES;
+    let from = val.len() - 1 - rises;
     if !val[from..].windows(2).all(|w| w[1].value > w[0].value) {
         return None;
     }
     let (low, last) = (val[from], val[val.len() - 1]);
     let rise = last.value / low.value - 1.0;
     // Noise near the current level: the early descent's curvature is no noise of the rise.
-    let tail = &val[val.len() - (val.len() / 2).max(SUSTAINED_RISES + 2)..];
+    let tail = &val[val.len() - (val.len() / 2).max(rises + 2).min(val.len())..];
     let noise = relative_noise(&tail.iter().map(|p| p.value).collect::<Vec<_>>());
-    if low.value <= 0.0 || rise < SUSTAINED_RISE_MIN.max(3.0 * noise) {
+    if low.value <= 0.0 || rise < least.max(3.0 * noise) {
         return None;
     }
     // The best evaluation: the earliest minimum up to the rise's start.
@@ -154,26 +162,22 @@ fn sustained_rise(ctx: &Ctx) -> Option<Finding> {
         return None;
     }
     let why = format!(
-        "validation rose at each of the last {SUSTAINED_RISES} evals ({:.1} % in all) while the \
-         training loss fell {:.1} %",
+        "validation rose at each of the last {rises} evals ({:.1} % in all) while the training \
+         loss fell {:.1} %",
         100.0 * rise,
         100.0 * fall
     );
-    let patience = SUSTAINED_RISES;
     let f = finding(
         ctx,
         Severity::Warning,
         val[from + 1].step,
         best,
         &why,
-        patience,
+        rises,
         (at_best, at_end, fall),
         last.value,
     );
-    Some(
-        f.with("sustained_rise", rise)
-            .with("rising_evals", SUSTAINED_RISES as f64),
-    )
+    Some(f.with("sustained_rise", rise).with("rising_evals", rises as f64))
 }
 
 /// [`train_levels`], `None` when the fall is within the training loss's own log-to-log swing.

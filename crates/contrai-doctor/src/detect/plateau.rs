@@ -28,11 +28,12 @@ pub(crate) fn recent_change(ctx: &Ctx, loss: Series) -> Option<(f64, f64, u64, u
         return None;
     }
     let (change, se) = theil_sen_change(&xs, &ys)?;
-    let level = if positive {
-        1.0
-    } else {
-        median(&ys)?.abs().max(1e-12)
-    };
+    let level = if positive { 1.0 } else { median(&ys)?.abs() };
+    // A loss whose level is 0 (a signed RL surrogate, a loss at its floor) has no relative
+    // change to judge: it is at no level a run should get below.
+    if level == 0.0 {
+        return None;
+    }
     let se = se / level;
     let rel = if positive {
         change.exp() - 1.0
@@ -96,6 +97,7 @@ const FLAT_WITHIN: f64 = 0.10;
 /// Reviews the main loss.
 pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
     frozen_validation(ctx)
+        .or_else(|| frozen_from_the_start(ctx, loss))
         .or_else(|| predictions_never_changed(ctx))
         .or_else(|| recent(ctx, loss))
         .or_else(|| never_moved(ctx, loss))
@@ -150,6 +152,54 @@ fn frozen_validation(ctx: &Ctx) -> Option<Finding> {
             .with("frozen_val_loss", end.value)
             .with("evaluations", n as f64)
             .with("window_start_step", from.step as f64)
+            .with("window_end_step", end.step as f64),
+    )
+}
+
+/// Logs a loss frozen from its first must span.
+const FROZEN_LOGS: usize = 10;
+
+/// The training loss one value (to [`FROZEN`]; zero included) at every one of its logs, at
+/// least [`FROZEN_LOGS`], with the LR above 1 % of its peak: a minibatch loss that learns, or
+/// even one that does not, moves from batch to batch — one that never moved from its first log
+/// has no gradient behind it (every label masked, a loss scaled to zero, nothing trainable). A
+/// loss that settled at a rounded 0 after falling is no such run: it moved first.
+fn frozen_from_the_start(ctx: &Ctx, loss: Series) -> Option<Finding> {
+    // Every log, a non-finite one included: a NaN is no frozen value (`nonfinite` says it).
+    let pts = ctx.st.points(loss);
+    let (first, end) = (*pts.first()?, *pts.last()?);
+    let same = |p: &Point| (p.value - first.value).abs() <= FROZEN * first.value.abs();
+    let lr_stopped = ctx
+        .peak_lr()
+        .zip(lr_at(ctx, first.step))
+        .is_some_and(|(peak, lr)| lr < 0.01 * peak || peak <= 0.0);
+    // A gradient norm logged non-finite explains a frozen loss: fp16's scaler skipped every
+    // step, and `nonfinite` says so.
+    let grad_nonfinite = ctx
+        .st
+        .points(Series::GradNorm)
+        .iter()
+        .any(|p| !p.value.is_finite());
+    if pts.len() < FROZEN_LOGS || !pts.iter().all(same) || lr_stopped || grad_nonfinite {
+        return None;
+    }
+    let rec = format!(
+        "{} is {} at every one of its {} logs (steps {}-{}): no gradient reaches the weights, \
+         and the run trains nothing. Check that the labels are not all masked (-100: a prompt \
+         mask or a truncation that cuts every answer), that the model has trainable parameters \
+         and the optimizer holds them, and that fp16 loss scaling does not zero the loss (train \
+         in bf16 or fp32 to see)",
+        loss.name(),
+        num(first.value),
+        pts.len(),
+        first.step,
+        end.step
+    );
+    Some(
+        Finding::new(Label::Plateau, Severity::Critical, first.step, rec)
+            .with("frozen_loss", first.value)
+            .with("logs", pts.len() as f64)
+            .with("window_start_step", first.step as f64)
             .with("window_end_step", end.step as f64),
     )
 }

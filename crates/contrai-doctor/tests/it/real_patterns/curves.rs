@@ -547,3 +547,85 @@ fn the_largest_draw_of_a_heavy_tailed_batch_noise_is_no_spike_and_a_few_like_jum
     let r = &reports_of(&[("trainer_state.json", state(true))])[0];
     finding(r, Label::LossSpike);
 }
+
+#[test]
+fn validation_worse_by_a_third_then_a_half_over_its_three_evaluations_is_overfitting() {
+    // Ten epochs of 31 steps, the loss logged each epoch falling 0.59 -> 0.05; three evaluations
+    // (every 100 steps), the first the best: too few for any patience.
+    let train: Vec<(u64, f64)> = (1..=10u64)
+        .map(|e| (31 * e, 0.59 * (-(e as f64 - 1.0) / 3.6).exp()))
+        .collect();
+    let eval = |v: [f64; 3]| -> Vec<(u64, f64, Option<f64>)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, v)| ((i as u64 + 1) * 100, *v, None))
+            .collect()
+    };
+    let r = &reports_of(&[(
+        "trainer_state.json",
+        trainer_state(&train, &eval([0.3244, 0.4263, 0.5083]), 320),
+    )])[0];
+    let f = finding(r, Label::Overfitting);
+    assert_eq!(f.evidence["best_step"], 100.0, "{f:?}");
+    assert_eq!(f.evidence["rising_evals"], 2.0);
+    // The same curve rising 5 % in all: validation levelling off, not yet overfitting.
+    let r = &reports_of(&[(
+        "trainer_state.json",
+        trainer_state(&train, &eval([0.3244, 0.330, 0.3406]), 320),
+    )])[0];
+    assert!(!labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
+}
+
+#[test]
+fn a_loss_frozen_at_zero_from_its_first_log_trains_nothing() {
+    // 25 logs every 10 steps of 500 planned: warmup to 1e-4 by step 60, then cosine; the loss and
+    // the gradient norm as `loss(i)` and `grad(i)` give them.
+    let state = |loss: &dyn Fn(u64) -> String, grad: &dyn Fn(u64) -> String| {
+        let rows: Vec<String> = (1..=25u64)
+            .map(|i| {
+                let s = 10 * i;
+                let lr = if s <= 60 {
+                    1e-4 * s as f64 / 60.0
+                } else {
+                    5e-5 * (1.0 + (std::f64::consts::PI * (s - 60) as f64 / 440.0).cos())
+                };
+                format!(
+                    r#"{{"step": {s}, "loss": {}, "grad_norm": {}, "learning_rate": {lr}}}"#,
+                    loss(i),
+                    grad(i)
+                )
+            })
+            .collect();
+        history(500, &rows)
+    };
+    let zero = |_: u64| "0.0".to_string();
+    let r = &reports_of(&[("trainer_state.json", state(&zero, &zero))])[0];
+    let f = finding(r, Label::Plateau);
+    assert_eq!(f.evidence["frozen_loss"], 0.0, "{f:?}");
+    assert!(f.recommendation.contains("masked"), "{}", f.recommendation);
+    // Its gradient NaN at every step: fp16's scaler skipped them all, which `nonfinite` says.
+    let r = &reports_of(&[("trainer_state.json", state(&zero, &|_| "NaN".into()))])[0];
+    assert!(labels(r).contains(&Label::Nonfinite), "{:?}", labels(r));
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+}
+
+#[test]
+fn an_rl_surrogate_loss_at_zero_with_steps_of_no_gradient_is_no_plateau_nor_a_vanishing_gradient() {
+    // A GRPO policy loss: 0.0 at most of 1,000 logs (groups whose rewards were all equal give no
+    // gradient), tiny values of either sign between; the norm 0 at those steps, ~0.05 elsewhere.
+    let rows: Vec<String> = (1..=1000u64)
+        .map(|s| {
+            let live = jitter(s) < 0.3 || s < 200;
+            let (loss, grad) = if live {
+                (2e-4 * (jitter(s + 7) - 0.5), 0.02 + 0.08 * jitter(s + 13))
+            } else {
+                (0.0, 0.0)
+            };
+            let lr = 3e-5 * (s.min(100) as f64 / 100.0);
+            format!(r#"{{"step": {s}, "loss": {loss}, "grad_norm": {grad}, "learning_rate": {lr}}}"#)
+        })
+        .collect();
+    let r = &reports_of(&[("trainer_state.json", history(15000, &rows))])[0];
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", r.findings);
+    assert!(!labels(r).contains(&Label::GradVanish), "{:?}", r.findings);
+}

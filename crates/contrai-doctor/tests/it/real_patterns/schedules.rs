@@ -330,3 +330,30 @@ fn a_loss_that_jumps_again_and_again_at_a_peak_lr_early_and_never_after_had_too_
         );
     }
 }
+
+#[test]
+fn a_one_cycle_warmup_under_a_quarter_of_the_run_is_no_finding_and_one_of_three_tenths_is() {
+    // OneCycleLR over 5,880 steps logged every 50, peaking at `pct` of the run, then annealing
+    // to near 0; the loss falls throughout.
+    let state = |pct: f64| {
+        let peak = pct * 5880.0;
+        let rows: Vec<String> = (1..=117u64)
+            .map(|i| {
+                let s = 50 * i;
+                let x = s as f64;
+                let lr = if x <= peak {
+                    0.02 + 0.55 * (1.0 - (std::f64::consts::PI * x / peak).cos()) / 2.0
+                } else {
+                    0.57 * (1.0 + (std::f64::consts::PI * (x - peak) / (5880.0 - peak)).cos()) / 2.0
+                };
+                let loss = 0.05 + 1.7 * (-x / 1500.0).exp();
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        history(5880, &rows)
+    };
+    let r = &reports_of(&[("trainer_state.json", state(0.23))])[0];
+    assert!(!labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
+    let r = &reports_of(&[("trainer_state.json", state(0.3))])[0];
+    assert!(labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
+}
