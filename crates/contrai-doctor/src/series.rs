@@ -472,6 +472,12 @@ impl RawRun {
         for (_, i) in best.values_mut() {
             *i = denser_twin(&self.tags, *i);
         }
+        let train_tag = best.get(&Series::TrainLoss).map(|&(_, i)| self.tags[i].0.clone());
+        for (s, (_, i)) in &mut best {
+            if matches!(s, Series::ValLoss | Series::ValAccuracy) {
+                *i = epoch_twin(&self.tags, *i, train_tag.as_deref());
+            }
+        }
         let mut hints = self.hints;
         if hints.x_unit == XUnit::Step {
             hints.steps_per_epoch = steps_per_epoch(&self.epochs);
@@ -514,6 +520,33 @@ fn denser_twin(tags: &[(String, Vec<Point>)], i: usize) -> usize {
     let twin = format!("{stem}_epoch");
     tags.iter()
         .position(|(t, p)| *t == twin && p.len() > tags[i].1.len())
+        .unwrap_or(i)
+}
+
+/// The validation tag to read for tag `i` beside the training loss `train`: Keras logs each
+/// validation metric twice, `evaluation_<m>_vs_iterations` on the optimizer's iterations and
+/// `epoch_<m>` on the epochs; where the training loss is an `epoch_` tag, validation must be read
+/// on its axis too (a best evaluation at iteration 150 is no point of a 20-epoch training curve).
+fn epoch_twin(tags: &[(String, Vec<Point>)], i: usize, train: Option<&str>) -> usize {
+    let on_epochs = |t: &str| t.rsplit('/').next().is_some_and(|n| n.starts_with("epoch_"));
+    if !train.is_some_and(on_epochs) {
+        return i;
+    }
+    let tag = &tags[i].0;
+    let (folder, name) = tag.rsplit_once('/').map_or(("", tag.as_str()), |(f, n)| (f, n));
+    let Some(metric) = name
+        .strip_prefix("evaluation_")
+        .and_then(|m| m.strip_suffix("_vs_iterations"))
+    else {
+        return i;
+    };
+    let twin = if folder.is_empty() {
+        format!("epoch_{metric}")
+    } else {
+        format!("{folder}/epoch_{metric}")
+    };
+    tags.iter()
+        .position(|(t, p)| *t == twin && !p.is_empty())
         .unwrap_or(i)
 }
 

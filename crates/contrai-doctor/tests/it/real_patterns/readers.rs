@@ -310,3 +310,37 @@ fn a_pandas_history_without_an_epoch_column_writes_nan_as_an_empty_cell() {
         labels(&rs[0])
     );
 }
+
+#[test]
+fn keras_validation_is_read_on_the_epochs_its_training_loss_is_logged_on() {
+    // Keras's TensorBoard callback: train/epoch_loss per epoch; validation/ holds epoch_loss per
+    // epoch and evaluation_loss_vs_iterations at the optimizer's iterations (30 an epoch).
+    // Validation is best at epoch 4 and then nearly doubles while the training loss falls to 0.02.
+    use contrai_testkit::tfevents;
+    let dir = tempfile::tempdir().unwrap();
+    let (train, val) = (dir.path().join("train"), dir.path().join("validation"));
+    fs::create_dir_all(&train).unwrap();
+    fs::create_dir_all(&val).unwrap();
+    let val_loss = |e: u64| 0.2751 + 0.0013 * (e as f32 - 4.0).powi(2);
+    let train_events: Vec<u8> = (0..20u64)
+        .flat_map(|e| tfevents::scalar(e, "epoch_loss", 0.55 * (-(e as f32) / 5.0).exp(), false))
+        .collect();
+    let val_events: Vec<u8> = (0..20u64)
+        .flat_map(|e| {
+            let mut v = tfevents::scalar(e, "epoch_loss", val_loss(e), false);
+            v.extend(tfevents::scalar(
+                30 * (e + 1),
+                "evaluation_loss_vs_iterations",
+                val_loss(e),
+                false,
+            ));
+            v
+        })
+        .collect();
+    fs::write(train.join("events.out.tfevents.1.host.0.v2"), train_events).unwrap();
+    fs::write(val.join("events.out.tfevents.1.host.1.v2"), val_events).unwrap();
+    let rs = reports(dir.path());
+    assert_eq!(rs.len(), 1, "{:?}", sources(&rs));
+    let f = finding(&rs[0], Label::Overfitting);
+    assert_eq!(f.evidence["best_step"], 4.0, "{f:?}");
+}
