@@ -252,8 +252,8 @@ pub struct RawRun {
     lr: Option<LrCourse>,
 }
 
-/// An LR tag's course so far: its first two values, its high and its last, and a restart seen
-/// at its last point that the next one must confirm.
+/// An LR tag's course so far: its first two values, its high and its last, its largest rise
+/// from one log to the next, and a restart seen at its last point that the next one must confirm.
 #[derive(Clone, Debug)]
 struct LrCourse {
     tag: usize,
@@ -261,6 +261,7 @@ struct LrCourse {
     second: Option<f64>,
     high: f64,
     last: f64,
+    rise: f64,
     /// The restart's mark, with how many marks the log had then (a mark in between voids it),
     /// and whether it began a new schedule ([`LrCourse::begins_anew`]).
     pending: Option<(Mark, usize, bool)>,
@@ -279,16 +280,19 @@ fn same_lr(a: f64, b: f64) -> bool {
 impl LrCourse {
     /// Whether `value` may be the schedule beginning again: back from a decayed LR (under 0.9x
     /// its high) to the value the log started at — up 1.5x or more, or, for a log that started
-    /// at zero (a warmup from 0), down to zero again.
+    /// at zero (a warmup from 0), down to zero again; or back to it from any decay a log can
+    /// tell (2 %) in one jump over ten times the most it ever rose from one log to the next (a
+    /// linear decay over 12,000 steps, 8 % down at step 1,000, is back at its start at 1,010).
     fn restarts(&self, value: f64) -> bool {
-        if self.last >= 0.9 * self.high {
+        let decayed = self.last < 0.9 * self.high;
+        if self.first == 0.0 {
+            return decayed && value == 0.0 && self.last > 0.0;
+        }
+        if !same_lr(value, self.first) || value <= self.last {
             return false;
         }
-        if self.first == 0.0 {
-            value == 0.0 && self.last > 0.0
-        } else {
-            value >= 1.5 * self.last && same_lr(value, self.first)
-        }
+        (decayed && value >= 1.5 * self.last)
+            || (!same_lr(self.last, self.high) && value - self.last > 10.0 * self.rise)
     }
 
     /// Whether `value` begins a new schedule where the last one ended: the LR had decayed to
@@ -360,6 +364,7 @@ impl RawRun {
                 second: None,
                 high: value,
                 last: value,
+                rise: 0.0,
                 pending: None,
             });
         }
@@ -395,6 +400,7 @@ impl RawRun {
                 c.second = c.second.or(Some(value));
             }
             c.high = c.high.max(value);
+            c.rise = c.rise.max(value - c.last);
             c.last = value;
         }
         self.lr = Some(c);

@@ -357,3 +357,33 @@ fn a_one_cycle_warmup_under_a_quarter_of_the_run_is_no_finding_and_one_of_three_
     let r = &reports_of(&[("trainer_state.json", state(0.3))])[0];
     assert!(labels(r).contains(&Label::LrWarmupTooLong), "{:?}", labels(r));
 }
+
+#[test]
+fn a_schedule_begun_again_from_a_shallow_decay_is_a_resume() {
+    // A linear decay from 3e-5 over 11,880 steps, a log every 10; at step 1,010 (8 % down) the
+    // LR is back at its start on a schedule of 10,250 steps and the loss as high as at step 300
+    // (a job launched again on another plan, from an earlier state), or (`again` false) both go on.
+    let state = |again: bool| {
+        let rows: Vec<String> = (1..=400u64)
+            .map(|i| {
+                let s = 10 * i;
+                let (lr, x) = if again && s > 1000 {
+                    (3e-5 * (1.0 - (s - 1000) as f64 / 10250.0), s - 700)
+                } else {
+                    (3e-5 * (1.0 - s as f64 / 11880.0), s)
+                };
+                let loss = 1.0 + 2.0 * (-(x as f64) / 300.0).exp() + 0.05 * jitter(i);
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        history(10250, &rows)
+    };
+    let r = &reports_of(&[("trainer_state.json", state(true))])[0];
+    assert_eq!(finding(r, Label::ResumeDiscontinuity).step, 1010);
+    let r = &reports_of(&[("trainer_state.json", state(false))])[0];
+    assert!(
+        !labels(r).contains(&Label::ResumeDiscontinuity),
+        "{:?}",
+        labels(r)
+    );
+}
