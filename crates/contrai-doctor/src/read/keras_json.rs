@@ -37,6 +37,20 @@ pub fn looks_like(head: &str) -> bool {
     })
 }
 
+/// Whether a JSON file's first bytes are too few to tell (empty, or cut before its first
+/// member's value begins): a file being written, to look at again once it grows.
+pub fn undecided(head: &str) -> bool {
+    let head = head.trim_start();
+    let Some(rest) = head.strip_prefix('{') else {
+        return head.is_empty();
+    };
+    if rest.trim_start().starts_with('}') {
+        return false;
+    }
+    first_member(rest)
+        .is_none_or(|(_, after)| after.is_empty() || after.trim_start_matches('[').trim().is_empty())
+}
+
 /// The first member's key and what follows its colon (trimmed), if the text holds them.
 fn first_member(rest: &str) -> Option<(&str, &str)> {
     let rest = rest.trim_start().strip_prefix('"')?;
@@ -150,6 +164,10 @@ mod tests {
         assert!(!looks_like("{\"architectures\": [\"BertModel\"]"));
         assert!(!looks_like("{\"hidden_size\": 768"));
         assert!(!looks_like("[1, 2]"));
+        for cut in ["", "{", "{\n  \"loss\"", "{\"loss\": ", "{\"loss\": [\n  "] {
+            assert!(undecided(cut), "{cut:?}");
+        }
+        assert!(!undecided("{\"loss\": [0.5") && !undecided("{\"hidden_size\": 768") && !undecided("{}"));
     }
 
     #[test]

@@ -299,8 +299,8 @@ pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Sour
             } else if is_trainer_state(p) {
                 // A Trainer state saved under another name (the content tells, not the name).
                 sources.push(of_format(p, Format::HfTrainerState)?);
-            } else if lower.ends_with(".json") && detect_format(p).is_ok_and(|f| f == Format::KerasJson) {
-                sources.push(of_format(p, Format::KerasJson)?);
+            } else if lower.ends_with(".json") {
+                json_file(p, &mut sources, skipped)?;
             }
         }
         if !wandb.is_empty() {
@@ -314,6 +314,26 @@ pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Sour
         }
     }
     Ok(newest_checkpoints(sources))
+}
+
+/// A `.json` file that is no Trainer state: a Keras History is a source; one too short to tell
+/// yet (being written) is passed over and said, to be looked at again once it grows; any other
+/// (a model's config, a tokenizer) is no log.
+fn json_file(p: &Path, sources: &mut Vec<Source>, skipped: &mut Vec<Skipped>) -> Result<(), ReadError> {
+    let mut head = Vec::with_capacity(4096);
+    fs::File::open(p)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head))
+        .map_err(|e| io_err(p, e))?;
+    let head = String::from_utf8_lossy(&head);
+    if keras_json::looks_like(&head) {
+        sources.push(of_format(p, Format::KerasJson)?);
+    } else if keras_json::undecided(&head) {
+        skipped.push(Skipped {
+            path: p.to_path_buf(),
+            reason: "too short to tell its format yet (empty, or cut before its first value)".into(),
+        });
+    }
+    Ok(())
 }
 
 /// The step of a Trainer's `checkpoint-<step>/` folder holding `state`, and the folder above it.
