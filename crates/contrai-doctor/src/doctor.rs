@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::detect::{self, Ctx, Trigger};
 use crate::finding::{Finding, Label};
-use crate::series::{LogOrder, Point, Run, RunHints, Series, Task};
+use crate::series::{LogOrder, LossPart, Point, Run, RunHints, Series, Task};
 
 /// Thresholds of the detectors. Defaults follow general practice, not any one log.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,6 +87,8 @@ pub struct RunState {
     /// Per series, the log's own order and segment starts, when a parsed log gave them (the
     /// resume rule's input; pushed points carry no order of their own).
     pub logs: [Option<LogOrder>; 6],
+    /// The parts of a loss logged in parts, as the log last read gave them (judged at the end).
+    pub parts: Vec<LossPart>,
 }
 
 impl RunState {
@@ -263,6 +265,7 @@ impl Doctor {
     /// Returns the findings newly triggered.
     pub fn feed_new_points(&mut self, run: &Run, seen: &mut [usize; 6]) -> Vec<Finding> {
         let mut fresh: Vec<(Series, Point)> = Vec::new();
+        self.state.parts.clone_from(&run.parts);
         for (s, d) in &run.series {
             self.state.logs[s.index()].clone_from(&d.log);
             let from = seen[s.index()].min(d.points.len());

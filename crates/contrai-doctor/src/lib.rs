@@ -20,5 +20,7 @@ pub use doctor::{Doctor, DoctorConfig, Report, diagnose, report_of};
 pub use finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
 pub use live::{Live, LiveRun};
 pub use read::{Format, ReadError, Skipped, Tail, TrackingLocation, read_path, read_path_noting};
-pub use series::{Cut, LogOrder, Marker, Partial, Point, Run, RunHints, Series, SeriesData, Task, XUnit};
+pub use series::{
+    Cut, LogOrder, LossPart, Marker, Partial, Point, Run, RunHints, Series, SeriesData, Task, XUnit,
+};
 pub use stated_setup::{LrSchedule, Setting, Setup};

@@ -211,6 +211,75 @@ pub struct Checkpoint {
     pub name: String,
 }
 
+/// One part of a loss logged in parts (an object detector's box, objectness and class losses,
+/// a multi-task model's tasks) beside the main pair: its training and validation points, so
+/// that a part whose validation worsens is seen where the summed loss hides it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LossPart {
+    /// Its name: its tags without their role (`obj_loss` for `train/obj_loss`, `val/obj_loss`).
+    pub name: String,
+    /// The training points, by step.
+    pub train: Vec<Point>,
+    /// The validation points, by step.
+    pub val: Vec<Point>,
+}
+
+/// Tokens that name a validation tag's role, and a training tag's.
+const VAL_ROLE: [&str; 7] = ["val", "valid", "validation", "eval", "evaluation", "test", "dev"];
+const TRAIN_ROLE: [&str; 4] = ["train", "training", "tr", "trn"];
+
+/// A loss tag's name without its role and its aggregation (`epoch`, `step`).
+fn part_name(tag: &str, role: &[&str]) -> String {
+    let lower = tag.to_ascii_lowercase();
+    let toks: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|t| !t.is_empty() && !role.contains(t) && !matches!(*t, "epoch" | "step"))
+        .collect();
+    toks.join("_")
+}
+
+/// The loss parts of `tags` beside the main pair (`main`: the training and validation loss
+/// tags read as the run's): each validation loss tag with a training twin of the same name.
+fn loss_parts(tags: &[(String, Vec<Point>)], main: [Option<usize>; 2]) -> Vec<LossPart> {
+    let is = |i: usize, s: Series| {
+        let (tag, points) = &tags[i];
+        !points.is_empty() && tags::classify(tag).is_some_and(|(c, _)| c == s)
+    };
+    let main_names: Vec<String> = main
+        .iter()
+        .flatten()
+        .map(|&i| part_name(&tags[i].0, &[&VAL_ROLE[..], &TRAIN_ROLE[..]].concat()))
+        .collect();
+    let sorted = |i: usize| {
+        let mut p = tags[i].1.clone();
+        p.sort_by_key(|p| p.step);
+        p
+    };
+    let mut parts: Vec<LossPart> = Vec::new();
+    for v in (0..tags.len()).filter(|&i| is(i, Series::ValLoss) && Some(i) != main[1]) {
+        let tag = &tags[v].0;
+        let name = part_name(tag, &VAL_ROLE);
+        if tags::on_validation_counter(tag)
+            || eval_set_of(tag).is_some()
+            || main_names.contains(&name)
+            || parts.iter().any(|p| p.name == name)
+        {
+            continue;
+        }
+        let twin = (0..tags.len()).find(|&t| {
+            Some(t) != main[0] && is(t, Series::TrainLoss) && part_name(&tags[t].0, &TRAIN_ROLE) == name
+        });
+        if let Some(t) = twin {
+            parts.push(LossPart {
+                name,
+                train: sorted(t),
+                val: sorted(v),
+            });
+        }
+    }
+    parts
+}
+
 /// A parsed run: canonical series plus hints.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Run {
@@ -224,6 +293,8 @@ pub struct Run {
     pub series: BTreeMap<Series, SeriesData>,
     /// Hints for the detectors.
     pub hints: RunHints,
+    /// The parts of a loss logged in parts, beside the main pair.
+    pub parts: Vec<LossPart>,
 }
 
 /// A run as a reader sees it: raw tags in first-seen order, not yet mapped.
@@ -493,6 +564,8 @@ impl RawRun {
             hints.task = Task::LanguageModel;
             hints.task_source = Some("metric names".into());
         }
+        let main = [Series::TrainLoss, Series::ValLoss].map(|s| best.get(&s).map(|&(_, i)| i));
+        let parts = loss_parts(&self.tags, main);
         let mut tags_vec: Vec<Option<(String, Vec<Point>)>> = self.tags.into_iter().map(Some).collect();
         let mut series = BTreeMap::new();
         for (s, (_, i)) in best {
@@ -512,6 +585,7 @@ impl RawRun {
             format: self.format,
             series,
             hints,
+            parts,
         }
     }
 }

@@ -102,7 +102,9 @@ pub fn review(ctx: &Ctx, trigger: Trigger) -> Vec<Finding> {
     let mut out = Vec::new();
     let loss = main_loss(ctx.st);
     if trigger.covers(Series::ValLoss) || trigger.covers(Series::TrainLoss) {
-        out.extend(overfit::check(ctx));
+        // The parts of a loss logged in parts are judged at the end, on all their points.
+        let main = overfit::check(ctx);
+        out.extend(main.or_else(|| trigger.is_final().then(|| overfit::in_parts(ctx)).flatten()));
     }
     if trigger.covers(loss) {
         out.extend(chance::check(ctx, loss));

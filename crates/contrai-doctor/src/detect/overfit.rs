@@ -5,6 +5,7 @@
 //! generalisation gap and Prechelt's GL.
 
 use super::{Ctx, finite, fitted_change, num, rel_drop};
+use crate::doctor::RunState;
 use crate::finding::{Finding, Label, Severity};
 use crate::series::{Checkpoint, Point, Series, XUnit};
 use crate::stats::{block_medians, median, median_gap, robust_sigma};
@@ -25,6 +26,30 @@ pub const SUSTAINED_TRAIN_FALL: f64 = 0.2;
 /// Reviews the validation and training losses.
 pub fn check(ctx: &Ctx) -> Option<Finding> {
     past_patience(ctx).or_else(|| sustained_rise(ctx))
+}
+
+/// [`check`] on each part of a loss logged in parts (a detector's objectness loss, one task of
+/// a multi-task model), the first part that overfits: its validation can worsen while the
+/// summed validation loss, its other parts falling, stays level.
+pub fn in_parts(ctx: &Ctx) -> Option<Finding> {
+    ctx.st.parts.iter().find_map(|part| {
+        let mut st = RunState {
+            hints: ctx.st.hints.clone(),
+            ..RunState::default()
+        };
+        st.series[Series::TrainLoss.index()].clone_from(&part.train);
+        st.series[Series::ValLoss.index()].clone_from(&part.val);
+        let mut f = check(&Ctx {
+            cfg: ctx.cfg,
+            st: &st,
+        })?;
+        f.recommendation = format!(
+            "the validation loss's `{}` part overfits while the main validation loss does not \
+             show it: {}",
+            part.name, f.recommendation
+        );
+        Some(f)
+    })
 }
 
 /// Validation has not improved for the patience and sits clearly above its best.

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::series::{Checkpoint, Run, Series, Task};
+use crate::series::{Checkpoint, Run, Series, Task, XUnit};
 use crate::stated_setup::Setup;
 
 /// Folders above the log's own that may hold its context (`checkpoint-500/` under the output
@@ -53,6 +53,30 @@ pub fn infer(run: &mut Run, log: &Path) {
     }
     run.hints.checkpoints.sort_by_key(|c| c.step);
     run.hints.checkpoints.dedup();
+    steps_that_count_epochs(run);
+}
+
+/// A log on a step axis whose steps count the epochs its files state is on an epoch axis (its
+/// patience counts epochs): one loss point at each step from 0 or 1, none past the stated
+/// epochs — YOLOv5 logs each epoch at step = the epoch, and no run trains fewer steps than
+/// epochs.
+fn steps_that_count_epochs(run: &mut Run) {
+    let Some(epochs) = run.hints.setup.epochs else {
+        return;
+    };
+    let loss = if run.points(Series::TrainLoss).is_empty() {
+        Series::ValLoss
+    } else {
+        Series::TrainLoss
+    };
+    let pts = run.points(loss);
+    let (Some(first), Some(last)) = (pts.first(), pts.last()) else {
+        return;
+    };
+    let each_step = pts.windows(2).all(|w| w[1].step == w[0].step + 1);
+    if run.hints.x_unit == XUnit::Step && first.step <= 1 && each_step && last.step as f64 <= epochs {
+        run.hints.x_unit = XUnit::Epoch;
+    }
 }
 
 /// Adds the checkpoints `dir` holds: a Trainer's `checkpoint-<step>/` folders, Lightning's
@@ -94,8 +118,14 @@ pub(crate) fn json_scalar(v: &Value) -> Option<String> {
 }
 
 /// Files whose top-level `key: value` lines (YAML) or entries (JSON) are a run's arguments (a
-/// Trainer state's batch size is taken by its reader, which parses it anyway).
-const ARGUMENT_FILES: [&str; 3] = ["training_args.yaml", "hparams.yaml", "training_args.json"];
+/// Trainer state's batch size is taken by its reader, which parses it anyway); YOLOv5 writes
+/// its own as `opt.yaml`.
+const ARGUMENT_FILES: [&str; 4] = [
+    "training_args.yaml",
+    "hparams.yaml",
+    "training_args.json",
+    "opt.yaml",
+];
 
 /// Adds to `setup` what the arguments files of `dir` state (an MLflow run's parameters are
 /// its reader's).

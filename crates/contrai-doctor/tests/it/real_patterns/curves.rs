@@ -629,3 +629,79 @@ fn an_rl_surrogate_loss_at_zero_with_steps_of_no_gradient_is_no_plateau_nor_a_va
     assert!(!labels(r).contains(&Label::Plateau), "{:?}", r.findings);
     assert!(!labels(r).contains(&Label::GradVanish), "{:?}", r.findings);
 }
+
+/// An object detector's losses over 150 epochs, as YOLOv5 logs them: the box loss falls on
+/// training and validation alike; the objectness loss falls on training while on validation it
+/// is lowest at epoch 65 and then rises 18 % (`obj_rise` false: it settles there).
+fn detector_losses(obj_rise: bool) -> Vec<(u64, [f64; 4])> {
+    (0..150u64)
+        .map(|e| {
+            let x = e as f64;
+            let train_box = 0.03 + 0.09 * (-x / 30.0).exp();
+            let train_obj = 0.010 + 0.014 * (-x / 50.0).exp() * (1.0 + 0.05 * (jitter(e) - 0.5));
+            let val_box = 0.033 + 0.08 * (-x / 30.0).exp();
+            let after = (x - 65.0).max(0.0);
+            let val_obj = 0.00897 + 0.008 * (-x / 20.0).exp() + if obj_rise { 1.9e-5 * after } else { 0.0 };
+            (e, [train_box, train_obj, val_box, val_obj])
+        })
+        .collect()
+}
+
+#[test]
+fn a_loss_part_whose_validation_rises_is_overfitting_where_the_main_pair_does_not_show_it() {
+    let csv = |rise: bool| {
+        let rows: Vec<String> = detector_losses(rise)
+            .iter()
+            .map(|(e, v)| format!("{e},{},{},{},{}", v[0], v[1], v[2], v[3]))
+            .collect();
+        format!(
+            "epoch,train/box_loss,train/obj_loss,val/box_loss,val/obj_loss\n{}\n",
+            rows.join("\n")
+        )
+    };
+    let r = &reports_of(&[("results.csv", csv(true))])[0];
+    let f = finding(r, Label::Overfitting);
+    assert!(
+        f.recommendation.contains("`obj_loss` part"),
+        "{}",
+        f.recommendation
+    );
+    assert_eq!(f.evidence["best_step"], 65.0, "{f:?}");
+    let r = &reports_of(&[("results.csv", csv(false))])[0];
+    assert!(!labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
+}
+
+#[test]
+fn a_tensorboard_log_whose_steps_count_the_epochs_its_opt_yaml_states_is_judged_in_epochs() {
+    // YOLOv5 writes each epoch's losses at step = the epoch, and its arguments to opt.yaml.
+    use contrai_testkit::tfevents;
+    let events: Vec<u8> = detector_losses(true)
+        .iter()
+        .flat_map(|(e, v)| {
+            let tags = ["train/box_loss", "train/obj_loss", "val/box_loss", "val/obj_loss"];
+            tags.iter()
+                .zip(v)
+                .flat_map(|(t, x)| tfevents::scalar(*e, t, *x as f32, false))
+                .collect::<Vec<u8>>()
+        })
+        .collect();
+    let dir = |opt: bool| {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join("events.out.tfevents.1.host.0"), &events).unwrap();
+        if opt {
+            fs::write(
+                d.path().join("opt.yaml"),
+                "weights: yolov5s.pt\nepochs: 150\nbatch_size: 16\n",
+            )
+            .unwrap();
+        }
+        d
+    };
+    let d = dir(true);
+    let r = &reports(d.path())[0];
+    assert!(labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
+    // Without it, 84 epochs since the best are 84 steps: under a patience counted in steps.
+    let d = dir(false);
+    let r = &reports(d.path())[0];
+    assert!(!labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
+}

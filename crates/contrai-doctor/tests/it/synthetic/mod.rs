@@ -35,6 +35,7 @@ pub(super) fn run(series: Vec<(Series, Vec<(u64, f64)>)>, unit: XUnit) -> Run {
             x_unit: unit,
             ..Default::default()
         },
+        parts: Vec::new(),
     }
 }
 
