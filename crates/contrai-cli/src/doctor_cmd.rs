@@ -13,7 +13,7 @@ use contrai_doctor::{
 #[derive(clap::Args)]
 pub struct DoctorArgs {
     /// Log files or run directories (TensorBoard, trainer_state.json, CSV, W&B run folders and
-    /// CSV exports, MLflow's file store and mlflow.db, Trackio databases, Burn metric logs, JSONL), runs on an
+    /// CSV exports, MLflow's file store and mlflow.db, Trackio databases, Burn metric logs, JSONL, Keras histories saved as JSON), runs on an
     /// MLflow tracking server: `mlflow://HOST:PORT/RUN_ID` (or an experiment's id or name;
     /// `mlflow://HOST:PORT/` for every run), `mlflow:RUN_ID` with --tracking-uri; a Trackio
     /// project: `trackio:PROJECT`.
@@ -27,7 +27,7 @@ pub struct DoctorArgs {
     #[arg(long)]
     json: bool,
     /// Force the format: tensorboard, hf_trainer_state, csv, wandb (run files), wandb_csv, mlflow,
-    /// trackio, burn, jsonl.
+    /// mlflow_db, trackio, burn, jsonl, keras_json.
     #[arg(long, value_name = "F", value_parser = format_arg)]
     format: Option<Format>,
     /// Follow logs that are still being written; print each new finding once (`--watch`, its

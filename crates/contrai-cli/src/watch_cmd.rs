@@ -30,7 +30,7 @@ pub struct WatchArgs {
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     /// Force the format: tensorboard, hf_trainer_state, csv, wandb (run files), wandb_csv, mlflow,
-    /// trackio, burn, jsonl.
+    /// mlflow_db, trackio, burn, jsonl, keras_json.
     #[arg(long, value_name = "F", value_parser = format_arg)]
     format: Option<Format>,
 }
