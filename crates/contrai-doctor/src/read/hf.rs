@@ -5,6 +5,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::json_tolerant::{parse_tolerant, value_f64};
+use super::plan::Plan;
 use super::{ReadError, read_text, to_step};
 use crate::series::{Marker, Partial, RawRun};
 
@@ -45,6 +46,9 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
             .absorb("train_batch_size", &b, "trainer_state.json");
     }
     let mut ended = false;
+    // The last entry's step and epoch: an epoch that goes back while the steps go on is a job
+    // launched again into the same state (its epochs counted anew).
+    let mut plan: Option<Plan> = None;
     // Entries whose step is no step count: how many, and the first.
     let mut odd: Option<(usize, f64, usize)> = None;
     for (i, entry) in history.iter().enumerate() {
@@ -66,6 +70,18 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
             run.mark_segment(Some(Marker::RunSummary), None);
         }
         ended = summary;
+        let next = Plan {
+            step,
+            total: None,
+            epoch: obj
+                .get("epoch")
+                .and_then(value_f64)
+                .or(plan.and_then(|p| p.epoch)),
+        };
+        if plan.is_some_and(|p| p.relaunched(next)) {
+            run.mark_segment(Some(Marker::Relaunch), None);
+        }
+        plan = Some(next);
         for (k, val) in obj {
             if summary && k == "train_loss" {
                 continue;

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::json_tolerant::{parse_tolerant, value_f64};
+use super::plan::Plan;
 use super::{ReadError, Stream, complete_lines, to_step};
 use crate::series::{Marker, RawRun};
 
@@ -27,25 +28,6 @@ pub struct Jsonl {
     any_step: bool,
     /// The last line's planned steps and epoch, to tell a job launched again.
     plan: Option<Plan>,
-}
-
-/// What a line says of its run's course: its step, the steps planned, the epoch reached.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Plan {
-    step: u64,
-    total: Option<u64>,
-    epoch: Option<f64>,
-}
-
-impl Plan {
-    /// Whether `next`, a later line, belongs to a job launched again: one process keeps its
-    /// planned steps, and its epoch never goes back (by more than the log's rounding) while its
-    /// steps go on (a resume from an earlier checkpoint takes both back: the steps tell that).
-    fn relaunched(self, next: Plan) -> bool {
-        let total = matches!((self.total, next.total), (Some(a), Some(b)) if a != b);
-        let epoch = matches!((self.epoch, next.epoch), (Some(a), Some(b)) if b < a - 0.01);
-        total || (epoch && next.step > self.step)
-    }
 }
 
 impl Jsonl {

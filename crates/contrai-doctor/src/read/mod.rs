@@ -10,6 +10,7 @@ mod keras_json;
 mod mlflow;
 mod mlflow_db;
 mod mlflow_server;
+mod plan;
 mod proto;
 mod source;
 mod sqlite;

@@ -387,3 +387,37 @@ fn a_schedule_begun_again_from_a_shallow_decay_is_a_resume() {
         labels(r)
     );
 }
+
+#[test]
+fn a_trainer_state_whose_epoch_goes_back_while_its_steps_go_on_was_launched_again() {
+    // 100 steps under one linear LR; the epoch counts 0.04 a step, and (`relaunch`) starts again
+    // at step 29 and at step 72, where the loss jumps back up, as a job launched again does.
+    let state = |relaunch: bool| {
+        let rows: Vec<String> = (1..=100u64)
+            .map(|s| {
+                let from = if !relaunch {
+                    0
+                } else if s >= 72 {
+                    71
+                } else if s >= 29 {
+                    28
+                } else {
+                    0
+                };
+                let epoch = 0.04 * (s - from) as f64;
+                let loss = 2.0 + 6.0 * (-((s - from) as f64) / 20.0).exp() + 0.05 * jitter(s);
+                let lr = 1e-4 * (1.0 - s as f64 / 101.0);
+                format!(r#"{{"step": {s}, "epoch": {epoch}, "loss": {loss}, "learning_rate": {lr}}}"#)
+            })
+            .collect();
+        history(100, &rows)
+    };
+    let r = &reports_of(&[("trainer_state.json", state(true))])[0];
+    assert_eq!(finding(r, Label::ResumeDiscontinuity).step, 29);
+    let r = &reports_of(&[("trainer_state.json", state(false))])[0];
+    assert!(
+        !labels(r).contains(&Label::ResumeDiscontinuity),
+        "{:?}",
+        labels(r)
+    );
+}
