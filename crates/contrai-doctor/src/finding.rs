@@ -205,6 +205,9 @@ pub enum Break {
     LrJump,
     /// The loss jumped beyond its noise.
     LossJump,
+    /// The gradient norm jumped far beyond its noise (an optimizer begun again without its
+    /// state takes its first steps blind).
+    GradJump,
     /// The job was launched again with another plan (its planned steps or its epoch count
     /// began anew): what follows runs on a schedule and data order other than the ones it had.
     NewPlan,

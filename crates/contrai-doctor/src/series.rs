@@ -90,6 +90,9 @@ pub enum Marker {
     /// The run's planned steps changed, or its epoch went back while its steps went on: the
     /// job was launched again (a new dataset or schedule) and its log appended to.
     Relaunch,
+    /// A Trainer state's epoch went back while its steps went on: a job launched again into
+    /// the same state — or a streamed dataset's epoch counting anew; its values tell which.
+    EpochRestart,
 }
 
 /// Where a series' log order starts a new segment.

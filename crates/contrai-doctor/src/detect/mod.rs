@@ -103,7 +103,7 @@ pub fn review(ctx: &Ctx, trigger: Trigger) -> Vec<Finding> {
     let loss = main_loss(ctx.st);
     if trigger.covers(Series::ValLoss) || trigger.covers(Series::TrainLoss) {
         // The parts of a loss logged in parts are judged at the end, on all their points.
-        let main = overfit::check(ctx);
+        let main = overfit::check(ctx, trigger.is_final());
         out.extend(main.or_else(|| trigger.is_final().then(|| overfit::in_parts(ctx)).flatten()));
     }
     if trigger.covers(loss) {

@@ -1,6 +1,6 @@
 //! `overfitting`: validation has not improved for several evaluations (about 300 steps, in the
 //! log's own eval cadence) while the training loss still falls; or validation has risen at every
-//! one of its last evaluations ([`SUSTAINED`]: many for a small rise, few for a steep one) while
+//! one of its last evaluations ([`SUSTAINED`]; at the end, few for a steep one: [`STEEP`]) while
 //! the training loss fell by more than [`SUSTAINED_TRAIN_FALL`]. Reports the best step, the
 //! generalisation gap and Prechelt's GL.
 
@@ -12,20 +12,23 @@ use crate::stats::{block_medians, median, median_gap, robust_sigma};
 
 /// Evaluations since the best (and before it) that tell a level from a rise.
 const LEVEL_EVALS: usize = 6;
-/// Sustained rises: consecutive rising evaluations, and the total relative rise of validation
-/// over them, that make one. Four for a material rise, as the labelled set's vocabulary defines
-/// overfitting (`eval/doctor-real/LABELLING.md`: 5–10 % above the minimum); a steady rise of 1 %
+/// A sustained rise: consecutive rising evaluations, and the total relative rise of validation
+/// over them, that make one — a material rise, as the labelled set's vocabulary defines
+/// overfitting (`eval/doctor-real/LABELLING.md`: 5–10 % above the minimum). A steady rise of 1 %
 /// while the training loss falls by a third is validation levelling off, not yet the model
-/// fitting noise (a labelled seq2seq run: its ROUGE still rose). Two for a steep one, twice the
-/// vocabulary's material rise over each: a run evaluated three times, worse by a third and then
-/// by a half after its first evaluation, never reaches a patience (a labelled classifier).
-const SUSTAINED: [(usize, f64); 2] = [(4, 0.05), (2, 0.2)];
+/// fitting noise (a labelled seq2seq run: its ROUGE still rose).
+const SUSTAINED: (usize, f64) = (4, 0.05);
+/// A steep rise, judged once the run has ended: twice the vocabulary's material rise over each
+/// of the last two evaluations. A run evaluated three times, worse by a third and then by a half
+/// after its first evaluation, never reaches a patience (a labelled classifier); live, two noisy
+/// evaluations early in a run are no evidence yet (the patience waits for more).
+const STEEP: (usize, f64) = (2, 0.2);
 /// ... while the training loss fell by more than this share since the rise began.
 pub const SUSTAINED_TRAIN_FALL: f64 = 0.2;
 
-/// Reviews the validation and training losses.
-pub fn check(ctx: &Ctx) -> Option<Finding> {
-    past_patience(ctx).or_else(|| sustained_rise(ctx))
+/// Reviews the validation and training losses; `final_` at the run's end.
+pub fn check(ctx: &Ctx, final_: bool) -> Option<Finding> {
+    past_patience(ctx).or_else(|| sustained_rise(ctx, final_))
 }
 
 /// [`check`] on each part of a loss logged in parts (a detector's objectness loss, one task of
@@ -39,10 +42,13 @@ pub fn in_parts(ctx: &Ctx) -> Option<Finding> {
         };
         st.series[Series::TrainLoss.index()].clone_from(&part.train);
         st.series[Series::ValLoss.index()].clone_from(&part.val);
-        let mut f = check(&Ctx {
-            cfg: ctx.cfg,
-            st: &st,
-        })?;
+        let mut f = check(
+            &Ctx {
+                cfg: ctx.cfg,
+                st: &st,
+            },
+            true,
+        )?;
         f.recommendation = format!(
             "the validation loss's `{}` part overfits while the main validation loss does not \
              show it: {}",
@@ -150,14 +156,16 @@ fn past_patience(ctx: &Ctx) -> Option<Finding> {
     )
 }
 
-/// Validation rose at each of its last evaluations, by a total over the [`SUSTAINED`] pair's
-/// and by more than its noise, while the training loss fell by more than
+/// Validation rose at each of its last evaluations, by [`SUSTAINED`]'s total (or, at the end,
+/// [`STEEP`]'s) and by more than its noise, while the training loss fell by more than
 /// [`SUSTAINED_TRAIN_FALL`] since the best evaluation: a small rise, but a steady one.
-fn sustained_rise(ctx: &Ctx) -> Option<Finding> {
+fn sustained_rise(ctx: &Ctx, final_: bool) -> Option<Finding> {
     let val = finite(ctx.st.points(Series::ValLoss));
-    SUSTAINED
-        .iter()
-        .find_map(|&(rises, least)| rose_at_each(ctx, &val, rises, least))
+    let (rises, least) = SUSTAINED;
+    rose_at_each(ctx, &val, rises, least).or_else(|| {
+        let (rises, least) = STEEP;
+        final_.then(|| rose_at_each(ctx, &val, rises, least)).flatten()
+    })
 }
 
 /// [`sustained_rise`] over the last `rises` evaluations, rising `least` or more in all.

@@ -13,7 +13,7 @@ use crate::series::{Cut, Marker, Point, Series};
 use crate::stats::{median, point_noise};
 
 mod segments;
-use segments::{Side, pairs};
+use segments::{Side, pairs, side_at};
 
 /// Points of the segment before whose median is its end level.
 const END_POINTS: usize = 5;
@@ -182,6 +182,22 @@ fn loss_break(ctx: &Ctx, c: &Course) -> bool {
     far(c.d_end) && c.d_replay.is_none_or(far)
 }
 
+/// How far the gradient norm must jump at a boundary (its first value after against its level
+/// before), beside [`DoctorConfig::resume_loss_z`] noise units: an order of magnitude, where
+/// batch noise moves a norm by a few times.
+///
+/// [`DoctorConfig::resume_loss_z`]: crate::DoctorConfig::resume_loss_z
+const GRAD_JUMP: f64 = 5.0;
+
+/// Whether the gradient norm jumped up at the boundary `at` (the file's steps on either side).
+fn grad_break(ctx: &Ctx, at: (u64, u64)) -> bool {
+    let Some(side) = ctx.st.log(Series::GradNorm).and_then(|l| side_at(l, at)) else {
+        return false;
+    };
+    course(&side, END_POINTS, 1)
+        .is_some_and(|c| c.d_end > 0.0 && beyond(c.d_end, GRAD_JUMP, Some((ctx.cfg.resume_loss_z, c.scale))))
+}
+
 /// The LR's break, if it went on from neither the replayed step nor the last LR, and its own
 /// schedule never made such a drop itself.
 fn lr_break(ctx: &Ctx, c: &Course) -> Option<Break> {
@@ -231,6 +247,10 @@ fn judge(ctx: &Ctx, loss: Option<&Side>, lr: Option<&Side>) -> Option<Judged> {
     if loss_broke {
         breaks.push(Break::LossJump);
     }
+    let grad_broke = grad_break(ctx, cut.log_steps);
+    if grad_broke {
+        breaks.push(Break::GradJump);
+    }
     let new_plan = cut.marker == Some(Marker::Relaunch);
     if new_plan {
         breaks.push(Break::NewPlan);
@@ -244,7 +264,7 @@ fn judge(ctx: &Ctx, loss: Option<&Side>, lr: Option<&Side>) -> Option<Judged> {
         start,
         lc.as_ref(),
         start_level,
-        loss_broke || lr_broke.is_some() || new_plan,
+        loss_broke || lr_broke.is_some() || new_plan || grad_broke,
     );
     let severity = severity(reading, &cut, side.before.len())?;
     let b = Boundary {
@@ -430,6 +450,7 @@ fn marker_text(m: Marker) -> &'static str {
         Marker::RunSummary => "training after the run's closing summary",
         Marker::LrRestart => "the LR schedule beginning again, the steps going on",
         Marker::Relaunch => "the job launched again: its planned steps or epoch began anew",
+        Marker::EpochRestart => "the epoch counting anew, the steps going on",
     }
 }
 
@@ -548,6 +569,9 @@ fn what_broke(b: &Boundary) -> String {
             Break::LrJump => parts.push(format!("the LR is {} where the schedule gave {}", lr.0, lr.1)),
             Break::NewPlan => {
                 parts.push("the steps after it follow another schedule and data order".to_string());
+            }
+            Break::GradJump => {
+                parts.push("the gradient norm jumped an order of magnitude (an optimizer begun again without its state)".to_string());
             }
             _ => {}
         }

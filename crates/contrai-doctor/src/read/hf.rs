@@ -46,8 +46,9 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
             .absorb("train_batch_size", &b, "trainer_state.json");
     }
     let mut ended = false;
-    // The last entry's step and epoch: an epoch that goes back while the steps go on is a job
-    // launched again into the same state (its epochs counted anew).
+    // The last entry's step and epoch: an epoch that goes back while the steps go on marks a
+    // job launched again into the same state (or a streamed dataset's epoch counting anew: the
+    // resume rule judges the boundary by its values).
     let mut plan: Option<Plan> = None;
     // Entries whose step is no step count: how many, and the first.
     let mut odd: Option<(usize, f64, usize)> = None;
@@ -79,7 +80,7 @@ pub fn read(path: &Path) -> Result<RawRun, ReadError> {
                 .or(plan.and_then(|p| p.epoch)),
         };
         if plan.is_some_and(|p| p.relaunched(next)) {
-            run.mark_segment(Some(Marker::Relaunch), None);
+            run.mark_segment(Some(Marker::EpochRestart), None);
         }
         plan = Some(next);
         for (k, val) in obj {

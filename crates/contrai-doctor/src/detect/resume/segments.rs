@@ -52,6 +52,13 @@ pub(super) fn pairs<'a>(
     out
 }
 
+/// The side of `log`'s cut at the file's steps `at`, if it has one there.
+pub(super) fn side_at(log: &LogOrder, at: (u64, u64)) -> Option<Side<'_>> {
+    sides(log, true, false)
+        .into_iter()
+        .find(|s| s.cut.log_steps == at)
+}
+
 /// The segments on either side of each kept cut of a series (`repeats`: a repeated step counts;
 /// `warm`: the LR's restarts are a warm-restart schedule's).
 fn sides(log: &LogOrder, repeats: bool, warm: bool) -> Vec<Side<'_>> {

@@ -389,35 +389,51 @@ fn a_schedule_begun_again_from_a_shallow_decay_is_a_resume() {
 }
 
 #[test]
-fn a_trainer_state_whose_epoch_goes_back_while_its_steps_go_on_was_launched_again() {
-    // 100 steps under one linear LR; the epoch counts 0.04 a step, and (`relaunch`) starts again
-    // at step 29 and at step 72, where the loss jumps back up, as a job launched again does.
-    let state = |relaunch: bool| {
+fn a_trainer_state_whose_epoch_counts_anew_is_judged_by_its_values() {
+    // 100 steps under one linear LR, the loss falling smoothly; the epoch counts 0.04 a step
+    // and (`anew`) starts again at steps 29 and 72, where (`jump`) the gradient norm leaps from
+    // ~3 to ~40 for a few steps, as an optimizer begun again without its state does.
+    let state = |anew: bool, jump: bool| {
         let rows: Vec<String> = (1..=100u64)
             .map(|s| {
-                let from = if !relaunch {
-                    0
-                } else if s >= 72 {
-                    71
-                } else if s >= 29 {
-                    28
-                } else {
-                    0
-                };
+                let from = if !anew { 0 } else if s >= 72 { 71 } else if s >= 29 { 28 } else { 0 };
                 let epoch = 0.04 * (s - from) as f64;
-                let loss = 2.0 + 6.0 * (-((s - from) as f64) / 20.0).exp() + 0.05 * jitter(s);
+                let loss = 2.0 + 6.0 * (-(s as f64) / 40.0).exp() + 0.05 * jitter(s);
+                let since = s - from;
+                let grad = if jump && from > 0 && since <= 3 { 40.0 / since as f64 } else { 3.0 } + 0.3 * jitter(s + 5);
                 let lr = 1e-4 * (1.0 - s as f64 / 101.0);
-                format!(r#"{{"step": {s}, "epoch": {epoch}, "loss": {loss}, "learning_rate": {lr}}}"#)
+                format!(
+                    r#"{{"step": {s}, "epoch": {epoch}, "loss": {loss}, "grad_norm": {grad}, "learning_rate": {lr}}}"#
+                )
             })
             .collect();
         history(100, &rows)
     };
-    let r = &reports_of(&[("trainer_state.json", state(true))])[0];
-    assert_eq!(finding(r, Label::ResumeDiscontinuity).step, 29);
-    let r = &reports_of(&[("trainer_state.json", state(false))])[0];
-    assert!(
-        !labels(r).contains(&Label::ResumeDiscontinuity),
-        "{:?}",
-        labels(r)
-    );
+    let r = &reports_of(&[("trainer_state.json", state(true, true))])[0];
+    let f = finding(r, Label::ResumeDiscontinuity);
+    assert_eq!(f.step, 29);
+    match &f.detail {
+        Some(Detail::Resume(res)) => {
+            assert_eq!(
+                res.boundaries[0].marker,
+                Some(contrai_doctor::Marker::EpochRestart)
+            );
+            assert!(
+                res.boundaries[0]
+                    .breaks
+                    .contains(&contrai_doctor::Break::GradJump),
+                "{res:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A streamed dataset's epoch counting anew while every value goes on: no resume to report.
+    for (anew, jump) in [(true, false), (false, false)] {
+        let r = &reports_of(&[("trainer_state.json", state(anew, jump))])[0];
+        assert!(
+            !labels(r).contains(&Label::ResumeDiscontinuity),
+            "{:?}",
+            r.findings
+        );
+    }
 }
