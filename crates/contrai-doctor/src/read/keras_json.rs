@@ -16,24 +16,41 @@ use crate::tags;
 const WRAPPERS: [&str; 2] = ["history", "metrics"];
 /// Members that carry the x-axis instead of a metric.
 const EPOCH_KEYS: [&str; 2] = ["epochs", "epoch"];
+/// Members that hold the run's own arguments.
+const CONFIGS: [&str; 3] = ["config", "args", "hparams"];
 
-/// Whether a JSON file's first bytes open a History: an object whose first member is a list of
-/// numbers, or an `epochs`/`history`/`metrics` member (a config's first list holds strings).
+/// Whether a JSON file's first bytes open a History: an object with a member that is a list of
+/// numbers under a metric's name (or an `epochs` list), or an `epochs`/`history`/`metrics`
+/// first member — a run's `config` object may come first; a model's config holds no metric's
+/// list.
 pub fn looks_like(head: &str) -> bool {
     let Some(rest) = head.trim_start().strip_prefix('{') else {
         return false;
     };
-    let Some((key, after)) = first_member(rest) else {
-        return false;
-    };
-    if EPOCH_KEYS.contains(&key) || WRAPPERS.contains(&key) {
+    if let Some((key, _)) = first_member(rest)
+        && (EPOCH_KEYS.contains(&key) || WRAPPERS.contains(&key))
+    {
         return true;
     }
-    after.strip_prefix('[').is_some_and(|list| {
-        let list = list.trim_start();
-        list.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '.')
-            || list.starts_with("NaN")
-            || list.starts_with("Infinity")
+    members(rest).any(|(key, after)| {
+        (EPOCH_KEYS.contains(&key) || tags::classify(key).is_some())
+            && after.strip_prefix('[').is_some_and(|list| {
+                let list = list.trim_start();
+                list.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '.')
+                    || list.starts_with("NaN")
+                    || list.starts_with("Infinity")
+            })
+    })
+}
+
+/// Every `"key": value` in `text` at any depth, with what follows the colon (trimmed): a scan
+/// of the file's first bytes, which may end anywhere.
+fn members(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.match_indices('"').filter_map(move |(i, _)| {
+        let rest = &text[i + 1..];
+        let end = rest.find('"')?;
+        let after = rest[end + 1..].trim_start().strip_prefix(':')?;
+        Some((&rest[..end], after.trim_start()))
     })
 }
 
@@ -85,10 +102,27 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
         .file_stem()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "history".into());
+    // A run's own arguments saved beside its lists (`config`, `args`, `hparams`).
+    let file = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut setup = crate::stated_setup::Setup::default();
+    for args in CONFIGS
+        .iter()
+        .filter_map(|k| top.get(*k).and_then(Value::as_object))
+    {
+        for (k, v) in args {
+            if let Some(v) = super::context::json_scalar(v) {
+                setup.absorb(k, &v, &file);
+            }
+        }
+    }
     let mut runs = Vec::new();
     for (prefix, metrics) in by_model(lists) {
         let run_name = if prefix.is_empty() { name.clone() } else { prefix };
         let mut run = RawRun::new(run_name, path.display().to_string(), "keras_json");
+        run.hints.setup = setup.clone();
         for (tag, values) in metrics {
             for (i, x) in values.iter().enumerate() {
                 let step = epochs
@@ -164,6 +198,13 @@ mod tests {
         assert!(!looks_like("{\"architectures\": [\"BertModel\"]"));
         assert!(!looks_like("{\"hidden_size\": 768"));
         assert!(!looks_like("[1, 2]"));
+        // A run's config first, its lists after; a model's config has lists of no metric.
+        assert!(looks_like(
+            "{\"config\": {\"epochs\": 30, \"lr\": 0.001},\n \"train_loss\": [2.5, 1.9"
+        ));
+        assert!(!looks_like(
+            "{\"model_type\": \"bert\", \"layers\": [1, 2], \"id2label\": {\"0\": \"a\"}}"
+        ));
         for cut in ["", "{", "{\n  \"loss\"", "{\"loss\": ", "{\"loss\": [\n  "] {
             assert!(undecided(cut), "{cut:?}");
         }
@@ -204,6 +245,25 @@ mod tests {
         let cls = runs[0].clone().into_runs().remove(0);
         assert_eq!(cls.points(crate::series::Series::ValLoss).len(), 2);
         assert_eq!(cls.points(crate::series::Series::ValAccuracy).len(), 2);
+    }
+
+    #[test]
+    fn a_runs_config_saved_beside_its_lists_is_its_setup() {
+        let (_d, p) = write(
+            r#"{"config": {"learning_rate": 0.0003, "epochs": 30, "warmup_epochs": 3},
+                "epochs": [1, 2, 3], "train_loss": [2.5, 1.9, 1.6], "val_loss": [2.4, 2.0, 1.8],
+                "test_loss": 1.7}"#,
+        );
+        let run = read(&p).unwrap().remove(0);
+        assert_eq!(run.hints.setup.epochs, Some(30.0));
+        assert_eq!(run.hints.setup.peak_lr, Some(3e-4));
+        let run = run.into_runs().remove(0);
+        let steps: Vec<u64> = run
+            .points(crate::series::Series::ValLoss)
+            .iter()
+            .map(|p| p.step)
+            .collect();
+        assert_eq!(steps, [1, 2, 3]);
     }
 
     #[test]
