@@ -205,9 +205,10 @@ fn frozen_from_the_start(ctx: &Ctx, loss: Series) -> Option<Finding> {
 }
 
 /// The validation accuracy the same, to [`FROZEN`], at every one of its evaluations (at least
-/// [`FROZEN_EVALS`]) while the training loss fell by more than half: the model fitted its training
-/// loss, but its predictions on validation never changed from its first evaluation — one class
-/// for every input (a segmentation's background, a classifier's majority class).
+/// [`FROZEN_EVALS`]) while the training loss fell by more than half, or while the validation loss
+/// never went below its first evaluation: the model trained, but its predictions on validation
+/// never changed from its first evaluation — one class for every input (a segmentation's
+/// background, a classifier's majority class).
 fn predictions_never_changed(ctx: &Ctx) -> Option<Finding> {
     let acc = finite(ctx.st.points(Series::ValAccuracy));
     let first = *acc.first()?;
@@ -217,7 +218,11 @@ fn predictions_never_changed(ctx: &Ctx) -> Option<Finding> {
     }
     let train = finite(ctx.st.points(Series::TrainLoss));
     let (start, end) = (train.first()?.value, train.last()?.value);
-    if !(start > 0.0 && end < 0.5 * start) {
+    // The model learned its training set (its loss fell by half), or nothing it learned
+    // reached validation (the validation loss never went below its first evaluation).
+    let val = finite(ctx.st.points(Series::ValLoss));
+    let val_never_improved = val.len() >= FROZEN_EVALS && val.iter().all(|p| p.value >= val[0].value);
+    if !(start > 0.0 && (end < 0.5 * start || val_never_improved)) {
         return None;
     }
     let rec = format!(

@@ -705,3 +705,36 @@ fn a_tensorboard_log_whose_steps_count_the_epochs_its_opt_yaml_states_is_judged_
     let r = &reports(d.path())[0];
     assert!(!labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
 }
+
+#[test]
+fn a_validation_accuracy_frozen_at_one_class_while_nothing_reaches_validation_is_a_plateau() {
+    // A Keras binary classifier, 16 epochs: validation accuracy exactly 22/85 (one class for
+    // every image) at every epoch; the training loss falls a quarter (5.18 -> 3.93); validation
+    // loss `val(e)`.
+    let csv = |val: &dyn Fn(f64) -> f64| {
+        let rows: Vec<String> = (0..16u64)
+            .map(|e| {
+                let x = e as f64;
+                let train = 3.9 + 1.3 * (-x / 3.0).exp();
+                format!("{e},{train},{},{}", 22.0 / 85.0, val(x))
+            })
+            .collect();
+        format!("epoch,loss,val_accuracy,val_loss\n{}\n", rows.join("\n"))
+    };
+    let r = &reports_of(&[(
+        "training_log.csv",
+        csv(&|x| 6.98 + 3.4 * (1.0 - (-x / 4.0).exp())),
+    )])[0];
+    let f = finding(r, Label::Plateau);
+    assert_eq!(f.evidence["frozen_val_accuracy"], 22.0 / 85.0, "{f:?}");
+    // The same accuracy with a validation loss that falls: the model learns, its predictions
+    // not yet across the threshold — no frozen predictions to report.
+    let r = &reports_of(&[("training_log.csv", csv(&|x| 0.9 - 0.3 * (1.0 - (-x / 4.0).exp())))])[0];
+    assert!(
+        !r.findings
+            .iter()
+            .any(|f| f.evidence.contains_key("frozen_val_accuracy")),
+        "{:?}",
+        r.findings
+    );
+}
