@@ -99,6 +99,7 @@ pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
     frozen_validation(ctx)
         .or_else(|| frozen_from_the_start(ctx, loss))
         .or_else(|| predictions_never_changed(ctx))
+        .or_else(|| predictions_frozen_at_first(ctx))
         .or_else(|| recent(ctx, loss))
         .or_else(|| never_moved(ctx, loss))
         .or_else(|| stalled_until_a_drop(ctx, loss))
@@ -244,6 +245,38 @@ fn predictions_never_changed(ctx: &Ctx) -> Option<Finding> {
             .with("evaluations", acc.len() as f64)
             .with("train_loss_first", start)
             .with("train_loss_last", end),
+    )
+}
+
+/// The validation accuracy the same, to [`FROZEN`], at its first [`FROZEN_EVALS`] evaluations or
+/// more, over [`STALL_SHARE`] of the run at least, before it moved: the model predicted one class
+/// for every input that long before it learned more (a continuous loss repeats no value; an
+/// accuracy does only while the predictions do not change).
+fn predictions_frozen_at_first(ctx: &Ctx) -> Option<Finding> {
+    let acc = finite(ctx.st.points(Series::ValAccuracy));
+    let first = *acc.first()?;
+    let same = |p: &&Point| (p.value - first.value).abs() <= FROZEN * first.value.abs().max(1e-12);
+    let n = acc.iter().take_while(same).count();
+    let until = acc[n.saturating_sub(1)];
+    let span = (ctx.st.last_step().saturating_sub(first.step)).max(1) as f64;
+    if n < FROZEN_EVALS || n == acc.len() || ((until.step - first.step) as f64) < STALL_SHARE * span {
+        return None;
+    }
+    let rec = format!(
+        "the validation accuracy is {} at each of its first {n} evaluations (steps {}-{}) before \
+         it moved: the model predicted one class for every input that long (the majority class). \
+         Weight the classes (or use a focal loss), check the inputs' scaling, and warm the LR up \
+         over 3 % of the steps to a peak that moves the model sooner",
+        num(first.value),
+        first.step,
+        until.step
+    );
+    Some(
+        Finding::new(Label::Plateau, Severity::Warning, first.step, rec)
+            .with("frozen_val_accuracy", first.value)
+            .with("evaluations", n as f64)
+            .with("window_start_step", first.step as f64)
+            .with("window_end_step", until.step as f64),
     )
 }
 

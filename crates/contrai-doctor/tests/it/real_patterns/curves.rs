@@ -738,3 +738,37 @@ fn a_validation_accuracy_frozen_at_one_class_while_nothing_reaches_validation_is
         r.findings
     );
 }
+
+#[test]
+fn a_validation_accuracy_frozen_at_one_class_for_its_first_third_is_a_plateau_it_left() {
+    // 20 epochs of a binary classifier on a 718-image validation set: its accuracy exactly the
+    // majority share (615/718) for the first `frozen` epochs, then rising as it learns.
+    let csv = |frozen: u64| {
+        let rows: Vec<String> = (0..20u64)
+            .map(|e| {
+                let x = e as f64;
+                let acc = if e < frozen {
+                    615.0 / 718.0
+                } else {
+                    (615.0 + 2.0 * (e + 1 - frozen) as f64) / 718.0
+                };
+                let train = 0.8 * (-x / 10.0).exp();
+                let val = 0.28 + 0.14 * (-(x - frozen as f64).max(0.0) / 4.0).exp();
+                format!("{e},{train},{acc},{val}")
+            })
+            .collect();
+        format!("epoch,loss,val_accuracy,val_loss\n{}\n", rows.join("\n"))
+    };
+    let r = &reports_of(&[("history_log.csv", csv(7))])[0];
+    let f = finding(r, Label::Plateau);
+    assert_eq!(f.evidence["evaluations"], 7.0, "{f:?}");
+    // Frozen for its first two epochs only: no stretch worth a finding.
+    let r = &reports_of(&[("history_log.csv", csv(2))])[0];
+    assert!(
+        !r.findings
+            .iter()
+            .any(|f| f.evidence.contains_key("frozen_val_accuracy")),
+        "{:?}",
+        r.findings
+    );
+}
