@@ -730,13 +730,7 @@ fn a_validation_accuracy_frozen_at_one_class_while_nothing_reaches_validation_is
     // The same accuracy with a validation loss that falls: the model learns, its predictions
     // not yet across the threshold — no frozen predictions to report.
     let r = &reports_of(&[("training_log.csv", csv(&|x| 0.9 - 0.3 * (1.0 - (-x / 4.0).exp())))])[0];
-    assert!(
-        !r.findings
-            .iter()
-            .any(|f| f.evidence.contains_key("frozen_val_accuracy")),
-        "{:?}",
-        r.findings
-    );
+    assert!(!has_evidence(r, "frozen_val_accuracy"), "{:?}", r.findings);
 }
 
 #[test]
@@ -764,11 +758,5 @@ fn a_validation_accuracy_frozen_at_one_class_for_its_first_third_is_a_plateau_it
     assert_eq!(f.evidence["evaluations"], 7.0, "{f:?}");
     // Frozen for its first two epochs only: no stretch worth a finding.
     let r = &reports_of(&[("history_log.csv", csv(2))])[0];
-    assert!(
-        !r.findings
-            .iter()
-            .any(|f| f.evidence.contains_key("frozen_val_accuracy")),
-        "{:?}",
-        r.findings
-    );
+    assert!(!has_evidence(r, "frozen_val_accuracy"), "{:?}", r.findings);
 }

@@ -37,6 +37,11 @@ pub(super) fn labels(r: &Report) -> Vec<Label> {
     r.findings.iter().map(|f| f.label).collect()
 }
 
+/// Whether a finding of `r` carries the evidence `key` (which rule spoke, where labels share).
+pub(super) fn has_evidence(r: &Report, key: &str) -> bool {
+    r.findings.iter().any(|f| f.evidence.contains_key(key))
+}
+
 /// The finding of `label` in `r` (the test fails, naming what was found, without one).
 pub(super) fn finding(r: &Report, label: Label) -> &Finding {
     r.findings
