@@ -227,10 +227,6 @@ pub struct LossPart {
     pub val: Vec<Point>,
 }
 
-/// Tokens that name a validation tag's role, and a training tag's.
-const VAL_ROLE: [&str; 7] = ["val", "valid", "validation", "eval", "evaluation", "test", "dev"];
-const TRAIN_ROLE: [&str; 4] = ["train", "training", "tr", "trn"];
-
 /// A loss tag's name without its role and its aggregation (`epoch`, `step`).
 fn part_name(tag: &str, role: &[&str]) -> String {
     let lower = tag.to_ascii_lowercase();
@@ -251,7 +247,12 @@ fn loss_parts(tags: &[(String, Vec<Point>)], main: [Option<usize>; 2]) -> Vec<Lo
     let main_names: Vec<String> = main
         .iter()
         .flatten()
-        .map(|&i| part_name(&tags[i].0, &[&VAL_ROLE[..], &TRAIN_ROLE[..]].concat()))
+        .map(|&i| {
+            part_name(
+                &tags[i].0,
+                &[&tags::VAL_WORDS[..], &tags::TRAIN_WORDS[..]].concat(),
+            )
+        })
         .collect();
     let sorted = |i: usize| {
         let mut p = tags[i].1.clone();
@@ -261,7 +262,7 @@ fn loss_parts(tags: &[(String, Vec<Point>)], main: [Option<usize>; 2]) -> Vec<Lo
     let mut parts: Vec<LossPart> = Vec::new();
     for v in (0..tags.len()).filter(|&i| is(i, Series::ValLoss) && Some(i) != main[1]) {
         let tag = &tags[v].0;
-        let name = part_name(tag, &VAL_ROLE);
+        let name = part_name(tag, &tags::VAL_WORDS);
         if tags::on_validation_counter(tag)
             || eval_set_of(tag).is_some()
             || main_names.contains(&name)
@@ -270,7 +271,9 @@ fn loss_parts(tags: &[(String, Vec<Point>)], main: [Option<usize>; 2]) -> Vec<Lo
             continue;
         }
         let twin = (0..tags.len()).find(|&t| {
-            Some(t) != main[0] && is(t, Series::TrainLoss) && part_name(&tags[t].0, &TRAIN_ROLE) == name
+            Some(t) != main[0]
+                && is(t, Series::TrainLoss)
+                && part_name(&tags[t].0, &tags::TRAIN_WORDS) == name
         });
         if let Some(t) = twin {
             parts.push(LossPart {

@@ -2,6 +2,20 @@
 
 use crate::series::Series;
 
+/// Words of a tag that name a validation metric's role, and a training metric's.
+pub(crate) const VAL_WORDS: [&str; 9] = [
+    "val",
+    "valid",
+    "validation",
+    "eval",
+    "evaluation",
+    "test",
+    "dev",
+    "valloss",
+    "vl",
+];
+pub(crate) const TRAIN_WORDS: [&str; 4] = ["train", "training", "tr", "trn"];
+
 /// Canonical series of a tag and its priority (higher wins when several tags map to one series).
 pub fn classify(tag: &str) -> Option<(Series, i32)> {
     let lower = tag.to_ascii_lowercase();
@@ -16,15 +30,8 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
         return None;
     }
     let has = |w: &str| toks.contains(&w);
-    let valish = toks.iter().any(|t| {
-        matches!(
-            *t,
-            "val" | "valid" | "validation" | "eval" | "evaluation" | "test" | "dev" | "valloss" | "vl"
-        )
-    });
-    let trainish = toks
-        .iter()
-        .any(|t| matches!(*t, "train" | "training" | "tr" | "trn"));
+    let valish = toks.iter().any(|t| VAL_WORDS.contains(t));
+    let trainish = toks.iter().any(|t| TRAIN_WORDS.contains(t));
     let epoch_agg = has("epoch");
     let len_penalty = toks.len() as i32;
     // Skip meta columns that merely contain a metric word.
