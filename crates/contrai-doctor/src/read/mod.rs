@@ -290,6 +290,15 @@ fn is_trainer_state(path: &Path) -> bool {
     text.trim_start().starts_with('{') && text.contains("\"log_history\"")
 }
 
+/// A file's first 4 KiB (all of a shorter one): what its format is told by.
+pub(crate) fn file_head(path: &Path) -> Result<Vec<u8>, ReadError> {
+    let mut head = Vec::with_capacity(4096);
+    fs::File::open(path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head))
+        .map_err(|e| io_err(path, e))?;
+    Ok(head)
+}
+
 /// Detects the format of a file (or run directory) from its path and first bytes.
 pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
     if path.is_dir() {
@@ -324,10 +333,7 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
         return Ok(Format::Jsonl);
     }
     // Sniff the content.
-    let mut head = Vec::with_capacity(4096);
-    fs::File::open(path)
-        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head))
-        .map_err(|e| io_err(path, e))?;
+    let head = file_head(path)?;
     let head = head.as_slice();
     if tensorboard::looks_like_tfrecord(head) {
         return Ok(Format::Tensorboard);

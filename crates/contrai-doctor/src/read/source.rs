@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::{
-    Format, ReadError, Skipped, Stream, burn, csv_log, detect_format, file_name, hf, io_err,
+    Format, ReadError, Skipped, Stream, burn, csv_log, detect_format, file_head, file_name, hf, io_err,
     is_trainer_state, jsonl, keras_json, mlflow, mlflow_db, sqlite_format, tensorboard, trackio, wandb,
     wandb_run,
 };
@@ -320,10 +320,7 @@ pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Sour
 /// yet (being written) is passed over and said, to be looked at again once it grows; any other
 /// (a model's config, a tokenizer) is no log.
 fn json_file(p: &Path, sources: &mut Vec<Source>, skipped: &mut Vec<Skipped>) -> Result<(), ReadError> {
-    let mut head = Vec::with_capacity(4096);
-    fs::File::open(p)
-        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head))
-        .map_err(|e| io_err(p, e))?;
+    let head = file_head(p)?;
     let head = String::from_utf8_lossy(&head);
     if keras_json::looks_like(&head) {
         sources.push(of_format(p, Format::KerasJson)?);
