@@ -259,7 +259,13 @@ fn predictions_frozen_at_first(ctx: &Ctx) -> Option<Finding> {
     let n = acc.iter().take_while(same).count();
     let until = acc[n.saturating_sub(1)];
     let span = (ctx.st.last_step().saturating_sub(first.step)).max(1) as f64;
-    if n < FROZEN_EVALS || n == acc.len() || ((until.step - first.step) as f64) < STALL_SHARE * span {
+    // Every input right from the first evaluation on is no stall, however long it lasts.
+    let perfect = first.value >= 1.0;
+    if n < FROZEN_EVALS
+        || n == acc.len()
+        || ((until.step - first.step) as f64) < STALL_SHARE * span
+        || perfect
+    {
         return None;
     }
     let rec = format!(

@@ -759,4 +759,8 @@ fn a_validation_accuracy_frozen_at_one_class_for_its_first_third_is_a_plateau_it
     // Frozen for its first two epochs only: no stretch worth a finding.
     let r = &reports_of(&[("history_log.csv", csv(2))])[0];
     assert!(!has_evidence(r, "frozen_val_accuracy"), "{:?}", r.findings);
+    // Every image right for its first seven epochs, one wrong after: no stall.
+    let perfect = csv(7).replace(&(615.0f64 / 718.0).to_string(), "1.0");
+    let r = &reports_of(&[("history_log.csv", perfect)])[0];
+    assert!(!has_evidence(r, "frozen_val_accuracy"), "{:?}", r.findings);
 }
