@@ -187,9 +187,14 @@ def check_summary(got: Mapping[str, Any], run: Path, ds: list[dict[str, Any]]) -
 def wandb_records(folder: Path) -> tuple[Path, list[Any]]:
     """The one W&B run under ``folder``: its folder and the records of its ``.wandb`` file, once
     its exit record is in (W&B's service may still be writing when ``wandb.finish`` returns)."""
+    from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+
     [path] = folder.glob("wandb/offline-run-*/run-*.wandb")
     for _ in range(100):
-        records = wandb_file(path)
+        try:
+            records = wandb_file(path)
+        except DecodeError:  # a record W&B's service is still writing: read again
+            records = []
         if any(r.WhichOneof("record_type") == "exit" for r in records):
             return path.parent, records
         time.sleep(0.1)
