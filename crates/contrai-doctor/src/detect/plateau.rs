@@ -205,6 +205,15 @@ fn frozen_from_the_start(ctx: &Ctx, loss: Series) -> Option<Finding> {
     )
 }
 
+/// How many of `points`, from the first, have the first's value (to [`FROZEN`]).
+fn frozen_prefix(points: &[Point]) -> usize {
+    let Some(first) = points.first() else {
+        return 0;
+    };
+    let same = |p: &&Point| (p.value - first.value).abs() <= FROZEN * first.value.abs().max(1e-12);
+    points.iter().take_while(same).count()
+}
+
 /// The validation accuracy the same, to [`FROZEN`], at every one of its evaluations (at least
 /// [`FROZEN_EVALS`]) while the training loss fell by more than half, or while the validation loss
 /// never went below its first evaluation: the model trained, but its predictions on validation
@@ -213,8 +222,7 @@ fn frozen_from_the_start(ctx: &Ctx, loss: Series) -> Option<Finding> {
 fn predictions_never_changed(ctx: &Ctx) -> Option<Finding> {
     let acc = finite(ctx.st.points(Series::ValAccuracy));
     let first = *acc.first()?;
-    let same = |p: &Point| (p.value - first.value).abs() <= FROZEN * first.value.abs().max(1e-12);
-    if acc.len() < FROZEN_EVALS || !acc.iter().all(same) {
+    if acc.len() < FROZEN_EVALS || frozen_prefix(&acc) < acc.len() {
         return None;
     }
     let train = finite(ctx.st.points(Series::TrainLoss));
@@ -255,8 +263,7 @@ fn predictions_never_changed(ctx: &Ctx) -> Option<Finding> {
 fn predictions_frozen_at_first(ctx: &Ctx) -> Option<Finding> {
     let acc = finite(ctx.st.points(Series::ValAccuracy));
     let first = *acc.first()?;
-    let same = |p: &&Point| (p.value - first.value).abs() <= FROZEN * first.value.abs().max(1e-12);
-    let n = acc.iter().take_while(same).count();
+    let n = frozen_prefix(&acc);
     let until = acc[n.saturating_sub(1)];
     let span = (ctx.st.last_step().saturating_sub(first.step)).max(1) as f64;
     // Every input right from the first evaluation on is no stall, however long it lasts.
