@@ -13,7 +13,7 @@ use crate::series::{Cut, Marker, Point, Series};
 use crate::stats::{median, point_noise};
 
 mod segments;
-use segments::{Side, pairs, side_at};
+use segments::{Side, every_side, pairs};
 
 /// Points of the segment before whose median is its end level.
 const END_POINTS: usize = 5;
@@ -36,9 +36,11 @@ pub fn check(ctx: &Ctx) -> Option<Finding> {
     let repeats = main == Series::TrainLoss;
     let loss = ctx.st.log(main);
     let lr = ctx.st.log(Series::Lr);
+    // The gradient norm's sides, once for every boundary it may have jumped at.
+    let grad = ctx.st.log(Series::GradNorm).map(every_side).unwrap_or_default();
     let mut judged: Vec<Judged> = pairs(loss, lr, repeats)
         .into_iter()
-        .filter_map(|(l, r)| judge(ctx, l.as_ref(), r.as_ref()))
+        .filter_map(|(l, r)| judge(ctx, l.as_ref(), r.as_ref(), &grad))
         .collect();
     judged.sort_by_key(|j| (j.b.line, j.order));
     // The lead is the most urgent boundary with a real segment before it, the first of those.
@@ -189,12 +191,13 @@ fn loss_break(ctx: &Ctx, c: &Course) -> bool {
 /// [`DoctorConfig::resume_loss_z`]: crate::DoctorConfig::resume_loss_z
 const GRAD_JUMP: f64 = 5.0;
 
-/// Whether the gradient norm jumped up at the boundary `at` (the file's steps on either side).
-fn grad_break(ctx: &Ctx, at: (u64, u64)) -> bool {
-    let Some(side) = ctx.st.log(Series::GradNorm).and_then(|l| side_at(l, at)) else {
+/// Whether the gradient norm (its sides `grad`) jumped up at the boundary `at` (the file's
+/// steps on either side).
+fn grad_break(ctx: &Ctx, grad: &[Side], at: (u64, u64)) -> bool {
+    let Some(side) = grad.iter().find(|s| s.cut.log_steps == at) else {
         return false;
     };
-    course(&side, END_POINTS, 1)
+    course(side, END_POINTS, 1)
         .is_some_and(|c| c.d_end > 0.0 && beyond(c.d_end, GRAD_JUMP, Some((ctx.cfg.resume_loss_z, c.scale))))
 }
 
@@ -226,8 +229,8 @@ fn lr_break(ctx: &Ctx, c: &Course) -> Option<Break> {
     }
 }
 
-/// Judges one boundary from its loss and LR sides.
-fn judge(ctx: &Ctx, loss: Option<&Side>, lr: Option<&Side>) -> Option<Judged> {
+/// Judges one boundary from its loss and LR sides (and the gradient norm's, `grad`).
+fn judge(ctx: &Ctx, loss: Option<&Side>, lr: Option<&Side>, grad: &[Side]) -> Option<Judged> {
     let side = loss.or(lr)?;
     let cut = side.cut;
     let lc = loss.and_then(|s| course(s, END_POINTS, START_POINTS));
@@ -247,7 +250,7 @@ fn judge(ctx: &Ctx, loss: Option<&Side>, lr: Option<&Side>) -> Option<Judged> {
     if loss_broke {
         breaks.push(Break::LossJump);
     }
-    let grad_broke = grad_break(ctx, cut.log_steps);
+    let grad_broke = grad_break(ctx, grad, cut.log_steps);
     if grad_broke {
         breaks.push(Break::GradJump);
     }

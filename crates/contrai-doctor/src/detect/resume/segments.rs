@@ -52,11 +52,9 @@ pub(super) fn pairs<'a>(
     out
 }
 
-/// The side of `log`'s cut at the file's steps `at`, if it has one there.
-pub(super) fn side_at(log: &LogOrder, at: (u64, u64)) -> Option<Side<'_>> {
+/// The segments on either side of every kept cut of a series (a repeated step counts).
+pub(super) fn every_side(log: &LogOrder) -> Vec<Side<'_>> {
     sides(log, true, false)
-        .into_iter()
-        .find(|s| s.cut.log_steps == at)
 }
 
 /// The segments on either side of each kept cut of a series (`repeats`: a repeated step counts;
