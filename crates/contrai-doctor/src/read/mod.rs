@@ -282,12 +282,12 @@ fn is_trainer_state(path: &Path) -> bool {
     if ext.is_some_and(|e| NOT_LOGS.contains(&e.as_str())) {
         return false;
     }
-    let mut head = [0u8; 4096];
-    let Ok(n) = fs::File::open(path).and_then(|mut f| std::io::Read::read(&mut f, &mut head)) else {
-        return false;
-    };
-    let text = String::from_utf8_lossy(&head[..n]);
-    text.trim_start().starts_with('{') && text.contains("\"log_history\"")
+    file_head(path).is_ok_and(|head| opens_trainer_state(&String::from_utf8_lossy(&head)))
+}
+
+/// Whether a file's first bytes (as text) open a Trainer state: an object with `log_history`.
+pub(crate) fn opens_trainer_state(head: &str) -> bool {
+    head.trim_start().starts_with('{') && head.contains("\"log_history\"")
 }
 
 /// A file's first 4 KiB (all of a shorter one): what its format is told by.
@@ -350,10 +350,11 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
     let text = String::from_utf8_lossy(head);
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') {
-        if !text.contains("\"log_history\"") && keras_json::looks_like(trimmed) {
+        let trainer_state = opens_trainer_state(trimmed);
+        if !trainer_state && keras_json::looks_like(trimmed) {
             return Ok(Format::KerasJson);
         }
-        if text.contains("\"log_history\"") || lower.ends_with(".json") {
+        if trainer_state || lower.ends_with(".json") {
             return Ok(Format::HfTrainerState);
         }
         return Ok(Format::Jsonl);

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use super::{
     Format, ReadError, Skipped, Stream, burn, csv_log, detect_format, file_head, file_name, hf, io_err,
-    is_trainer_state, jsonl, keras_json, mlflow, mlflow_db, sqlite_format, tensorboard, trackio, wandb,
-    wandb_run,
+    is_trainer_state, jsonl, keras_json, mlflow, mlflow_db, opens_trainer_state, sqlite_format, tensorboard,
+    trackio, wandb, wandb_run,
 };
 use crate::series::{RawRun, Run};
 
@@ -296,11 +296,11 @@ pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Sour
                         reason: e.to_string(),
                     }),
                 }
+            } else if lower.ends_with(".json") {
+                json_file(p, &mut sources, skipped)?;
             } else if is_trainer_state(p) {
                 // A Trainer state saved under another name (the content tells, not the name).
                 sources.push(of_format(p, Format::HfTrainerState)?);
-            } else if lower.ends_with(".json") {
-                json_file(p, &mut sources, skipped)?;
             }
         }
         if !wandb.is_empty() {
@@ -316,13 +316,15 @@ pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Sour
     Ok(newest_checkpoints(sources))
 }
 
-/// A `.json` file that is no Trainer state: a Keras History is a source; one too short to tell
-/// yet (being written) is passed over and said, to be looked at again once it grows; any other
-/// (a model's config, a tokenizer) is no log.
+/// A `.json` file by its first bytes, read once: a Trainer state saved under another name or a
+/// Keras History is a source; one too short to tell yet (being written) is passed over and said,
+/// to be looked at again once it grows; any other (a model's config, a tokenizer) is no log.
 fn json_file(p: &Path, sources: &mut Vec<Source>, skipped: &mut Vec<Skipped>) -> Result<(), ReadError> {
     let head = file_head(p)?;
     let head = String::from_utf8_lossy(&head);
-    if keras_json::looks_like(&head) {
+    if opens_trainer_state(&head) {
+        sources.push(of_format(p, Format::HfTrainerState)?);
+    } else if keras_json::looks_like(&head) {
         sources.push(of_format(p, Format::KerasJson)?);
     } else if keras_json::undecided(&head) {
         skipped.push(Skipped {
