@@ -46,12 +46,17 @@ pub fn looks_like(head: &str) -> bool {
 /// Every `"key": value` in `text` at any depth, with what follows the colon (trimmed): a scan
 /// of the file's first bytes, which may end anywhere.
 fn members(text: &str) -> impl Iterator<Item = (&str, &str)> {
-    text.match_indices('"').filter_map(move |(i, _)| {
-        let rest = &text[i + 1..];
-        let end = rest.find('"')?;
-        let after = rest[end + 1..].trim_start().strip_prefix(':')?;
-        Some((&rest[..end], after.trim_start()))
-    })
+    text.match_indices('"')
+        .filter_map(move |(i, _)| member_at(&text[i..]))
+}
+
+/// The `"key": value` that `text` opens with (at its quote), with what follows the colon
+/// (trimmed), if the text holds them.
+fn member_at(text: &str) -> Option<(&str, &str)> {
+    let rest = text.strip_prefix('"')?;
+    let end = rest.find('"')?;
+    let after = rest[end + 1..].trim_start().strip_prefix(':')?;
+    Some((&rest[..end], after.trim_start()))
 }
 
 /// Whether a JSON file's first bytes are too few to tell (empty, or cut before its first
@@ -70,10 +75,7 @@ pub fn undecided(head: &str) -> bool {
 
 /// The first member's key and what follows its colon (trimmed), if the text holds them.
 fn first_member(rest: &str) -> Option<(&str, &str)> {
-    let rest = rest.trim_start().strip_prefix('"')?;
-    let end = rest.find('"')?;
-    let after = rest[end + 1..].trim_start().strip_prefix(':')?;
-    Some((&rest[..end], after.trim_start()))
+    member_at(rest.trim_start())
 }
 
 /// Reads a History JSON into its runs: one, or one per model prefix.
