@@ -5,6 +5,7 @@
 
 mod chance;
 mod curves;
+mod frozen;
 mod readers;
 mod schedules;
 
