@@ -99,6 +99,12 @@ impl Jsonl {
                 .and_then(value_f64)
                 .or(self.plan.and_then(|p| p.epoch)),
         };
+        if self
+            .plan
+            .is_some_and(|p| p.evaluated_after(plan, obj.get("loss").and_then(value_f64).is_some()))
+        {
+            return Ok(());
+        }
         if self.plan.is_some_and(|p| p.relaunched(plan)) {
             run.mark_segment(Some(Marker::Relaunch), None);
         }

@@ -18,4 +18,13 @@ impl Plan {
         let epoch = matches!((self.epoch, next.epoch), (Some(a), Some(b)) if b < a - 0.01);
         total || (epoch && next.step > self.step)
     }
+
+    /// Whether `next` is an evaluation after the run (LLaMA-Factory's `do_eval` or `do_predict`
+    /// on the final or reloaded best model), no point of its course: this record reached its
+    /// planned steps and `next`, which logs no training loss (`trains`: a non-null `loss`),
+    /// counts its evaluation batches against a plan of its own.
+    pub fn evaluated_after(self, next: Plan, trains: bool) -> bool {
+        let done = self.total == Some(self.step);
+        done && !trains && next.total.is_some() && next.total != self.total
+    }
 }
