@@ -59,8 +59,11 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
     // `ls` abbreviates loss only beside a train or validation word (`tr_ls`, `val_ls`).
     let is_loss =
         toks.iter().any(|t| *t == "loss" || t.ends_with("loss")) || (has("ls") && (trainish || valish));
-    if is_loss {
-        let mut prio = 50 - 2 * len_penalty;
+    // An error metric (`RMSE`, `val_mae`) stands in for the loss where a log names none: below
+    // every tag that does.
+    let is_error = !is_loss && toks.iter().copied().any(error_word);
+    if is_loss || is_error {
+        let mut prio = 50 - 2 * len_penalty - if is_loss { 0 } else { 40 };
         if epoch_agg {
             prio -= 5;
         }
@@ -110,6 +113,22 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
         return Some((Series::TrainAccuracy, prio));
     }
     None
+}
+
+/// A word that names an error metric (mean squared or absolute error), not a loss.
+fn error_word(t: &str) -> bool {
+    matches!(t, "mse" | "rmse" | "mae")
+}
+
+/// Whether a tag names an error metric and no loss (`RMSE`, `val_mae`): read as the loss only
+/// where a log names none, and never a part of one.
+pub(crate) fn is_error_metric(tag: &str) -> bool {
+    let lower = tag.to_ascii_lowercase();
+    let toks: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .collect();
+    toks.iter().copied().any(error_word) && !toks.iter().any(|t| t.ends_with("loss"))
 }
 
 /// Whether a tag is a validation metric logged per validation batch (Lightning's

@@ -32,7 +32,7 @@ fn part_name(tag: &str, role: &[&str]) -> String {
 pub(super) fn loss_parts(tags: &[(String, Vec<Point>)], main: [Option<usize>; 2]) -> Vec<LossPart> {
     let is = |i: usize, s: Series| {
         let (tag, points) = &tags[i];
-        !points.is_empty() && tags::classify(tag).is_some_and(|(c, _)| c == s)
+        !points.is_empty() && !tags::is_error_metric(tag) && tags::classify(tag).is_some_and(|(c, _)| c == s)
     };
     let main_names: Vec<String> = main
         .iter()

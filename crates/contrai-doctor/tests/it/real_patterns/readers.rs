@@ -55,6 +55,71 @@ fn llama_factorys_two_logs_of_one_run_are_read_once_as_a_language_model() {
 }
 
 #[test]
+fn llama_factorys_evaluation_after_training_is_no_point_of_the_run() {
+    // A run of 1,000 steps evaluated every 200 (its validation still falling at the end), then
+    // `do_eval` on the reloaded best model: a line of its own counter (50 batches) whose value
+    // is the best's. Read as a point it was a relaunch at step 50 and a best before any other.
+    let mut rows: Vec<String> = (1..=100u64)
+        .map(|i| {
+            let s = i * 10;
+            format!(
+                r#"{{"current_steps": {s}, "total_steps": 1000, "loss": {:.4}, "eval_loss": null, "learning_rate": {:e}, "epoch": {:.2}}}"#,
+                0.6 + 0.9 * (-(s as f64) / 150.0).exp(),
+                3e-5 * (1.0 - s as f64 / 1000.0),
+                s as f64 / 500.0
+            )
+        })
+        .collect();
+    for (i, v) in [0.95, 0.9, 0.86, 0.83, 0.8].iter().enumerate() {
+        let s = 200 * (i + 1);
+        rows.insert(
+            s / 10 + i,
+            format!(r#"{{"current_steps": {s}, "total_steps": 1000, "loss": null, "eval_loss": {v}, "epoch": {:.2}}}"#, s as f64 / 500.0),
+        );
+    }
+    rows.push(r#"{"current_steps": 50, "total_steps": 50, "loss": null, "eval_loss": 0.8, "learning_rate": null, "epoch": 2.0}"#.into());
+    let rs = reports_of(&[("trainer_log.jsonl", rows.join("\n"))]);
+    assert_eq!(labels(&rs[0]), vec![Label::Healthy]);
+}
+
+#[test]
+fn an_error_metric_stands_in_for_a_loss_the_log_does_not_name_and_is_no_part_of_one() {
+    // A linear regression on raw prices: only its training RMSE is logged, and it never moves.
+    let rows: Vec<String> = (1..=100u64)
+        .map(|e| format!("{e},{}", 197_932.75 - 0.004 * e as f64))
+        .collect();
+    let rs = reports_of(&[("training_log.csv", format!("Epoch,RMSE\n{}\n", rows.join("\n")))]);
+    assert!(labels(&rs[0]).contains(&Label::Plateau), "{:?}", labels(&rs[0]));
+    // Keras beside its loss: `mae` worsens on validation while the loss stays level. The loss
+    // is what the run optimises; a metric beside it is no part of it.
+    let rows: Vec<String> = (0..47u64)
+        .map(|e| {
+            let x = e as f64;
+            let val_mae = if e < 30 {
+                0.06 - 0.001 * x
+            } else {
+                0.03 + 0.002 * (x - 30.0)
+            };
+            format!(
+                "{},{},{},{val_mae},1e-3",
+                0.05 * (-x / 8.0).exp() + 0.003,
+                0.13 * (-x / 8.0).exp() + 0.03,
+                0.004 + 0.0001 * (x % 3.0)
+            )
+        })
+        .collect();
+    let rs = reports_of(&[(
+        "training_history.csv",
+        format!("loss,mae,val_loss,val_mae,learning_rate\n{}\n", rows.join("\n")),
+    )]);
+    assert!(
+        !labels(&rs[0]).contains(&Label::Overfitting),
+        "{:?}",
+        labels(&rs[0])
+    );
+}
+
+#[test]
 fn every_evaluation_set_of_a_trainer_is_judged_and_named() {
     // Set `a` rises after step 600 while training falls; set `b` keeps falling.
     let train: Vec<(u64, f64)> = (1..=30)
