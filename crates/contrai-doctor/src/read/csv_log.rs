@@ -161,6 +161,45 @@ impl Csv {
     }
 }
 
+/// Why a CSV, from its first bytes (`head`, all of it when `whole`), is a summary of runs and
+/// no run's course: its rows are named (`baseline`, `hho`: a comparison of runs, each name
+/// once, in a first column that is no time), or it holds one row and no step column (a run's
+/// final metrics: no course to judge). `None`: a log.
+pub(crate) fn summary(head: &[u8], whole: bool) -> Option<String> {
+    let complete = &head[..head.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)];
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(delimiter(complete).unwrap_or(b','))
+        .from_reader(complete);
+    let mut records = rdr.records().filter_map(Result::ok);
+    let header: Vec<String> = records.next()?.iter().map(|c| c.trim().to_string()).collect();
+    if step_column(&header).is_some() {
+        return None;
+    }
+    let rows: Vec<Vec<String>> = records
+        .map(|r| r.iter().map(|c| c.trim().to_string()).collect())
+        .filter(|r: &Vec<String>| r.iter().any(|c| !c.is_empty()))
+        .collect();
+    let names: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.first().map(String::as_str))
+        .collect();
+    let timed = ["time", "timestamp", "date", "datetime", "wall_time"]
+        .iter()
+        .any(|t| header.first().is_some_and(|h| h.eq_ignore_ascii_case(t)));
+    let word = |c: &&str| parse_num(c).is_none() && !c.contains(':') && c.chars().any(char::is_alphabetic);
+    let distinct = names.iter().collect::<std::collections::HashSet<_>>().len() == names.len();
+    if !timed && names.len() == rows.len() && !names.is_empty() && names.iter().all(|c| word(c)) && distinct {
+        return Some(format!(
+            "a table of named rows (`{}`): it compares runs, no run's course",
+            names.iter().take(3).copied().collect::<Vec<_>>().join("`, `")
+        ));
+    }
+    (whole && rows.len() == 1)
+        .then(|| "one row and no step column: a run's summary, no course to judge".to_string())
+}
+
 /// The delimiter a CSV header uses: the most frequent of comma, tab and semicolon (Keras's
 /// `CSVLogger(separator=";")`, a European locale's export), `None` when it has none of them.
 pub(crate) fn delimiter(header: &[u8]) -> Option<u8> {

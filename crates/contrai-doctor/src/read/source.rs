@@ -281,6 +281,15 @@ pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Sour
                 match detect_format(p) {
                     Ok(Format::WandbCsv) => wandb.push(p.clone()),
                     Ok(Format::Csv) => {
+                        // A table of runs' results beside their logs is passed over and said.
+                        let head = file_head(p)?;
+                        if let Some(reason) = csv_log::summary(&head, head.len() < 4096) {
+                            skipped.push(Skipped {
+                                path: p.clone(),
+                                reason,
+                            });
+                            continue;
+                        }
                         let mut csv = of_format(p, Format::Csv)?;
                         if let Source::Appended { lenient, .. } = &mut csv {
                             *lenient = lower.ends_with(".log");

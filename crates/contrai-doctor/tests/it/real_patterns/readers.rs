@@ -120,6 +120,41 @@ fn an_error_metric_stands_in_for_a_loss_the_log_does_not_name_and_is_no_part_of_
 }
 
 #[test]
+fn tables_of_runs_results_beside_a_log_are_no_runs() {
+    // A training history, a comparison of two models' averages (named rows, a learning-rate
+    // column among them), and one row of a run's final metrics.
+    let rows: Vec<String> = (1..=30u64)
+        .map(|e| {
+            let x = e as f64;
+            format!(
+                "{e},{},{}",
+                0.7 * (-x / 10.0).exp() + 0.1,
+                0.72 * (-x / 10.0).exp() + 0.12
+            )
+        })
+        .collect();
+    let rs = reports_of(&[
+        (
+            "training_results.csv",
+            format!("epoch,train_loss,val_loss\n{}\n", rows.join("\n")),
+        ),
+        (
+            "comparison_summary.csv",
+            "model,learning_rate,avg_acc,avg_loss\nbaseline,1e-4,0.82,0.41\nhho,5e-4,0.77,0.48\n".into(),
+        ),
+        (
+            "final_metrics.csv",
+            "accuracy,precision,recall\n0.7998,0.0,0.0\n".into(),
+        ),
+    ]);
+    assert_eq!(rs.len(), 1, "{:?}", sources(&rs));
+    assert!(rs[0].source.ends_with("training_results.csv"));
+    // A log of one row so far, with its epoch column, is a log.
+    let rs = reports_of(&[("history.csv", "epoch,loss,val_loss\n0,0.9,0.95\n".into())]);
+    assert_eq!(rs.len(), 1);
+}
+
+#[test]
 fn every_evaluation_set_of_a_trainer_is_judged_and_named() {
     // Set `a` rises after step 600 while training falls; set `b` keeps falling.
     let train: Vec<(u64, f64)> = (1..=30)
