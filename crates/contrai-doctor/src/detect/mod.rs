@@ -113,8 +113,12 @@ pub fn review(ctx: &Ctx, trigger: Trigger) -> Vec<Finding> {
             Some(f) => out.push(f),
             None => out.extend(plateau::check(ctx, loss)),
         }
-        let overfitting = out.iter().any(|f| f.label == Label::Overfitting);
-        out.extend(oscillation::check(ctx, overfitting));
+        let found = |label| out.iter().any(|f: &Finding| f.label == label);
+        out.extend(oscillation::check(
+            ctx,
+            found(Label::Overfitting),
+            found(Label::Plateau),
+        ));
     }
     if trigger.covers(Series::GradNorm) {
         out.extend(grad::vanish(ctx));

@@ -104,14 +104,16 @@ fn zigzags(points: &[crate::series::Point]) -> (usize, u64) {
     (n, first.unwrap_or(0))
 }
 
-/// Reviews the training loss; then the validation loss, unless it is overfitting (a noisy
-/// rise is that finding, not this one).
-pub fn check(ctx: &Ctx, overfitting: bool) -> Option<Finding> {
+/// Reviews the training loss, unless it is on a plateau (a loss with no net progress stalls;
+/// its log-to-log swings are the noise of single batches on the stalled level); then the
+/// validation loss, unless it is overfitting (a noisy rise is that finding, not this one).
+pub fn check(ctx: &Ctx, overfitting: bool, plateau: bool) -> Option<Finding> {
     let s = super::main_loss(ctx.st);
     if s == Series::ValLoss {
         return validation(ctx);
     }
     let train = swings(ctx.st.points(s), 60).filter(|w| {
+        !plateau &&
         w.amp >= ctx.cfg.oscillation_amplitude && w.share >= 0.4 && w.drift < 0.3
             // Under an annealing LR, a noisy flat tail is convergence, not an unstable optimiser.
             && !super::plateau::lr_annealing(ctx, w.start)

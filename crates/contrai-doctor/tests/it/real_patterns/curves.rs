@@ -109,6 +109,25 @@ fn a_validation_loss_that_jumps_up_and_back_at_many_evaluations_oscillates() {
 }
 
 #[test]
+fn a_stalled_loss_is_a_plateau_and_its_batch_noise_no_oscillation() {
+    // A U-Net's per-step loss (Lightning, every 10 steps) that never leaves its first level:
+    // 0.23 with batch-to-batch noise of about 5 %, no validation, no LR logged.
+    let mut n = contrai_testkit::Noise(11);
+    let rows: Vec<String> = (0..183u64)
+        .map(|i| {
+            let noise = n.next() + n.next() + n.next();
+            format!("{},{},{:.4}", i / 63, 10 * i + 9, 0.232 * (1.0 + 0.05 * noise))
+        })
+        .collect();
+    let r = &reports_of(&[(
+        "metrics.csv",
+        format!("epoch,step,train_loss_step\n{}\n", rows.join("\n")),
+    )])[0];
+    assert!(labels(r).contains(&Label::Plateau), "{:?}", labels(r));
+    assert!(!labels(r).contains(&Label::Oscillation), "{:?}", labels(r));
+}
+
+#[test]
 fn a_stall_that_one_late_lr_cut_breaks_is_a_plateau_and_a_new_epochs_drop_is_not() {
     // 180 epochs: down to 0.65 by 30, 3 % better by 90, then -20 % at once and on down to 0.25.
     let loss = |i: f64| {
