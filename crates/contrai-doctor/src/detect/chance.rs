@@ -107,7 +107,18 @@ fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
         return None;
     }
     let fell = rel_drop(start, end) > 0.02 || rel_drop(initial, min) > 0.05;
-    let accuracy = finite(ctx.st.points(Series::TrainAccuracy));
+    // No accuracy logged where the loss was not finite: the model is broken there, not guessing.
+    let broken: std::collections::HashSet<u64> = ctx
+        .st
+        .points(loss)
+        .iter()
+        .filter(|p| !p.value.is_finite())
+        .map(|p| p.step)
+        .collect();
+    let accuracy: Vec<Point> = finite(ctx.st.points(Series::TrainAccuracy))
+        .into_iter()
+        .filter(|p| !broken.contains(&p.step))
+        .collect();
     let classes = classes(ctx, end).or_else(|| dead_output(ctx, &vals))?;
     let chance = classes.ln();
     let dist = (end - chance).abs() / chance;

@@ -201,3 +201,31 @@ fn a_loss_that_climbed_to_ln_k_and_settled_there_with_its_last_accuracy_at_one_i
     let r = &reports_of(&[("trainer_state.json", at(0.61))])[0];
     assert!(!labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
 }
+
+#[test]
+fn a_classifier_learning_until_its_loss_turns_nan_is_no_chance_level() {
+    // Keras CSVLogger, 4000 identities (no config beside the log): the loss falls from 7.36 to
+    // 3.74 (about ln 42) in 33 epochs, then is NaN; the accuracy at the NaN epochs is 0.0001.
+    let rows: Vec<String> = (0..38u64)
+        .map(|e| {
+            let x = e as f64;
+            if e < 33 {
+                let loss = 3.6 + 3.76 * (-x / 8.0).exp();
+                format!(
+                    "{e},{},{loss},{},{}",
+                    0.27 * (1.0 - (-x / 10.0).exp()),
+                    0.35 * (1.0 - (-x / 10.0).exp()),
+                    loss - 0.3
+                )
+            } else {
+                format!("{e},0.000105,nan,0.0,nan")
+            }
+        })
+        .collect();
+    let r = &reports_of(&[(
+        "training_log.csv",
+        format!("epoch,accuracy,loss,val_accuracy,val_loss\n{}\n", rows.join("\n")),
+    )])[0];
+    assert!(labels(r).contains(&Label::Nonfinite), "{:?}", labels(r));
+    assert!(!labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
+}
