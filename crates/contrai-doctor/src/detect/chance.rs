@@ -163,7 +163,9 @@ fn on_validation(ctx: &Ctx) -> Option<Finding> {
             .map(|v| (v - chance).abs() / chance)
             .fold(0.0, f64::max)
     };
-    if let Some(classes) = classes(ctx, level)
+    // A validation loss at exactly ln K at every evaluation is a dead output, whatever the task.
+    let all: Vec<f64> = pts.iter().map(|p| p.value).collect();
+    if let Some(classes) = classes(ctx, level).or_else(|| dead_output(ctx, &all))
         && let dist = dist_of(classes.ln())
         && dist <= VAL_TOLERANCE
         && !accuracy_above_chance(ctx, Series::ValAccuracy, classes, true)

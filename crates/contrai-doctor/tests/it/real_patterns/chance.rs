@@ -229,3 +229,29 @@ fn a_classifier_learning_until_its_loss_turns_nan_is_no_chance_level() {
     assert!(labels(r).contains(&Label::Nonfinite), "{:?}", labels(r));
     assert!(!labels(r).contains(&Label::StuckAtChance), "{:?}", labels(r));
 }
+
+#[test]
+fn a_validation_loss_at_exactly_ln_k_at_every_evaluation_is_stuck_whatever_the_task() {
+    // An MLP on CIFAR-10 under SGD, nothing beside the log to say it classifies: the per-step
+    // loss wanders 0.3 % around ln 10, the validation loss sits at ln 10 to 1e-4 at all ten
+    // epoch ends.
+    let mut n = contrai_testkit::Noise(5);
+    let mut rows = Vec::new();
+    for e in 0..10u64 {
+        for i in 0..62u64 {
+            let s = e * 625 + i * 10;
+            rows.push(format!("{e},{s},{:.4},", 10f64.ln() * (1.0 + 0.0015 * n.next())));
+        }
+        rows.push(format!(
+            "{e},{},,{:.5}",
+            e * 625 + 624,
+            10f64.ln() - 0.000015 * e as f64
+        ));
+    }
+    let r = &reports_of(&[(
+        "metrics.csv",
+        format!("epoch,step,train_loss,val_loss\n{}\n", rows.join("\n")),
+    )])[0];
+    let f = finding(r, Label::StuckAtChance);
+    assert_eq!(f.evidence["classes"], 10.0);
+}
