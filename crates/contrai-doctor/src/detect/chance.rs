@@ -12,7 +12,8 @@ use crate::stats::{block_medians, median};
 /// validation accuracy at 1/K at every one of them confirms the loss.
 const MIN_VAL_EVALS: usize = 4;
 /// How far (relative) from 1/K the validation accuracy's later half may lie when it alone
-/// tells a run stuck on validation.
+/// tells a run stuck on validation (or anywhere below it, with K known: a model that does
+/// worse than guessing has learned nothing either).
 const ACCURACY_AT_CHANCE: f64 = 0.2;
 /// How far (relative) from ln K every validation loss may lie on a run stuck on validation.
 const VAL_TOLERANCE: f64 = 0.05;
@@ -107,18 +108,7 @@ fn on_main_loss(ctx: &Ctx, loss: Series) -> Option<Finding> {
         return None;
     }
     let fell = rel_drop(start, end) > 0.02 || rel_drop(initial, min) > 0.05;
-    // No accuracy logged where the loss was not finite: the model is broken there, not guessing.
-    let broken: std::collections::HashSet<u64> = ctx
-        .st
-        .points(loss)
-        .iter()
-        .filter(|p| !p.value.is_finite())
-        .map(|p| p.step)
-        .collect();
-    let accuracy: Vec<Point> = finite(ctx.st.points(Series::TrainAccuracy))
-        .into_iter()
-        .filter(|p| !broken.contains(&p.step))
-        .collect();
+    let accuracy = accuracy_beside(ctx, Series::TrainAccuracy, loss);
     let classes = classes(ctx, end).or_else(|| dead_output(ctx, &vals))?;
     let chance = classes.ln();
     let dist = (end - chance).abs() / chance;
@@ -177,7 +167,11 @@ fn on_validation(ctx: &Ctx) -> Option<Finding> {
     let classes = classes(ctx, lowest)?;
     let late = tail_median(&acc, accuracy - accuracy / 2);
     let guesses = accuracy >= needed
-        && late.is_some_and(|a| (a * classes - 1.0).abs() <= ACCURACY_AT_CHANCE)
+        && late.is_some_and(|a| {
+            // Below 1/K only where K is known: a K read off the loss's level can be one too few.
+            let known = ctx.st.hints.num_classes.is_some();
+            (a * classes - 1.0).abs() <= ACCURACY_AT_CHANCE || (known && a * classes < 1.0)
+        })
         && !accuracy_above_chance(ctx, Series::ValAccuracy, classes, true);
     (guesses && lowest >= (1.0 - VAL_TOLERANCE) * classes.ln()).then(|| {
         finding(
@@ -188,6 +182,22 @@ fn on_validation(ctx: &Ctx) -> Option<Finding> {
             dist_of(classes.ln()),
         )
     })
+}
+
+/// The finite points of an accuracy series but those logged where `loss` was not finite: the
+/// model is broken there, not guessing.
+fn accuracy_beside(ctx: &Ctx, accuracy: Series, loss: Series) -> Vec<Point> {
+    let broken: std::collections::HashSet<u64> = ctx
+        .st
+        .points(loss)
+        .iter()
+        .filter(|p| !p.value.is_finite())
+        .map(|p| p.step)
+        .collect();
+    finite(ctx.st.points(accuracy))
+        .into_iter()
+        .filter(|p| !broken.contains(&p.step))
+        .collect()
 }
 
 /// The median value of the last `n` points (all of them when fewer); `None` when there are none.

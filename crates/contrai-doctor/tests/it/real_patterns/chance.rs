@@ -255,3 +255,38 @@ fn a_validation_loss_at_exactly_ln_k_at_every_evaluation_is_stuck_whatever_the_t
     let f = finding(r, Label::StuckAtChance);
     assert_eq!(f.evidence["classes"], 10.0);
 }
+
+#[test]
+fn a_validation_accuracy_below_one_in_k_with_k_known_is_no_learning() {
+    // Seven classes (hparams.yaml) under a class-weighted loss (its level above ln 7): the
+    // validation accuracy stays near 0.09, under 1/7, for 19 epochs while the loss creeps 3 %.
+    let mut n = contrai_testkit::Noise(3);
+    let mut rows = Vec::new();
+    for e in 0..19u64 {
+        for i in 0..6u64 {
+            let s = e * 318 + i * 50 + 49;
+            rows.push(format!("{e},{s},{:.4},,", 3.1 * (1.0 + 0.3 * n.next())));
+        }
+        let val = 3.25 - 0.006 * e as f64;
+        rows.push(format!(
+            "{e},{},,{val:.4},{:.4}",
+            e * 318 + 317,
+            0.09 + 0.01 * n.next()
+        ));
+    }
+    let rs = reports_of(&[
+        (
+            "metrics.csv",
+            format!(
+                "epoch,step,train_loss_step,val_loss,val_acc_epoch\n{}\n",
+                rows.join("\n")
+            ),
+        ),
+        ("hparams.yaml", "num_classes: 7\nlearning_rate: 0.001\n".into()),
+    ]);
+    assert!(
+        labels(&rs[0]).contains(&Label::StuckAtChance),
+        "{:?}",
+        labels(&rs[0])
+    );
+}
