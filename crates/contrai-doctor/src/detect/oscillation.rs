@@ -4,7 +4,7 @@
 
 use super::{Ctx, finite};
 use crate::finding::{Finding, Label, Severity};
-use crate::series::Series;
+use crate::series::{Series, XUnit};
 use crate::stats::{block_medians, median};
 
 /// A validation loss swings when its median eval-to-eval change is this share of its level:
@@ -104,16 +104,18 @@ fn zigzags(points: &[crate::series::Point]) -> (usize, u64) {
     (n, first.unwrap_or(0))
 }
 
-/// Reviews the training loss, unless it is on a plateau (a loss with no net progress stalls;
-/// its log-to-log swings are the noise of single batches on the stalled level); then the
-/// validation loss, unless it is overfitting (a noisy rise is that finding, not this one).
+/// Reviews the training loss, unless it is logged by the step and on a plateau (a loss with no
+/// net progress stalls; its log-to-log swings are the noise of single batches on the stalled
+/// level — whole epochs' means that swing do oscillate); then the validation loss, unless it is
+/// overfitting (a noisy rise is that finding, not this one).
 pub fn check(ctx: &Ctx, overfitting: bool, plateau: bool) -> Option<Finding> {
     let s = super::main_loss(ctx.st);
     if s == Series::ValLoss {
         return validation(ctx);
     }
+    let batch_noise = plateau && ctx.st.hints.x_unit == XUnit::Step;
     let train = swings(ctx.st.points(s), 60).filter(|w| {
-        !plateau &&
+        !batch_noise &&
         w.amp >= ctx.cfg.oscillation_amplitude && w.share >= 0.4 && w.drift < 0.3
             // Under an annealing LR, a noisy flat tail is convergence, not an unstable optimiser.
             && !super::plateau::lr_annealing(ctx, w.start)
