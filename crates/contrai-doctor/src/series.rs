@@ -171,6 +171,9 @@ pub struct RunHints {
     pub total_steps: Option<u64>,
     /// Number of classes when known (sets the chance level).
     pub num_classes: Option<u32>,
+    /// A language model's vocabulary size when its config states it (`vocab_size`): its loss at
+    /// ln V is a uniform guess over its tokens.
+    pub vocab_size: Option<u64>,
     /// The global gradient-norm clip when the run is known to clip (Contrai's `main.clip_norm`,
     /// or `contrai doctor --clip-norm`): a passing spike that clipping bounded is then information.
     pub clip_norm: Option<f64>,

@@ -111,7 +111,7 @@ pub fn review(ctx: &Ctx, trigger: Trigger) -> Vec<Finding> {
         // A loss that jumped and never came back has diverged: no plateau of it.
         match spike::divergence(ctx) {
             Some(f) => out.push(f),
-            None => out.extend(plateau::check(ctx, loss)),
+            None => out.extend(plateau::check(ctx, loss, trigger.is_final())),
         }
         let found = |label| out.iter().any(|f: &Finding| f.label == label);
         out.extend(oscillation::check(

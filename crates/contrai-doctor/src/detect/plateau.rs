@@ -94,9 +94,10 @@ const EPOCH_GAIN: f64 = 0.05;
 /// How well (2 standard errors, relative) a window's change must be known to call it flat.
 const FLAT_WITHIN: f64 = 0.10;
 
-/// Reviews the main loss.
-pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
-    frozen_validation(ctx)
+/// Reviews the main loss; `final_` at the run's end.
+pub fn check(ctx: &Ctx, loss: Series, final_: bool) -> Option<Finding> {
+    uniform_over_vocabulary(ctx, loss, final_)
+        .or_else(|| frozen_validation(ctx))
         .or_else(|| frozen_from_the_start(ctx, loss))
         .or_else(|| predictions_never_changed(ctx))
         .or_else(|| predictions_frozen_at_first(ctx))
@@ -104,6 +105,44 @@ pub fn check(ctx: &Ctx, loss: Series) -> Option<Finding> {
         .or_else(|| never_moved(ctx, loss))
         .or_else(|| stalled_until_a_drop(ctx, loss))
         .or_else(|| second_epoch_no_better(ctx, loss))
+}
+
+/// How close (relative) to ln V every loss of a language model at uniform lies.
+const AT_UNIFORM: f64 = 0.01;
+/// The fewest logs that show it.
+const UNIFORM_LOGS: usize = 5;
+
+/// A language model whose loss lies at ln V (its config's vocabulary, to [`AT_UNIFORM`]) at
+/// every one of its logs, at least [`UNIFORM_LOGS`], for the patience or a whole run: a uniform
+/// guess over its tokens — even the tokens' frequencies would take it far under ln V — so
+/// nothing is learned. Early logs of a model from scratch sit there too: the patience tells.
+fn uniform_over_vocabulary(ctx: &Ctx, loss: Series, final_: bool) -> Option<Finding> {
+    let v = ctx.st.hints.vocab_size? as f64;
+    let pts = finite(ctx.st.points(loss));
+    let (first, last) = (pts.first()?.step, pts.last()?.step);
+    let uniform = v.ln();
+    let long = final_ || (last - first) as f64 >= ctx.patience();
+    if pts.len() < UNIFORM_LOGS
+        || !long
+        || pts
+            .iter()
+            .any(|p| (p.value - uniform).abs() > AT_UNIFORM * uniform)
+    {
+        return None;
+    }
+    let rec = format!(
+        "the {} stays at ln {v} = {uniform:.3} at every one of its {} logs (steps {first}-{last}): \
+         a uniform guess over the model's {v} tokens, nothing learned — check that the labels \
+         are the inputs (not all masked to -100), that the LR is not 0 and that the weights \
+         trained are the ones the loss is computed with",
+        loss.name(),
+        pts.len()
+    );
+    Some(
+        Finding::new(Label::Plateau, Severity::Critical, first, rec)
+            .with("vocab_size", v)
+            .with("ln_vocab", uniform),
+    )
 }
 
 /// Evaluations a frozen validation loss must span...

@@ -46,6 +46,13 @@ pub fn infer(run: &mut Run, log: &Path) {
     if run.hints.task == Task::Unknown {
         from_metric_names(run);
     }
+    if run.hints.task == Task::LanguageModel {
+        run.hints.vocab_size = start
+            .into_iter()
+            .flat_map(Path::ancestors)
+            .take(UP + 1)
+            .find_map(vocab_size);
+    }
     // The setup: what the reader found in the log itself first, then the files beside it.
     for dir in start.into_iter().flat_map(Path::ancestors).take(UP + 1) {
         setup_from_folder(dir, &mut run.hints.setup);
@@ -195,6 +202,16 @@ fn from_folder(dir: &Path) -> Option<(Task, Option<u32>, String)> {
         ));
     }
     None
+}
+
+/// The vocabulary size a Hugging Face model config in `dir` states (`vocab_size`, or its text
+/// config's in a multimodal one).
+fn vocab_size(dir: &Path) -> Option<u64> {
+    let v: Value = serde_json::from_str(&fs::read_to_string(dir.join("config.json")).ok()?).ok()?;
+    v.get("vocab_size")
+        .or_else(|| v.get("text_config").and_then(|t| t.get("vocab_size")))
+        .and_then(Value::as_u64)
+        .filter(|n| *n >= 2)
 }
 
 /// A Hugging Face model config's task: a `…ForCausalLM` / `…LMHeadModel` / generation

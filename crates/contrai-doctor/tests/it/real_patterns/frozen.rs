@@ -1,5 +1,6 @@
 //! Losses and predictions that never move: a loss frozen from its first log, an RL surrogate
-//! at 0 that is no such run, a validation accuracy frozen at one class.
+//! at 0 that is no such run, a validation accuracy frozen at one class, a language model at ln
+//! of its vocabulary.
 
 use super::*;
 
@@ -114,4 +115,26 @@ fn a_validation_accuracy_frozen_at_one_class_for_its_first_third_is_a_plateau_it
     let perfect = csv(7).replace(&(615.0f64 / 718.0).to_string(), "1.0");
     let r = &reports_of(&[("history_log.csv", perfect)])[0];
     assert!(!has_evidence(r, "frozen_val_accuracy"), "{:?}", r.findings);
+}
+
+#[test]
+fn a_language_model_at_ln_of_its_vocabulary_all_run_learned_nothing() {
+    // A 100-step DPO test of tiny-gpt2 (config.json: vocab 50257): the loss is 10.820-10.825,
+    // ln 50257 = 10.825, at all ten logs while the LR decays.
+    let train: Vec<(u64, f64)> = (1..=10u64)
+        .map(|i| (i * 10, 10.8204 + 0.0005 * (i % 4) as f64))
+        .collect();
+    let config = r#"{"architectures": ["GPT2LMHeadModel"], "vocab_size": 50257}"#;
+    let r = &reports_of(&[
+        ("trainer_state.json", trainer_state(&train, &[], 100)),
+        ("config.json", config.into()),
+    ])[0];
+    assert_eq!(finding(r, Label::Plateau).evidence["vocab_size"], 50257.0);
+    // The same loss falling from ln V (a model from scratch) learns.
+    let falling: Vec<(u64, f64)> = (1..=10u64).map(|i| (i * 10, 10.82 - 0.4 * i as f64)).collect();
+    let r = &reports_of(&[
+        ("trainer_state.json", trainer_state(&falling, &[], 100)),
+        ("config.json", config.into()),
+    ])[0];
+    assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
 }
