@@ -164,7 +164,7 @@ impl Csv {
 /// Why a CSV, from its first bytes (`head`, all of it when `whole`), is a summary of runs and
 /// no run's course: its rows are named (`baseline`, `hho`: a comparison of runs, each name
 /// once, in a first column that is no time), or it holds one row and no step column (a run's
-/// final metrics: no course to judge). `None`: a log.
+/// final metrics: no course to judge), or none yet (too short to tell). `None`: a log.
 pub(crate) fn summary(head: &[u8], whole: bool) -> Option<String> {
     let complete = &head[..head.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)];
     let mut rdr = csv::ReaderBuilder::new()
@@ -196,8 +196,12 @@ pub(crate) fn summary(head: &[u8], whole: bool) -> Option<String> {
             names.iter().take(3).copied().collect::<Vec<_>>().join("`, `")
         ));
     }
-    (whole && rows.len() == 1)
-        .then(|| "one row and no step column: a run's summary, no course to judge".to_string())
+    match rows.len() {
+        // Looked at again as it grows (a log and a table of results open alike).
+        0 => Some("no row yet and no step column: too short to tell a log from a summary".into()),
+        1 if whole => Some("one row and no step column: a run's summary, no course to judge".into()),
+        _ => None,
+    }
 }
 
 /// The delimiter a CSV header uses: the most frequent of comma, tab and semicolon (Keras's
