@@ -22,10 +22,7 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
     if lower.ends_with("__min") || lower.ends_with("__max") || lower.starts_with('_') {
         return None;
     }
-    let toks: Vec<&str> = lower
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .collect();
+    let toks = words(&lower);
     if toks.is_empty() {
         return None;
     }
@@ -115,6 +112,14 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
     None
 }
 
+/// The words of a lower-cased tag (`train/obj_loss`: `train`, `obj`, `loss`).
+fn words(lower: &str) -> Vec<&str> {
+    lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
 /// A word that names an error metric (mean squared or absolute error), not a loss.
 fn error_word(t: &str) -> bool {
     matches!(t, "mse" | "rmse" | "mae")
@@ -124,10 +129,7 @@ fn error_word(t: &str) -> bool {
 /// where a log names none, and never a part of one.
 pub(crate) fn is_error_metric(tag: &str) -> bool {
     let lower = tag.to_ascii_lowercase();
-    let toks: Vec<&str> = lower
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .collect();
+    let toks = words(&lower);
     toks.iter().copied().any(error_word) && !toks.iter().any(|t| t.ends_with("loss"))
 }
 
