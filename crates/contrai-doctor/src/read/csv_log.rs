@@ -190,7 +190,8 @@ pub(crate) fn summary(head: &[u8], whole: bool) -> Option<String> {
         .any(|t| header.first().is_some_and(|h| h.eq_ignore_ascii_case(t)));
     let word = |c: &&str| parse_num(c).is_none() && !c.contains(':') && c.chars().any(char::is_alphabetic);
     let distinct = names.iter().collect::<std::collections::HashSet<_>>().len() == names.len();
-    if !timed && names.len() == rows.len() && !names.is_empty() && names.iter().all(|c| word(c)) && distinct {
+    let named = names.len() == rows.len() && !names.is_empty() && names.iter().all(word);
+    if !timed && named && distinct {
         return Some(format!(
             "a table of named rows (`{}`): it compares runs, no run's course",
             names.iter().take(3).copied().collect::<Vec<_>>().join("`, `")
