@@ -58,7 +58,7 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
         toks.iter().any(|t| *t == "loss" || t.ends_with("loss")) || (has("ls") && (trainish || valish));
     // An error metric (`RMSE`, `val_mae`) stands in for the loss where a log names none: below
     // every tag that does.
-    let is_error = !is_loss && toks.iter().copied().any(error_word);
+    let is_error = !is_loss && names_an_error(&toks);
     if is_loss || is_error {
         let mut prio = 50 - 2 * len_penalty - if is_loss { 0 } else { 40 };
         if epoch_agg {
@@ -120,17 +120,15 @@ fn words(lower: &str) -> Vec<&str> {
         .collect()
 }
 
-/// A word that names an error metric (mean squared or absolute error), not a loss.
-fn error_word(t: &str) -> bool {
-    matches!(t, "mse" | "rmse" | "mae")
+/// Whether a tag's words name an error metric (mean squared or absolute error) and no loss.
+fn names_an_error(toks: &[&str]) -> bool {
+    toks.iter().any(|t| matches!(*t, "mse" | "rmse" | "mae")) && !toks.iter().any(|t| t.ends_with("loss"))
 }
 
 /// Whether a tag names an error metric and no loss (`RMSE`, `val_mae`): read as the loss only
 /// where a log names none, and never a part of one.
 pub(crate) fn is_error_metric(tag: &str) -> bool {
-    let lower = tag.to_ascii_lowercase();
-    let toks = words(&lower);
-    toks.iter().copied().any(error_word) && !toks.iter().any(|t| t.ends_with("loss"))
+    names_an_error(&words(&tag.to_ascii_lowercase()))
 }
 
 /// Whether a tag is a validation metric logged per validation batch (Lightning's

@@ -114,15 +114,17 @@ pub fn check(ctx: &Ctx, overfitting: bool, plateau: bool) -> Option<Finding> {
         return validation(ctx);
     }
     let batch_noise = plateau && ctx.st.hints.x_unit == XUnit::Step;
-    let train = swings(ctx.st.points(s), 60).filter(|w| {
-        !batch_noise &&
-        w.amp >= ctx.cfg.oscillation_amplitude && w.share >= 0.4 && w.drift < 0.3
+    let train = (!batch_noise)
+        .then(|| swings(ctx.st.points(s), 60))
+        .flatten()
+        .filter(|w| {
+            w.amp >= ctx.cfg.oscillation_amplitude && w.share >= 0.4 && w.drift < 0.3
             // Under an annealing LR, a noisy flat tail is convergence, not an unstable optimiser.
             && !super::plateau::lr_annealing(ctx, w.start)
             // A model whose validation still improves learns: its training loss's swings are
             // the noise of single batches.
             && !validation_improving(ctx)
-    });
+        });
     match train {
         Some(w) => Some(finding(s, &w)),
         None if overfitting => None,

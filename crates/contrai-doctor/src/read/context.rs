@@ -31,12 +31,10 @@ const CLASS_KEYS: [&str; 6] = [
 /// from the run's metric names; a task the reader already knew stays.
 pub fn infer(run: &mut Run, log: &Path) {
     let start = if log.is_dir() { Some(log) } else { log.parent() };
+    // The log's folder and those above it that may hold its context, nearest first.
+    let folders = || start.into_iter().flat_map(Path::ancestors).take(UP + 1);
     if run.hints.task == Task::Unknown {
-        let found = start
-            .into_iter()
-            .flat_map(Path::ancestors)
-            .take(UP + 1)
-            .find_map(from_folder);
+        let found = folders().find_map(from_folder);
         if let Some((task, classes, from)) = found {
             run.hints.task = task;
             run.hints.task_source = Some(from);
@@ -47,14 +45,10 @@ pub fn infer(run: &mut Run, log: &Path) {
         from_metric_names(run);
     }
     if run.hints.task == Task::LanguageModel {
-        run.hints.vocab_size = start
-            .into_iter()
-            .flat_map(Path::ancestors)
-            .take(UP + 1)
-            .find_map(vocab_size);
+        run.hints.vocab_size = folders().find_map(vocab_size);
     }
     // The setup: what the reader found in the log itself first, then the files beside it.
-    for dir in start.into_iter().flat_map(Path::ancestors).take(UP + 1) {
+    for dir in folders() {
         setup_from_folder(dir, &mut run.hints.setup);
         checkpoints_in(dir, &mut run.hints.checkpoints);
     }

@@ -290,11 +290,14 @@ pub(crate) fn opens_trainer_state(head: &str) -> bool {
     head.trim_start().starts_with('{') && head.contains("\"log_history\"")
 }
 
-/// A file's first 4 KiB (all of a shorter one): what its format is told by.
+/// How much of a file's start its format is told by.
+pub(crate) const HEAD_BYTES: usize = 4096;
+
+/// A file's first [`HEAD_BYTES`] (all of a shorter one): what its format is told by.
 pub(crate) fn file_head(path: &Path) -> Result<Vec<u8>, ReadError> {
-    let mut head = Vec::with_capacity(4096);
+    let mut head = Vec::with_capacity(HEAD_BYTES);
     fs::File::open(path)
-        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut head))
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, HEAD_BYTES as u64), &mut head))
         .map_err(|e| io_err(path, e))?;
     Ok(head)
 }

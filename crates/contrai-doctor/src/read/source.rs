@@ -283,7 +283,7 @@ pub(crate) fn in_dir(root: &Path, skipped: &mut Vec<Skipped>) -> Result<Vec<Sour
                     Ok(Format::Csv) => {
                         // A table of runs' results beside their logs is passed over and said.
                         let head = file_head(p)?;
-                        if let Some(reason) = csv_log::summary(&head, head.len() < 4096) {
+                        if let Some(reason) = csv_log::summary(&head, head.len() < super::HEAD_BYTES) {
                             skipped.push(Skipped {
                                 path: p.clone(),
                                 reason,
