@@ -100,6 +100,7 @@ pub fn check(ctx: &Ctx, loss: Series, final_: bool) -> Option<Finding> {
         .or_else(|| frozen_validation(ctx))
         .or_else(|| frozen_from_the_start(ctx, loss))
         .or_else(|| predictions_never_changed(ctx))
+        .or_else(|| final_.then(|| validation_never_improved(ctx)).flatten())
         .or_else(|| predictions_frozen_at_first(ctx))
         .or_else(|| recent(ctx, loss))
         .or_else(|| never_moved(ctx, loss))
@@ -109,8 +110,8 @@ pub fn check(ctx: &Ctx, loss: Series, final_: bool) -> Option<Finding> {
 
 /// How close (relative) to ln V every loss of a language model at uniform lies.
 const AT_UNIFORM: f64 = 0.01;
-/// The fewest logs that show it.
-const UNIFORM_LOGS: usize = 5;
+/// The fewest logs that show it (a short run logged at the Trainer's default every 500 steps).
+const UNIFORM_LOGS: usize = 3;
 
 /// A language model whose loss lies at ln V (its config's vocabulary, to [`AT_UNIFORM`]) at
 /// every one of its logs, at least [`UNIFORM_LOGS`], for the patience or a whole run: a uniform
@@ -292,6 +293,68 @@ fn predictions_never_changed(ctx: &Ctx) -> Option<Finding> {
             .with("evaluations", acc.len() as f64)
             .with("train_loss_first", start)
             .with("train_loss_last", end),
+    )
+}
+
+/// Evaluations a whole run's validation loss must span to show it never improved.
+const NEVER_EVALS: usize = 10;
+/// Training logs whose median is the training loss's first (and last) level.
+const LEVEL_LOGS: usize = 5;
+/// The least fall (in log units, about 5 %: the vocabulary's material change) over a half of
+/// the run that is an improvement, however well a long noisy run knows a smaller one.
+const MATERIAL_GAIN: f64 = 0.05;
+
+/// The validation loss never improved over a whole run of [`NEVER_EVALS`] evaluations or more —
+/// over each half of the run, its line falling less than [`MATERIAL_GAIN`] or twice its error
+/// and rising no more than twice its error (a first half that fell learned; a second that rose
+/// overfits) — while the training loss fell by more than
+/// half, and never came below where the training loss began: the model fitted its training set
+/// and nothing of it reached validation (a shifted split, features that do not carry over). A
+/// fine-tune whose validation was already low at its first evaluation learned before it.
+fn validation_never_improved(ctx: &Ctx) -> Option<Finding> {
+    let val = finite(ctx.st.points(Series::ValLoss));
+    let train = finite(ctx.st.points(Series::TrainLoss));
+    if val.len() < NEVER_EVALS || train.len() < LEVEL_LOGS || val.iter().any(|p| p.value <= 0.0) {
+        return None;
+    }
+    let level = |pts: &[Point]| median(&pts.iter().map(|p| p.value).collect::<Vec<_>>());
+    let (train_first, train_last) = (
+        level(&train[..LEVEL_LOGS])?,
+        level(&train[train.len() - LEVEL_LOGS..])?,
+    );
+    let lowest = val.iter().map(|p| p.value).fold(f64::INFINITY, f64::min);
+    let level_half = |half: &[Point]| {
+        let (xs, ys) = blocked(half, 32, f64::ln);
+        theil_sen_change(&xs, &ys)
+            .is_some_and(|(change, se)| change <= 2.0 * se && -change <= (2.0 * se).max(MATERIAL_GAIN))
+    };
+    let (first_half, second_half) = val.split_at(val.len() / 2);
+    if !(level_half(first_half) && level_half(second_half))
+        || train_last >= 0.5 * train_first
+        || lowest < train_first
+    {
+        return None;
+    }
+    let rec = format!(
+        "the validation loss never improved over its {} evaluations (steps {}-{}; never below \
+         {}, where the training loss began) while the training loss fell from {} to {}: nothing \
+         the model fits carries to validation. Check that the validation split comes from the \
+         same distribution (a time-ordered split, targets on another scale: normalise targets \
+         and features with the training split's statistics) and is preprocessed as the \
+         training inputs are; then regularise (dropout, weight decay) or shrink the model",
+        val.len(),
+        val[0].step,
+        val[val.len() - 1].step,
+        num(train_first),
+        num(train_first),
+        num(train_last)
+    );
+    Some(
+        Finding::new(Label::Plateau, Severity::Warning, val[0].step, rec)
+            .with("val_loss_lowest", lowest)
+            .with("train_loss_first", train_first)
+            .with("train_loss_last", train_last)
+            .with("evaluations", val.len() as f64),
     )
 }
 

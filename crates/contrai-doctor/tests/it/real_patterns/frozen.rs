@@ -138,3 +138,49 @@ fn a_language_model_at_ln_of_its_vocabulary_all_run_learned_nothing() {
     ])[0];
     assert!(!labels(r).contains(&Label::Plateau), "{:?}", labels(r));
 }
+
+#[test]
+fn a_masked_language_model_logged_three_times_at_ln_of_its_vocabulary_learned_nothing() {
+    // A tiny BERT pretrained from scratch (config.json: vocab 500), 1,930 steps logged at the
+    // Trainer's default every 500: 6.2055, 6.1910, 6.1816 against ln 500 = 6.2146.
+    let config = r#"{"architectures": ["BertForMaskedLM"], "vocab_size": 500}"#;
+    let run = |train: &[(u64, f64)]| {
+        reports_of(&[
+            ("trainer_state.json", trainer_state(train, &[], 1930)),
+            ("config.json", config.into()),
+        ])
+        .remove(0)
+    };
+    let r = run(&[(500, 6.2055), (1000, 6.1910), (1500, 6.1816)]);
+    assert_eq!(finding(&r, Label::Plateau).evidence["vocab_size"], 500.0);
+    // Two logs tell no course; three that fall away from ln V learn.
+    let r = run(&[(500, 6.2055), (1000, 6.1910)]);
+    assert!(!labels(&r).contains(&Label::Plateau), "{:?}", labels(&r));
+    let r = run(&[(500, 6.1), (1000, 5.2), (1500, 4.6)]);
+    assert!(!labels(&r).contains(&Label::Plateau), "{:?}", labels(&r));
+}
+
+#[test]
+fn a_validation_loss_that_never_improved_while_the_training_loss_fell_is_no_healthy_run() {
+    // A Keras CNN on stock prices, 100 epochs, MAE: the training loss falls 4.3 -> 1.1 while the
+    // validation MAE (a later period, prices on another scale) stays at 24-26 with ±7 % noise.
+    let csv = |val: &dyn Fn(f64) -> f64| {
+        let rows: Vec<String> = (0..100u64)
+            .map(|e| {
+                let x = e as f64;
+                let train = 1.1 + 3.2 * (-x / 4.0).exp();
+                let noise = 0.07 * (2.0 * jitter(e) - 1.0);
+                format!("{e},{train},{}", val(x) * (1.0 + noise))
+            })
+            .collect();
+        format!(",loss,val_loss\n{}\n", rows.join("\n"))
+    };
+    let r = &reports_of(&[("history_cnn.csv", csv(&|_| 24.8))])[0];
+    let f = finding(r, Label::Plateau);
+    assert_eq!(f.evidence["evaluations"], 100.0, "{f:?}");
+    // Validation that fell with it generalises; one that fell and then rose overfits.
+    let r = &reports_of(&[("history_cnn.csv", csv(&|x| 3.0 + 22.0 * (-x / 4.0).exp()))])[0];
+    assert!(!has_evidence(r, "val_loss_lowest"), "{:?}", r.findings);
+    let r = &reports_of(&[("history_cnn.csv", csv(&|x| 20.0 + 0.1 * (x - 30.0).abs()))])[0];
+    assert!(!has_evidence(r, "val_loss_lowest"), "{:?}", r.findings);
+}
