@@ -84,6 +84,9 @@ pub struct RunState {
     /// Natural logs of the latest finite values per series (NaN for a value <= 0), newest last,
     /// at most 64: the spike detectors' history, kept so a push costs O(window).
     pub recent_logs: [std::collections::VecDeque<f64>; 6],
+    /// Per series, whether a value below zero has been logged: a signed objective (a policy
+    /// surrogate, a negative log-likelihood), whose ratios measure nothing.
+    pub signed: [bool; 6],
     /// Per series, the log's own order and segment starts, when a parsed log gave them (the
     /// resume rule's input; pushed points carry no order of their own).
     pub logs: [Option<LogOrder>; 6],
@@ -158,6 +161,7 @@ impl Doctor {
                 ring.pop_front();
             }
             ring.push_back(if value > 0.0 { value.ln() } else { f64::NAN });
+            self.state.signed[series.index()] |= value < 0.0;
         }
         let ctx = Ctx {
             cfg: &self.cfg,

@@ -180,6 +180,11 @@ fn blow_up(ctx: &Ctx) -> Option<Finding> {
 
 /// A point of the main loss (`loss`) far above its recent median.
 pub fn loss_spike(ctx: &Ctx, loss: Series) -> Option<Finding> {
+    // A loss that has gone below zero is a signed objective (a policy surrogate, a
+    // negative log-likelihood or SI-SNR): no ratio to its median measures a jump.
+    if ctx.st.signed[loss.index()] {
+        return None;
+    }
     let (z, ratio, med, step) = newest_z(ctx, loss, ctx.cfg.spike_ratio)?;
     if z < ctx.cfg.spike_z || ratio < ctx.cfg.spike_ratio {
         return None;

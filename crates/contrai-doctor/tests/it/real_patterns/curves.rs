@@ -670,3 +670,28 @@ fn a_tensorboard_log_whose_steps_count_the_epochs_its_opt_yaml_states_is_judged_
     let r = &reports(d.path())[0];
     assert!(!labels(r).contains(&Label::Overfitting), "{:?}", labels(r));
 }
+
+#[test]
+fn a_signed_policy_loss_has_no_spike_to_measure() {
+    // A TRL GRPO run, 100 steps: on most steps every completion of a group got the same reward,
+    // so the loss is the KL term alone (~1e-5); on steps 1, 40 and 70 it is the surrogate, of
+    // either sign (`first` at step 1, +0.03 at the others).
+    let state = |first: f64| {
+        let rows: Vec<String> = (1..=100u64)
+            .map(|s| {
+                let loss = match s {
+                    1 => first,
+                    40 | 70 => 0.03,
+                    _ => 1e-5 * (1.0 + jitter(s)),
+                };
+                format!(r#"{{"step": {s}, "loss": {loss}, "learning_rate": 5e-6}}"#)
+            })
+            .collect();
+        history(200, &rows)
+    };
+    let r = &reports_of(&[("trainer_state.json", state(-0.02))])[0];
+    assert!(!labels(r).contains(&Label::LossSpike), "{:?}", r.findings);
+    // The same jumps in a loss that never went below zero are spikes.
+    let r = &reports_of(&[("trainer_state.json", state(0.02))])[0];
+    assert!(labels(r).contains(&Label::LossSpike), "{:?}", r.findings);
+}
