@@ -125,7 +125,9 @@ fn past_patience(ctx: &Ctx) -> Option<Finding> {
     // by `train_fall_min`, or — two levels of a few noisy logs each can hide a fall all the logs
     // since show — its robust line since the best falling beyond its own noise.
     let clear = fall >= ctx.cfg.train_fall_min && beyond_swing(ctx, at_best, at_end);
-    if !clear && !falls_beyond_noise(ctx, best_p.step) {
+    // A training loss above its level at the best has not gone on fitting (a second run
+    // appended to the log starts over from a worse level, whatever its own line does).
+    if !clear && (fall <= 0.0 || !falls_beyond_noise(ctx, best_p.step)) {
         return None;
     }
     let start = val[best + 1].step;

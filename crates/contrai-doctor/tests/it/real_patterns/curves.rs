@@ -695,3 +695,42 @@ fn a_signed_policy_loss_has_no_spike_to_measure() {
     let r = &reports_of(&[("trainer_state.json", state(0.02))])[0];
     assert!(labels(r).contains(&Label::LossSpike), "{:?}", r.findings);
 }
+
+#[test]
+fn a_second_run_appended_to_the_log_that_starts_worse_is_no_overfitting() {
+    // An SFT script that opens its metrics file in append mode, launched twice: the first run
+    // logs steps 0-1644 (val 2.73 -> 1.99, new lows throughout), the second starts over from
+    // step 0 at a worse level (val 2.90, train 3.04) and falls to 2.22 by step 7296 — above
+    // the first run's best all along. `second(x)` is the second run's training loss at x in 0..1.
+    let log = |second: &dyn Fn(f64) -> f64| {
+        let mut rows = Vec::new();
+        for i in 0..=137u64 {
+            let x = i as f64 / 137.0;
+            let (train, val) = (2.6 - 0.55 * x + 0.03 * jitter(i), 2.73 - 0.74 * x);
+            rows.push(format!(
+                r#"{{"step": {}, "train_loss": {train}, "val_loss": {val}, "lr": 1e-07}}"#,
+                12 * i
+            ));
+        }
+        for i in 0..=114u64 {
+            let x = i as f64 / 114.0;
+            let (train, val) = (second(x) + 0.03 * jitter(i + 500), 2.90 - 0.68 * x);
+            rows.push(format!(
+                r#"{{"step": {}, "train_loss": {train}, "val_loss": {val}, "lr": 1e-07}}"#,
+                64 * i
+            ));
+        }
+        rows.join("\n") + "\n"
+    };
+    let r = &reports_of(&[("metrics.jsonl", log(&|x| 3.04 - 0.76 * x))])[0];
+    assert!(
+        labels(r).contains(&Label::ResumeDiscontinuity),
+        "{:?}",
+        r.findings
+    );
+    assert!(!labels(r).contains(&Label::Overfitting), "{:?}", r.findings);
+    // A second run whose training loss goes far below the first's while its validation stays
+    // above the first's best: fitting its training set, not generalising — overfitting.
+    let r = &reports_of(&[("metrics.jsonl", log(&|x| 3.04 - 2.6 * x))])[0];
+    assert!(labels(r).contains(&Label::Overfitting), "{:?}", r.findings);
+}
