@@ -32,10 +32,12 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
     let epoch_agg = has("epoch");
     let len_penalty = toks.len() as i32;
     // Skip meta columns that merely contain a metric word.
-    if toks
-        .iter()
-        .any(|t| matches!(*t, "runtime" | "samples" | "per" | "second" | "flos" | "count"))
-    {
+    if toks.iter().any(|t| {
+        matches!(
+            *t,
+            "runtime" | "samples" | "per" | "second" | "flos" | "count" | "num" | "tokens"
+        )
+    }) {
         return None;
     }
     if has("lr")
@@ -53,9 +55,10 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
         let exact = matches!(lower.as_str(), "grad_norm" | "gradient_norm" | "train/grad_norm");
         return Some((Series::GradNorm, if exact { 100 } else { 50 - len_penalty }));
     }
-    // `ls` abbreviates loss only beside a train or validation word (`tr_ls`, `val_ls`).
+    // `ls` abbreviates loss only beside a train or validation word (`tr_ls`, `val_ls`); `nll`
+    // is a negative log-likelihood, a loss by name (`train_mean_nll`, `test/nll`).
     let is_loss =
-        toks.iter().any(|t| *t == "loss" || t.ends_with("loss")) || (has("ls") && (trainish || valish));
+        toks.iter().any(|t| t.ends_with("loss") || t.ends_with("nll")) || (has("ls") && (trainish || valish));
     // An error metric (`RMSE`, `val_mae`) stands in for the loss where a log names none: below
     // every tag that does.
     let is_error = !is_loss && names_an_error(&toks);
@@ -169,6 +172,10 @@ mod tests {
         assert_eq!(s("tr_ls"), Some(Series::TrainLoss));
         assert_eq!(s("val_ls"), Some(Series::ValLoss));
         assert_eq!(s("ls_eps"), None);
+        // Tinker's SFT metrics: a per-step batch NLL and an evaluation's; a count is no loss.
+        assert_eq!(s("train_mean_nll"), Some(Series::TrainLoss));
+        assert_eq!(s("test/nll"), Some(Series::ValLoss));
+        assert_eq!(s("num_loss_tokens"), None);
         let p = |t: &str| classify(t).map(|x| x.1).unwrap_or(0);
         assert!(p("mean_loss") > p("Conductor_Copper_loss"));
         assert!(p("train_loss_step") > p("train_loss_epoch"));
