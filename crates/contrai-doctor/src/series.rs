@@ -88,8 +88,9 @@ pub enum Marker {
     RepeatedHeader,
     /// A training run's closing summary (HF `train_runtime`) is followed by more training.
     RunSummary,
-    /// The LR went back up to the value the log started at while the steps went on: the
-    /// schedule began again (a job resumed without its scheduler's state).
+    /// The LR went back up to the value the log started at, or to a level its schedule held
+    /// earlier, while the steps went on: the schedule began again (a job resumed without its
+    /// scheduler's state).
     LrRestart,
     /// The run's planned steps changed, or its epoch went back while its steps went on: the
     /// job was launched again (a new dataset or schedule) and its log appended to.
@@ -274,10 +275,15 @@ struct LrCourse {
     high: f64,
     last: f64,
     rise: f64,
+    /// The levels it held (the same value at two logs in a row), at most [`HELD_LEVELS`].
+    held: Vec<f64>,
     /// The restart's mark, with how many marks the log had then (a mark in between voids it),
     /// and whether it began a new schedule ([`LrCourse::begins_anew`]).
     pending: Option<(Mark, usize, bool)>,
 }
+
+/// The most levels an LR's course remembers (a step schedule's few; a continuous one holds none).
+const HELD_LEVELS: usize = 16;
 
 /// An LR at or under this share of its high has come to its schedule's end...
 const ENDED: f64 = 0.05;
@@ -312,6 +318,15 @@ impl LrCourse {
     /// a run resumed, or launched again, with a schedule of its own (a larger `max_steps`).
     fn begins_anew(&self, value: f64) -> bool {
         self.high > 0.0 && self.last <= ENDED * self.high && value >= TRAINS * self.high
+    }
+
+    /// Whether `value` jumps back (1.5x or more) from a decayed LR to a level its own schedule
+    /// held earlier: a job resumed from an earlier checkpoint's optimizer without its scheduler
+    /// (a ReduceLROnPlateau that only ever lowers the LR is back at an LR it left behind).
+    fn back_to_a_level(&self, value: f64) -> bool {
+        self.last < 0.9 * self.high
+            && value >= 1.5 * self.last
+            && self.held.iter().any(|h| same_lr(value, *h))
     }
 
     /// Whether the value after a possible restart confirms it: the log's second value again (a
@@ -377,6 +392,7 @@ impl RawRun {
                 high: value,
                 last: value,
                 rise: 0.0,
+                held: Vec::new(),
                 pending: None,
             });
         }
@@ -398,7 +414,7 @@ impl RawRun {
             {
                 self.marks.push(mark);
             }
-            let anew = c.begins_anew(value);
+            let anew = c.begins_anew(value) || c.back_to_a_level(value);
             if anew || c.restarts(value) {
                 let mark = Mark {
                     lens: self.tags.iter().map(|(_, p)| p.len()).collect(),
@@ -410,6 +426,13 @@ impl RawRun {
             }
             if value > 0.0 {
                 c.second = c.second.or(Some(value));
+            }
+            if value > 0.0
+                && same_lr(value, c.last)
+                && c.held.len() < HELD_LEVELS
+                && !c.held.iter().any(|h| same_lr(value, *h))
+            {
+                c.held.push(value);
             }
             c.high = c.high.max(value);
             c.rise = c.rise.max(value - c.last);

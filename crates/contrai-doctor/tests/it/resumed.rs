@@ -500,3 +500,35 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn planted_keras_history_whose_lr_jumps_back_to_a_level_it_held() {
+    // A PyTorch loop's history JSON (ReduceLROnPlateau halvings 5e-4 -> 6.25e-5 over 43
+    // epochs), resumed from an earlier checkpoint's optimizer without its scheduler: at epoch 43
+    // the LR is 2.5e-4 again, the level of epochs 13-33, while the epoch index goes on.
+    let history = |resumed: bool| {
+        let lr: Vec<f64> = (0..60)
+            .map(|e| match e {
+                0..=12 => 5e-4,
+                13..=33 => 2.5e-4,
+                34..=39 => 1.25e-4,
+                43.. if resumed => 2.5e-4,
+                _ => 6.25e-5,
+            })
+            .collect();
+        let loss: Vec<f64> = (0..60).map(|e| 0.9 * (-(e as f64) / 30.0).exp() + 0.3).collect();
+        let val: Vec<f64> = loss.iter().map(|l| l + 0.1).collect();
+        format!(r#"{{"loss": {loss:?}, "val_loss": {val:?}, "lr": {lr:?}}}"#)
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("training_history.json");
+    std::fs::write(&path, history(true)).expect("write");
+    let f = resume_finding(&path).expect("a resume finding");
+    assert!(
+        boundaries(&f).iter().any(|b| b.marker == Some(Marker::LrRestart)),
+        "{f:?}"
+    );
+    // The same schedule halving on to the end: no boundary.
+    std::fs::write(&path, history(false)).expect("write");
+    assert!(resume_finding(&path).is_none());
+}
