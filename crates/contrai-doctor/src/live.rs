@@ -66,35 +66,41 @@ impl Live {
     pub fn poll(&mut self) -> (bool, Vec<(String, Finding)>) {
         let mut changed = false;
         for i in 0..self.tails.len() {
-            let tail = &mut self.tails[i];
-            let runs = match tail.poll().and_then(|c| c.then(|| tail.runs()).transpose()) {
-                Ok(None) => continue,
-                Ok(Some(runs)) => runs,
-                Err(e) => {
-                    changed |= self.waiting[i].as_deref() != Some(&e.to_string());
-                    self.waiting[i] = Some(e.to_string());
-                    continue;
-                }
-            };
-            changed = true;
-            self.waiting[i] = None;
-            // A run whose log went (an older checkpoint's state, deleted) is no longer shown.
-            self.runs.retain(|r| {
-                r.path != i
-                    || runs
-                        .iter()
-                        .any(|n| n.name == r.run.name || n.source == r.run.source)
-            });
-            let logs: Vec<String> = runs.iter().map(|r| r.source.clone()).collect();
-            let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
-            for mut run in runs {
-                if self.clip_norm.is_some() {
-                    run.hints.clip_norm = self.clip_norm;
-                }
-                self.update(i, run, (&logs, &names));
-            }
+            changed |= self.read(i, Tail::poll);
         }
         (changed, self.diagnose(false))
+    }
+
+    /// Reads path `i` with `how` ([`Tail::poll`], [`Tail::end`]) and takes the runs it gave;
+    /// true when anything changed (a new reason to wait included).
+    fn read(&mut self, i: usize, how: fn(&mut Tail) -> Result<bool, crate::read::ReadError>) -> bool {
+        let tail = &mut self.tails[i];
+        let runs = match how(tail).and_then(|c| c.then(|| tail.runs()).transpose()) {
+            Ok(None) => return false,
+            Ok(Some(runs)) => runs,
+            Err(e) => {
+                let changed = self.waiting[i].as_deref() != Some(&e.to_string());
+                self.waiting[i] = Some(e.to_string());
+                return changed;
+            }
+        };
+        self.waiting[i] = None;
+        // A run whose log went (an older checkpoint's state, deleted) is no longer shown.
+        self.runs.retain(|r| {
+            r.path != i
+                || runs
+                    .iter()
+                    .any(|n| n.name == r.run.name || n.source == r.run.source)
+        });
+        let logs: Vec<String> = runs.iter().map(|r| r.source.clone()).collect();
+        let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
+        for mut run in runs {
+            if self.clip_norm.is_some() {
+                run.hints.clip_norm = self.clip_norm;
+            }
+            self.update(i, run, (&logs, &names));
+        }
+        true
     }
 
     /// Takes a run read again (a new one for a run not seen before). A run is known by its log
@@ -159,9 +165,19 @@ impl Live {
         fresh
     }
 
-    /// The end of the logs: every run's report brought up to its last point; the findings that
-    /// adds.
+    /// The end of the logs: what is left unread at their ends read as the doctor after the fact
+    /// reads it (a last line without its newline, a record cut short: a partial read), and every
+    /// run's report brought up to its last point; the findings that adds.
     pub fn finish(&mut self) -> Vec<(String, Finding)> {
+        for i in 0..self.tails.len() {
+            self.read(i, Tail::end);
+        }
+        self.diagnose(true)
+    }
+
+    /// Every run's report brought up to what was read so far, the logs still growing (a poll
+    /// spaces costly reports); the findings that adds.
+    pub fn report_all(&mut self) -> Vec<(String, Finding)> {
         self.diagnose(true)
     }
 

@@ -124,6 +124,19 @@ impl FileTail {
     }
 }
 
+impl FileTail {
+    /// Feeds the bytes left unread at the file's end as its end (as a one-off read takes them):
+    /// a last line without its newline read whole, a record cut short said as a partial read.
+    /// True when there were any.
+    fn end(&mut self, run: &mut RawRun, io: &mut u64) -> Result<bool, ReadError> {
+        let Some(now) = self.stamp.filter(|s| s.len > self.read) else {
+            return Ok(false);
+        };
+        self.read_new(run, now, true, io)?;
+        Ok(true)
+    }
+}
+
 /// A source and what was read of it.
 struct Followed {
     source: Source,
@@ -311,6 +324,21 @@ impl Tail {
     /// Bytes read from the logs so far: a log that grows by n bytes costs about n more.
     pub fn bytes_read(&self) -> u64 {
         self.bytes_read + self.server.as_ref().map_or(0, Server::bytes_read)
+    }
+
+    /// The logs have ended: what is left unread at the ends of the files read so far is read as
+    /// a one-off read takes it (and every later poll reads to the end); true when any was.
+    pub fn end(&mut self) -> Result<bool, ReadError> {
+        self.once = true;
+        let mut changed = false;
+        for f in &mut self.followed {
+            if let State::Appended { raw, files, .. } = &mut f.state {
+                for file in files.iter_mut() {
+                    changed |= file.end(raw, &mut self.bytes_read)?;
+                }
+            }
+        }
+        Ok(changed)
     }
 
     /// Reads what was written since the last poll; true when anything changed. A path that does

@@ -68,9 +68,9 @@ fn findings(reports: &[Report]) -> Vec<(String, String)> {
 }
 
 /// The first `eighth` eighths of a log, cut where a writer could have stopped: a text log at the
-/// end of its last whole line, a TensorBoard file at the end of its last whole record (the line
-/// or record being written is no point yet live, while after the fact a last line is taken whole
-/// and a last record cut short is a partial read), anything else anywhere.
+/// end of its last whole line, a TensorBoard or W&B run file at the end of its last whole record
+/// (the line or record being written is no point yet live, while after the fact a last line is
+/// taken whole and a last record cut short is a partial read), anything else anywhere.
 fn cut(bytes: &[u8], eighth: usize) -> &[u8] {
     let at = bytes.len() * eighth / 8;
     if eighth == 8 {
@@ -79,6 +79,9 @@ fn cut(bytes: &[u8], eighth: usize) -> &[u8] {
     if std::str::from_utf8(bytes).is_ok() {
         let line_end = bytes[..at].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         return &bytes[..line_end];
+    }
+    if bytes.starts_with(b":W&B") {
+        return &bytes[..wandb_records_end(bytes, at)];
     }
     // TFRecord framing: 8 bytes of length, 4 of its checksum, the payload, 4 of checksum.
     let mut pos = 0usize;
@@ -90,6 +93,34 @@ fn cut(bytes: &[u8], eighth: usize) -> &[u8] {
         }
     }
     if pos > 0 { &bytes[..pos] } else { &bytes[..at] }
+}
+
+/// The end of the last whole record at or before `at` of a W&B run file: a 7-byte header, then
+/// LevelDB's log format — 32 KiB blocks of records (a 7-byte header: checksum, length, type —
+/// 1 whole, 4 the last piece of one cut across blocks), a block's tail under 7 bytes padding.
+fn wandb_records_end(bytes: &[u8], at: usize) -> usize {
+    const BLOCK: usize = 32 * 1024;
+    let (mut pos, mut end) = (7, 7);
+    loop {
+        let left = BLOCK - pos % BLOCK;
+        if left < 7 {
+            pos += left;
+            continue;
+        }
+        let Some(header) = bytes.get(pos..pos + 7) else {
+            break;
+        };
+        let len = usize::from(u16::from_le_bytes([header[4], header[5]]));
+        let next = pos + 7 + len;
+        if header[6] == 0 || next > at {
+            break;
+        }
+        if matches!(header[6], 1 | 4) {
+            end = next;
+        }
+        pos = next;
+    }
+    end
 }
 
 #[test]
@@ -120,7 +151,7 @@ fn a_log_followed_as_it_grows_ends_with_the_findings_of_the_whole_log() {
             }
             live.poll();
             // Every run's report brought up to what was read (a poll spaces costly reports).
-            live.finish();
+            live.report_all();
             if (now, eighth) != (last, 8)
                 && let Ok(cut) = read_path(&copy, None)
             {
@@ -134,6 +165,8 @@ fn a_log_followed_as_it_grows_ends_with_the_findings_of_the_whole_log() {
                 );
             }
         }
+        // The logs have ended: what is left at their ends is read as after the fact.
+        live.finish();
         let followed: Vec<Report> = live.runs().iter().map(|r| r.report.clone()).collect();
         assert_eq!(
             findings(&followed),

@@ -64,3 +64,25 @@ fn trainer_state_entries_whose_steps_are_no_step_counts_are_left_out_and_said() 
     assert_eq!(loss.len(), 40, "the odd entries are not points");
     assert!(loss.iter().all(|p| p.value < 9.0));
 }
+
+#[test]
+fn a_log_followed_live_whose_last_record_stays_cut_short_is_said_at_its_end() {
+    // A run that died while TensorBoard wrote its 61st record: 12 of its bytes are in the file.
+    let dir = tempfile::tempdir().unwrap();
+    let head = events(0, 60);
+    let mut bytes = head.clone();
+    bytes.extend_from_slice(&events(60, 61)[..12]);
+    let file = dir.path().join("events.out.tfevents.1.host");
+    std::fs::write(&file, &bytes).unwrap();
+    let mut live = contrai_doctor::Live::new(std::slice::from_ref(&file), None, DoctorConfig::default());
+    live.poll();
+    // While the log may still grow, the record being written is no point yet and no cut.
+    live.report_all();
+    assert!(live.runs()[0].report.partial.is_empty());
+    // Once it has ended, the live report is the doctor's after the fact: a partial read.
+    live.finish();
+    let after = diagnose(&read_path(&file, None).unwrap()[0], &DoctorConfig::default());
+    assert_eq!(after.partial.len(), 1, "{:?}", after.partial);
+    assert_eq!(live.runs()[0].report.partial, after.partial);
+    assert_eq!(live.runs()[0].report.findings, after.findings);
+}
