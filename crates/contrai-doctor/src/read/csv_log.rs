@@ -10,14 +10,7 @@ use crate::tags;
 /// Column that carries the x-axis, and its unit.
 fn step_column(header: &[String]) -> Option<(usize, XUnit)> {
     let lower: Vec<String> = header.iter().map(|h| h.trim().to_ascii_lowercase()).collect();
-    for key in [
-        "step",
-        "global_step",
-        "trainer/global_step",
-        "_step",
-        "iteration",
-        "iter",
-    ] {
+    for key in super::STEP_KEYS {
         if let Some(i) = lower.iter().position(|h| h == key) {
             return Some((i, XUnit::Step));
         }

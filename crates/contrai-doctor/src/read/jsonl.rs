@@ -6,18 +6,8 @@ use serde_json::Value;
 
 use super::json_tolerant::{parse_tolerant, value_f64};
 use super::plan::Plan;
-use super::{ReadError, Stream, complete_lines, to_step};
+use super::{ReadError, STEP_KEYS, Stream, complete_lines, to_step};
 use crate::series::{Marker, RawRun};
-
-const STEP_KEYS: [&str; 7] = [
-    "step",
-    "global_step",
-    "current_steps",
-    "iteration",
-    "iter",
-    "_step",
-    "trainer/global_step",
-];
 
 /// A JSONL log read line by line as it grows; a partial last line (still being written) waits.
 pub struct Jsonl {

@@ -242,6 +242,18 @@ pub(crate) fn parse_num(s: &str) -> Option<f64> {
     t.parse::<f64>().ok()
 }
 
+/// The names of a line-by-line log's (a CSV's, a JSONL's) step column or key, most telling
+/// first.
+pub(crate) const STEP_KEYS: [&str; 7] = [
+    "step",
+    "global_step",
+    "trainer/global_step",
+    "_step",
+    "current_steps",
+    "iteration",
+    "iter",
+];
+
 /// Converts a parsed x value to a step (negative and non-finite become 0).
 pub(crate) fn to_step(x: f64) -> u64 {
     if x.is_finite() && x > 0.0 {
