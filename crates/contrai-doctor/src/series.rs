@@ -278,7 +278,8 @@ struct LrCourse {
     /// The levels it held (the same value at two logs in a row), at most [`HELD_LEVELS`].
     held: Vec<f64>,
     /// The restart's mark, with how many marks the log had then (a mark in between voids it),
-    /// and whether it began a new schedule ([`LrCourse::begins_anew`]).
+    /// and whether it began a new schedule ([`LrCourse::begins_anew`]) or went back to a level
+    /// of its own ([`LrCourse::back_to_a_level`]).
     pending: Option<(Mark, usize, bool)>,
 }
 

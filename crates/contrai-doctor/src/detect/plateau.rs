@@ -307,10 +307,10 @@ const MATERIAL_GAIN: f64 = 0.05;
 /// The validation loss never improved over a whole run of [`NEVER_EVALS`] evaluations or more —
 /// over each half of the run, its line falling less than [`MATERIAL_GAIN`] or twice its error
 /// and rising no more than twice its error (a first half that fell learned; a second that rose
-/// overfits) — while the training loss fell by more than
-/// half, and never came below where the training loss began: the model fitted its training set
-/// and nothing of it reached validation (a shifted split, features that do not carry over). A
-/// fine-tune whose validation was already low at its first evaluation learned before it.
+/// overfits) — while the training loss fell by more than half, and never came below where the
+/// training loss began: the model fitted its training set and nothing of it reached validation
+/// (a shifted split, features that do not carry over). A fine-tune whose validation was already
+/// low at its first evaluation learned before it.
 fn validation_never_improved(ctx: &Ctx) -> Option<Finding> {
     let val = finite(ctx.st.points(Series::ValLoss));
     let train = finite(ctx.st.points(Series::TrainLoss));

@@ -122,9 +122,7 @@ impl FileTail {
         self.stamp = Some(now);
         Ok(())
     }
-}
 
-impl FileTail {
     /// Feeds the bytes left unread at the file's end as its end (as a one-off read takes them):
     /// a last line without its newline read whole, a record cut short said as a partial read.
     /// True when there were any.
