@@ -55,10 +55,8 @@ pub fn classify(tag: &str) -> Option<(Series, i32)> {
         let exact = matches!(lower.as_str(), "grad_norm" | "gradient_norm" | "train/grad_norm");
         return Some((Series::GradNorm, if exact { 100 } else { 50 - len_penalty }));
     }
-    // `ls` abbreviates loss only beside a train or validation word (`tr_ls`, `val_ls`); `nll`
-    // is a negative log-likelihood, a loss by name (`train_mean_nll`, `test/nll`).
-    let is_loss =
-        toks.iter().any(|t| t.ends_with("loss") || t.ends_with("nll")) || (has("ls") && (trainish || valish));
+    // `ls` abbreviates loss only beside a train or validation word (`tr_ls`, `val_ls`).
+    let is_loss = toks.iter().any(|t| loss_word(t)) || (has("ls") && (trainish || valish));
     // An error metric (`RMSE`, `val_mae`) stands in for the loss where a log names none: below
     // every tag that does.
     let is_error = !is_loss && names_an_error(&toks);
@@ -125,7 +123,13 @@ fn words(lower: &str) -> Vec<&str> {
 
 /// Whether a tag's words name an error metric (mean squared or absolute error) and no loss.
 fn names_an_error(toks: &[&str]) -> bool {
-    toks.iter().any(|t| matches!(*t, "mse" | "rmse" | "mae")) && !toks.iter().any(|t| t.ends_with("loss"))
+    toks.iter().any(|t| matches!(*t, "mse" | "rmse" | "mae")) && !toks.iter().any(|t| loss_word(t))
+}
+
+/// Whether a tag's word names a loss: `loss` and words ending in it (`valloss`), a loop's list
+/// of them (`train_losses`), a negative log-likelihood (`nll`).
+fn loss_word(t: &str) -> bool {
+    t.ends_with("loss") || t.ends_with("losses") || t.ends_with("nll")
 }
 
 /// Whether a tag names an error metric and no loss (`RMSE`, `val_mae`): read as the loss only
@@ -176,6 +180,9 @@ mod tests {
         assert_eq!(s("train_mean_nll"), Some(Series::TrainLoss));
         assert_eq!(s("test/nll"), Some(Series::ValLoss));
         assert_eq!(s("num_loss_tokens"), None);
+        // A loop's saved lists of losses.
+        assert_eq!(s("train_losses"), Some(Series::TrainLoss));
+        assert_eq!(s("val_losses"), Some(Series::ValLoss));
         let p = |t: &str| classify(t).map(|x| x.1).unwrap_or(0);
         assert!(p("mean_loss") > p("Conductor_Copper_loss"));
         assert!(p("train_loss_step") > p("train_loss_epoch"));

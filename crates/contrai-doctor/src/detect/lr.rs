@@ -3,7 +3,7 @@
 
 use super::{Ctx, finite, num};
 use crate::finding::{Detail, Finding, Label, Severity};
-use crate::series::{Point, Series};
+use crate::series::{Point, Series, XUnit};
 use crate::stated_setup::{EPOCH_KEYS, LrSchedule, SCHEDULE_KEYS, Setting};
 use crate::stats::{median, point_noise};
 
@@ -219,7 +219,12 @@ fn from_setup(ctx: &Ctx) -> Vec<Finding> {
     let (Some(first), Some(last)) = (loss.first(), loss.last()) else {
         return Vec::new();
     };
-    let total = planned_total(ctx, last.step);
+    // A log by the epoch counts no optimizer steps: a warmup in steps is set against the steps
+    // the files state, if they do.
+    let total = match ctx.st.hints.x_unit {
+        XUnit::Epoch => ctx.st.hints.total_steps.unwrap_or(0),
+        XUnit::Step => planned_total(ctx, last.step),
+    };
     let peak = setup
         .peak_lr
         .map(|p| format!(" ({})", num(p)))

@@ -6,7 +6,7 @@
 
 use super::{Ctx, finite, fitted_change, num};
 use crate::finding::{Finding, Label, Severity};
-use crate::series::{Point, Series};
+use crate::series::{Point, Series, XUnit};
 use crate::stats::{block_medians, median, robust_sigma, theil_sen_change};
 
 /// Relative change over the recent window, its standard error, the window's first step and its
@@ -644,8 +644,11 @@ fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
             && gain + 2.0 * se < STALL_GAIN * drop
             && gain.abs() + 2.0 * se < -(1.0 - STALL_MAX).ln();
         let (from, to) = (xs[i] as u64, xs[j - 1] as u64);
-        let lr_explains =
-            lr_rose(ctx, from, to) || !lr_cut_or_unknown(ctx, to, xs[(out + 2).min(m - 1)] as u64);
+        // A fall no LR cut explains is a new epoch's data in a log by the step; in a log of
+        // whole epochs (each point an epoch's mean) it is the run escaping its stall.
+        let by_epoch = ctx.st.hints.x_unit == XUnit::Epoch;
+        let lr_explains = lr_rose(ctx, from, to)
+            || (!by_epoch && !lr_cut_or_unknown(ctx, to, xs[(out + 2).min(m - 1)] as u64));
         (clear && !lr_explains).then_some((i, gain, drop, out))
     };
     let first = (3.max(m / 4)..m.saturating_sub(2)).find(|&j| stall(j).is_some())?;

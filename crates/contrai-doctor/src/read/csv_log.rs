@@ -7,6 +7,20 @@ use super::{ReadError, Stream, complete_lines, parse_num, to_step};
 use crate::series::{Marker, RawRun, XUnit};
 use crate::tags;
 
+/// Names of a column that says each row's role, in a log written a row per role.
+const ROLE_COLUMNS: [&str; 6] = ["type", "split", "phase", "mode", "stage", "subset"];
+
+/// The tag prefix for a row of role `cell` (`train`, `validation`, `test`, as a long table of
+/// one loop's rows writes it): its metrics are that role's; `None` for a cell that names none.
+fn role_prefix(cell: &str) -> Option<&'static str> {
+    match cell.trim().to_ascii_lowercase().as_str() {
+        "train" | "training" => Some("train"),
+        "val" | "valid" | "validation" | "eval" | "evaluation" | "dev" => Some("val"),
+        "test" => Some("test"),
+        _ => None,
+    }
+}
+
 /// Column that carries the x-axis, and its unit.
 fn step_column(header: &[String]) -> Option<(usize, XUnit)> {
     let lower: Vec<String> = header.iter().map(|h| h.trim().to_ascii_lowercase()).collect();
@@ -29,6 +43,9 @@ pub struct Csv {
     metric_cols: Vec<(usize, String)>,
     /// An `epoch` column beside the step column: it tells the epochs' length (`RawRun::push`).
     epoch_col: Option<(usize, String)>,
+    /// A column naming each row's role (`type`, `split`, `phase`: `train`, `validation`) in a
+    /// log that writes a row per role ([`role_prefix`]).
+    role_col: Option<usize>,
     row_index: u64,
     offset: u64,
     prev_step: Option<u64>,
@@ -46,6 +63,7 @@ impl Csv {
             step_col: None,
             metric_cols: Vec::new(),
             epoch_col: None,
+            role_col: None,
             row_index: 0,
             offset: 0,
             prev_step: None,
@@ -90,6 +108,9 @@ impl Csv {
                 .position(|c| c.eq_ignore_ascii_case("epoch"))
                 .filter(|j| Some(*j) != step)
                 .map(|j| (j, "epoch".to_string()));
+            self.role_col = cells
+                .iter()
+                .position(|c| ROLE_COLUMNS.contains(&c.trim().to_ascii_lowercase().as_str()));
             self.header = Some(cells);
             return Ok(());
         };
@@ -131,9 +152,18 @@ impl Csv {
         let step = raw_step.saturating_add(self.offset);
         self.prev_step = Some(step);
         self.max_step = self.max_step.max(step);
+        let role = self.role_col.and_then(|j| role_prefix(cells.get(j)?));
         for (j, tag) in self.metric_cols.iter().chain(&self.epoch_col) {
             let Some(cell) = cells.get(*j) else {
                 continue;
+            };
+            let named;
+            let tag = match role {
+                Some(r) if tag != "epoch" => {
+                    named = format!("{r}/{tag}");
+                    &named
+                }
+                _ => tag,
             };
             if cell.is_empty() {
                 // pandas' `to_csv` writes NaN as an empty field: in a table with no step column

@@ -64,6 +64,22 @@ impl Jsonl {
         let Some(obj) = v.as_object() else {
             return Err(self.parse_err("row", "not a JSON object".to_string()));
         };
+        self.record(run, obj)
+    }
+
+    /// Takes the next of the per-epoch records a loop saved in one JSON file, as the next line.
+    pub(super) fn next_record(
+        &mut self,
+        run: &mut RawRun,
+        obj: &serde_json::Map<String, Value>,
+    ) -> Result<(), ReadError> {
+        self.line += 1;
+        self.record(run, obj)
+    }
+
+    /// Takes one record (a line's object, or one of the per-epoch records a loop saved in one
+    /// JSON file): its step, its plan, its numbers.
+    fn record(&mut self, run: &mut RawRun, obj: &serde_json::Map<String, Value>) -> Result<(), ReadError> {
         let mut step = STEP_KEYS.iter().find_map(|k| obj.get(*k).and_then(value_f64));
         if step.is_some() {
             self.any_step = true;
@@ -111,6 +127,14 @@ impl Jsonl {
         for (k, val) in obj {
             if let Some(x) = value_f64(val) {
                 run.push(k, step, x);
+            } else if let Some(inner) = val.as_object() {
+                // A loop's metrics nested by role (`{"train": {"loss": …}, "val": {…}}`): one
+                // level down, named as TensorBoard's tags are (`val/loss`).
+                for (k2, v2) in inner {
+                    if let Some(x) = value_f64(v2) {
+                        run.push(&format!("{k}/{k2}"), step, x);
+                    }
+                }
             }
         }
         Ok(())

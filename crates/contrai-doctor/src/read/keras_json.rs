@@ -1,6 +1,8 @@
 //! Keras `History` saved as JSON (`json.dump(history.history)`): each metric's list of per-epoch
 //! values, bare or under `history`/`metrics` (beside an `epochs` list), NaN as a bare token. Two
-//! models' histories saved in one file under prefixes (`reg_loss`, `cls_loss`) are two runs.
+//! models' histories saved in one file under prefixes (`reg_loss`, `cls_loss`) are two runs. A
+//! loop's per-epoch records saved in one file — a list of objects, under `history`, or keyed by
+//! epoch (`{"1": {"train_loss": …}}`) — are read as JSON lines' rows are.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -24,9 +26,20 @@ const CONFIGS: [&str; 3] = ["config", "args", "hparams"];
 /// first member — a run's `config` object may come first; a model's config holds no metric's
 /// list.
 pub fn looks_like(head: &str) -> bool {
-    let Some(rest) = head.trim_start().strip_prefix('{') else {
+    let head = head.trim_start();
+    if let Some(list) = head.strip_prefix('[') {
+        return opens_records(list);
+    }
+    let Some(rest) = head.strip_prefix('{') else {
         return false;
     };
+    // Records keyed by epoch: `{"1": {"train_loss": 0.9, …`.
+    if let Some((key, after)) = first_member(rest)
+        && key.trim().parse::<u64>().is_ok()
+        && let Some(record) = after.strip_prefix('{')
+    {
+        return opens_records(&format!("{{{record}"));
+    }
     if let Some((key, _)) = first_member(rest)
         && (EPOCH_KEYS.contains(&key) || WRAPPERS.contains(&key))
     {
@@ -40,6 +53,18 @@ pub fn looks_like(head: &str) -> bool {
                     || list.starts_with("NaN")
                     || list.starts_with("Infinity")
             })
+    })
+}
+
+/// Whether `text` (after a list's `[`) opens a per-epoch record: an object with a member under a
+/// metric's name whose value is a number.
+fn opens_records(text: &str) -> bool {
+    let Some(record) = text.trim_start().strip_prefix('{') else {
+        return false;
+    };
+    members(record).any(|(key, after)| {
+        tags::classify(key).is_some()
+            && after.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '.' || c == 'N')
     })
 }
 
@@ -88,6 +113,9 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
     };
     let text = read_text(path)?;
     let v = parse_tolerant(&text).map_err(|e| err(e.line(), "json", e.to_string()))?;
+    if let Some(records) = records(&v) {
+        return read_records(path, &records).map(|run| vec![run]);
+    }
     let Some(top) = v.as_object() else {
         return Err(err(1, "json", "expected an object of metric lists".into()));
     };
@@ -143,6 +171,58 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
         return Err(err(1, "json", "no list of per-epoch metric values".into()));
     }
     Ok(runs)
+}
+
+/// The per-epoch records a loop saved instead of lists, each with the epoch its key names when
+/// keyed by epoch: a list of objects, under a wrapper (`history`), or an object keyed by epoch
+/// (in the epochs' order); `None` for a History's lists.
+fn records(v: &Value) -> Option<Vec<(Option<u64>, &Map<String, Value>)>> {
+    let list = match v {
+        Value::Array(list) => list,
+        Value::Object(top) => match WRAPPERS
+            .iter()
+            .find_map(|w| top.get(*w).and_then(Value::as_array))
+        {
+            Some(list) => list,
+            None => {
+                let mut keyed = top
+                    .iter()
+                    .map(|(k, r)| Some((Some(k.trim().parse::<u64>().ok()?), r.as_object()?)))
+                    .collect::<Option<Vec<_>>>()?;
+                keyed.sort_by_key(|(epoch, _)| *epoch);
+                return (!keyed.is_empty()).then_some(keyed);
+            }
+        },
+        _ => return None,
+    };
+    let records = list
+        .iter()
+        .map(|r| Some((None, r.as_object()?)))
+        .collect::<Option<Vec<_>>>()?;
+    (!records.is_empty()).then_some(records)
+}
+
+/// One run from per-epoch records, each read as a JSON-lines row is (its step or epoch key, else
+/// its place; nested metrics one level down); a record keyed by epoch has that epoch.
+fn read_records(path: &Path, records: &[(Option<u64>, &Map<String, Value>)]) -> Result<RawRun, ReadError> {
+    let name = path
+        .file_stem()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "history".into());
+    let mut run = RawRun::new(name, path.display().to_string(), "keras_json");
+    let mut rows = super::jsonl::Jsonl::new(path);
+    for (epoch, record) in records {
+        match epoch {
+            Some(e) if !record.contains_key("epoch") => {
+                let mut keyed = (*record).clone();
+                keyed.insert("epoch".into(), Value::from(*e));
+                rows.next_record(&mut run, &keyed)?;
+            }
+            _ => rows.next_record(&mut run, record)?,
+        }
+    }
+    super::Stream::finish(&rows, &mut run);
+    Ok(run)
 }
 
 /// The metric lists grouped by model: by prefix (`reg_`, `cls_`) when two or more prefixes each
@@ -211,6 +291,36 @@ mod tests {
             assert!(undecided(cut), "{cut:?}");
         }
         assert!(!undecided("{\"loss\": [0.5") && !undecided("{\"hidden_size\": 768") && !undecided("{}"));
+    }
+
+    #[test]
+    fn a_loops_per_epoch_records_are_read_in_each_of_their_shapes() {
+        use crate::series::Series;
+        let steps = |text: &str| -> (Vec<u64>, usize) {
+            let (_d, p) = write(text);
+            let run = read(&p).unwrap().remove(0).into_runs().remove(0);
+            let train = run.points(Series::TrainLoss).iter().map(|p| p.step).collect();
+            (train, run.points(Series::ValLoss).len())
+        };
+        let list = r#"[{"epoch": 1, "train_loss": 0.9, "val_loss": 1.0},
+                       {"epoch": 2, "train_loss": 0.7, "val_loss": 0.8}]"#;
+        assert!(looks_like(list));
+        assert_eq!(steps(list), (vec![1, 2], 2));
+        let wrapped = r#"{"history": [{"epoch": 1, "train_loss": 7.7, "val_loss": 7.2, "step": 1250},
+                                      {"epoch": 2, "train_loss": 7.0, "val_loss": 6.9, "step": 2500}]}"#;
+        assert!(looks_like(wrapped));
+        assert_eq!(steps(wrapped), (vec![1250, 2500], 2));
+        // Keyed by epoch, in the epochs' order (not the keys' text order).
+        let keyed = r#"{"1": {"train_loss": 18.7, "val_loss": 2.33}, "2": {"train_loss": 19.7, "val_loss": 2.33},
+                        "10": {"train_loss": 19.0, "val_loss": 2.33}}"#;
+        assert!(looks_like(keyed));
+        assert_eq!(steps(keyed), (vec![1, 2, 10], 3));
+        // A loop's lists of losses under plural names.
+        assert_eq!(
+            steps(r#"{"train_losses": [1.6, 1.4, 1.3], "val_losses": [1.5, 1.4, 1.45]}"#).1,
+            3
+        );
+        assert!(!looks_like(r#"[{"name": "a", "size": 3}]"#));
     }
 
     #[test]

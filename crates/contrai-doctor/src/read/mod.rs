@@ -364,6 +364,9 @@ pub fn detect_format(path: &Path) -> Result<Format, ReadError> {
     }
     let text = String::from_utf8_lossy(head);
     let trimmed = text.trim_start();
+    if trimmed.starts_with('[') && keras_json::looks_like(trimmed) {
+        return Ok(Format::KerasJson);
+    }
     if trimmed.starts_with('{') {
         let trainer_state = opens_trainer_state(trimmed);
         if !trainer_state && keras_json::looks_like(trimmed) {

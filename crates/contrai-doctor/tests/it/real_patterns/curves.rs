@@ -734,3 +734,32 @@ fn a_second_run_appended_to_the_log_that_starts_worse_is_no_overfitting() {
     let r = &reports_of(&[("metrics.jsonl", log(&|x| 3.04 - 2.6 * x))])[0];
     assert!(labels(r).contains(&Label::Overfitting), "{:?}", r.findings);
 }
+
+#[test]
+fn a_loss_by_the_epoch_stalled_through_lr_cuts_that_escapes_late_is_a_plateau() {
+    // A chess decision transformer, 100 epochs: its training loss at 0.0334 from epoch 2 to 46
+    // while ReduceLROnPlateau halves the LR four times (the last at epoch 21), then falling to
+    // 0.0243 by epoch 100 at the last LR. `loss(e)` is the loss of epoch e.
+    let csv = |loss: &dyn Fn(f64) -> f64| {
+        let rows: Vec<String> = (1..=100u64)
+            .map(|e| {
+                let lr = 1e-3 * 0.5f64.powi(((e.saturating_sub(5)) / 4).min(4) as i32);
+                format!("{e},{},{lr}", loss(e as f64) + 1e-5 * jitter(e))
+            })
+            .collect();
+        format!("epoch,loss,lr\n{}\n", rows.join("\n"))
+    };
+    let escape = |x: f64| {
+        if x <= 46.0 {
+            0.0334
+        } else {
+            0.0243 + 0.0091 * (-(x - 46.0) / 15.0).exp()
+        }
+    };
+    let r = &reports_of(&[("loss_log.csv", csv(&escape))])[0];
+    assert!(labels(r).contains(&Label::Plateau), "{:?}", r.findings);
+    // The same fall from the first epochs on: a run that learned, then converged.
+    let learns = |x: f64| 0.0243 + 0.02 * (-x / 15.0).exp();
+    let r = &reports_of(&[("loss_log.csv", csv(&learns))])[0];
+    assert!(!has_evidence(r, "stall_improvement"), "{:?}", r.findings);
+}

@@ -444,3 +444,49 @@ fn keras_validation_is_read_on_the_epochs_its_training_loss_is_logged_on() {
     let f = finding(&rs[0], Label::Overfitting);
     assert_eq!(f.evidence["best_step"], 4.0, "{f:?}");
 }
+
+/// The runs read from `files` written to a fresh folder.
+fn runs_of(files: &[(&str, String)]) -> Vec<contrai_doctor::Run> {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        fs::write(dir.path().join(name), text).unwrap();
+    }
+    read_path(dir.path(), None).unwrap()
+}
+
+#[test]
+fn a_loops_own_logs_rows_by_role_and_metrics_nested_by_role_are_read_by_role() {
+    use contrai_doctor::Series;
+    // A decision transformer's CSV: a row per epoch and role, the role in a `type` column.
+    let rows: Vec<String> = (1..=30u64)
+        .flat_map(|e| {
+            let x = e as f64;
+            [
+                format!("{e},train,{},0.001", 0.03 + 0.01 * (-x / 5.0).exp()),
+                format!("{e},validation,{},0.001", 0.031 + 0.01 * (-x / 5.0).exp()),
+            ]
+        })
+        .collect();
+    let run = runs_of(&[(
+        "loss_log.csv",
+        format!("epoch,type,loss,lr\n{}\n", rows.join("\n")),
+    )])
+    .remove(0);
+    assert_eq!(run.points(Series::TrainLoss).len(), 30);
+    assert_eq!(run.points(Series::ValLoss).len(), 30);
+    // A ResNet loop's JSON lines: its metrics nested under `train` and `val`.
+    let lines: Vec<String> = (0..12u64)
+        .map(|e| {
+            let x = e as f64;
+            format!(
+                r#"{{"epoch": {e}, "train": {{"loss": {}}}, "val": {{"loss": {}, "top1": {}}}, "aug": {{"mixup": 0.2}}}}"#,
+                5.2 - 0.1 * x,
+                4.9 - 0.1 * x,
+                3.0 + x
+            )
+        })
+        .collect();
+    let run = runs_of(&[("log.jsonl", lines.join("\n") + "\n")]).remove(0);
+    assert_eq!(run.points(Series::TrainLoss).len(), 12);
+    assert_eq!(run.points(Series::ValLoss).len(), 12);
+}

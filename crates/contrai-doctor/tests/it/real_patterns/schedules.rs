@@ -437,3 +437,31 @@ fn a_trainer_state_whose_epoch_counts_anew_is_judged_by_its_values() {
         );
     }
 }
+
+#[test]
+fn a_warmup_in_steps_is_no_share_of_a_log_counted_in_epochs() {
+    // A translation transformer's history (lists by the epoch, 44 of 100 planned) with its
+    // config beside: a 1000-step warmup, which is no share of 44 epochs.
+    let lists = |n: usize| -> String {
+        (0..n)
+            .map(|e| format!("{}", 6.3 * (-(e as f64) / 30.0).exp()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let text = format!(
+        r#"{{"config": {{"warmup_steps": 1000, "epochs": 100, "learning_rate": 5e-6}},
+            "train_losses": [{}], "val_losses": [{}]}}"#,
+        lists(44),
+        lists(44)
+    );
+    let r = &reports_of(&[("training_history.json", text)])[0];
+    assert!(!labels(r).contains(&Label::LrWarmupTooLong), "{:?}", r.findings);
+    // Its warmup in epochs is a share the files tell: 30 of 100.
+    let text = format!(
+        r#"{{"config": {{"warmup_epochs": 30, "epochs": 100}}, "train_losses": [{}], "val_losses": [{}]}}"#,
+        lists(44),
+        lists(44)
+    );
+    let r = &reports_of(&[("training_history.json", text)])[0];
+    assert!(labels(r).contains(&Label::LrWarmupTooLong), "{:?}", r.findings);
+}
