@@ -173,10 +173,13 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
     Ok(runs)
 }
 
+/// One per-epoch record, with the epoch its key names when keyed by epoch.
+type Record<'a> = (Option<u64>, &'a Map<String, Value>);
+
 /// The per-epoch records a loop saved instead of lists, each with the epoch its key names when
 /// keyed by epoch: a list of objects, under a wrapper (`history`), or an object keyed by epoch
 /// (in the epochs' order); `None` for a History's lists.
-fn records(v: &Value) -> Option<Vec<(Option<u64>, &Map<String, Value>)>> {
+fn records(v: &Value) -> Option<Vec<Record<'_>>> {
     let list = match v {
         Value::Array(list) => list,
         Value::Object(top) => match WRAPPERS
@@ -204,7 +207,7 @@ fn records(v: &Value) -> Option<Vec<(Option<u64>, &Map<String, Value>)>> {
 
 /// One run from per-epoch records, each read as a JSON-lines row is (its step or epoch key, else
 /// its place; nested metrics one level down); a record keyed by epoch has that epoch.
-fn read_records(path: &Path, records: &[(Option<u64>, &Map<String, Value>)]) -> Result<RawRun, ReadError> {
+fn read_records(path: &Path, records: &[Record<'_>]) -> Result<RawRun, ReadError> {
     let name = path
         .file_stem()
         .map(|n| n.to_string_lossy().into_owned())
