@@ -50,7 +50,7 @@ fn collapsed(ctx: &Ctx, loss: Series) -> Option<Finding> {
     if tail.len() < 8 || head.len() < 8 || tail.iter().any(|p| p.value <= 0.0) {
         return None;
     }
-    let level = median(&tail.iter().map(|p| p.value).collect::<Vec<_>>())?;
+    let level = super::level(&tail)?;
     let classes = ctx.st.hints.num_classes.filter(|k| *k >= 2).map(f64::from)?;
     if ctx.st.hints.task == Task::LanguageModel {
         return None;
@@ -202,8 +202,7 @@ fn accuracy_beside(ctx: &Ctx, accuracy: Series, loss: Series) -> Vec<Point> {
 
 /// The median value of the last `n` points (all of them when fewer); `None` when there are none.
 fn tail_median(points: &[Point], n: usize) -> Option<f64> {
-    let tail = &points[points.len().saturating_sub(n)..];
-    median(&tail.iter().map(|p| p.value).collect::<Vec<_>>())
+    super::level(&points[points.len().saturating_sub(n)..])
 }
 
 /// The evaluations span the patience ([`Ctx::patience`]; or, a short run, three times

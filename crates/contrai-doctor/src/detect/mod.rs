@@ -166,6 +166,11 @@ pub fn healthy(ctx: &Ctx) -> Finding {
     f
 }
 
+/// The median of `points`' values (none: `None`): a stretch's level.
+pub(crate) fn level(points: &[Point]) -> Option<f64> {
+    crate::stats::median(&points.iter().map(|p| p.value).collect::<Vec<_>>())
+}
+
 /// The finite points of a series.
 pub(crate) fn finite(points: &[Point]) -> Vec<Point> {
     points.iter().copied().filter(|p| p.value.is_finite()).collect()

@@ -4,7 +4,7 @@
 //! quarter of the run until one sudden drop (an LR cut) did several times what the whole stall
 //! did; or its second epoch was no better than its first.
 
-use super::{Ctx, finite, fitted_change, num};
+use super::{Ctx, finite, fitted_change, level, num};
 use crate::finding::{Finding, Label, Severity};
 use crate::series::{Point, Series, XUnit};
 use crate::stats::{block_medians, median, robust_sigma, theil_sen_change};
@@ -317,7 +317,6 @@ fn validation_never_improved(ctx: &Ctx) -> Option<Finding> {
     if val.len() < NEVER_EVALS || train.len() < LEVEL_LOGS || val.iter().any(|p| p.value <= 0.0) {
         return None;
     }
-    let level = |pts: &[Point]| median(&pts.iter().map(|p| p.value).collect::<Vec<_>>());
     let (train_first, train_last) = (
         level(&train[..LEVEL_LOGS])?,
         level(&train[train.len() - LEVEL_LOGS..])?,

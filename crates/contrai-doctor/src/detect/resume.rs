@@ -7,7 +7,7 @@
 //! segment's robust noise, or a counter back at the start tell that the run was not resumed with
 //! its state; a boundary where both go on is a clean resume, reported as information.
 
-use super::{Ctx, main_loss, num};
+use super::{Ctx, level, main_loss, num};
 use crate::finding::{Boundary, Break, Confidence, Detail, Finding, Label, Reading, Resume, Severity};
 use crate::series::{Cut, Marker, Point, Series};
 use crate::stats::{median, point_noise};
@@ -123,11 +123,6 @@ fn value_at(sorted: &[Point], x: i128) -> Option<f64> {
     let (a, b) = (sorted.get(hi.checked_sub(1)?)?, sorted.get(hi)?);
     let t = (x - i128::from(a.step)) as f64 / (b.step - a.step).max(1) as f64;
     Some(a.value + t * (b.value - a.value))
-}
-
-/// Median of the values of `points` (empty: `None`).
-fn level(points: &[Point]) -> Option<f64> {
-    median(&points.iter().map(|p| p.value).collect::<Vec<_>>())
 }
 
 /// Robust per-point noise of positive points in log units: the MAD of the second differences of

@@ -230,7 +230,7 @@ pub fn validation_jump(ctx: &Ctx) -> Option<Finding> {
     let pts = finite(ctx.st.points(Series::ValLoss));
     let (last, before) = pts.split_last()?;
     let before = &before[before.len().checked_sub(VAL_BEFORE)?..];
-    let level = crate::stats::median(&before.iter().map(|p| p.value).collect::<Vec<_>>())?;
+    let level = super::level(before)?;
     let ratio = last.value / level;
     if level <= 0.0 || ratio < JUMP_RATIO || last.value - level < super::material(ctx, Series::ValLoss)? {
         return None;
