@@ -622,6 +622,9 @@ fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
     let swing = median(&swings)?;
     let material = super::material(ctx, loss)?;
     let needed = STALL_SHARE * (xs[m - 1] - xs[0]);
+    // A fall no LR cut explains is a new epoch's data in a log by the step; in a log of whole
+    // epochs (each point an epoch's mean) it is the run escaping its stall.
+    let by_epoch = ctx.st.hints.x_unit == XUnit::Epoch;
     // A stall ending at block j: its start i, what it gained, the fall after it and where that
     // fall bottomed out.
     let stall = |j: usize| -> Option<(usize, f64, f64, usize)> {
@@ -643,9 +646,6 @@ fn stalled_until_a_drop(ctx: &Ctx, loss: Series) -> Option<Finding> {
             && gain + 2.0 * se < STALL_GAIN * drop
             && gain.abs() + 2.0 * se < -(1.0 - STALL_MAX).ln();
         let (from, to) = (xs[i] as u64, xs[j - 1] as u64);
-        // A fall no LR cut explains is a new epoch's data in a log by the step; in a log of
-        // whole epochs (each point an epoch's mean) it is the run escaping its stall.
-        let by_epoch = ctx.st.hints.x_unit == XUnit::Epoch;
         let lr_explains = lr_rose(ctx, from, to)
             || (!by_epoch && !lr_cut_or_unknown(ctx, to, xs[(out + 2).min(m - 1)] as u64));
         (clear && !lr_explains).then_some((i, gain, drop, out))

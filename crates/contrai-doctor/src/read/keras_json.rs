@@ -33,14 +33,15 @@ pub fn looks_like(head: &str) -> bool {
     let Some(rest) = head.strip_prefix('{') else {
         return false;
     };
+    let first = first_member(rest);
     // Records keyed by epoch: `{"1": {"train_loss": 0.9, …`.
-    if let Some((key, after)) = first_member(rest)
+    if let Some((key, after)) = first
         && key.trim().parse::<u64>().is_ok()
-        && let Some(record) = after.strip_prefix('{')
+        && after.starts_with('{')
     {
-        return opens_records(&format!("{{{record}"));
+        return opens_records(after);
     }
-    if let Some((key, _)) = first_member(rest)
+    if let Some((key, _)) = first
         && (EPOCH_KEYS.contains(&key) || WRAPPERS.contains(&key))
     {
         return true;
@@ -56,7 +57,7 @@ pub fn looks_like(head: &str) -> bool {
     })
 }
 
-/// Whether `text` (after a list's `[`) opens a per-epoch record: an object with a member under a
+/// Whether `text` (after a list's `[`, or a record's epoch key) opens a per-epoch record: an object with a member under a
 /// metric's name whose value is a number.
 fn opens_records(text: &str) -> bool {
     let Some(record) = text.trim_start().strip_prefix('{') else {
@@ -113,8 +114,12 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
     };
     let text = read_text(path)?;
     let v = parse_tolerant(&text).map_err(|e| err(e.line(), "json", e.to_string()))?;
+    let name = path
+        .file_stem()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "history".into());
     if let Some(records) = records(&v) {
-        return read_records(path, &records).map(|run| vec![run]);
+        return read_records(path, name, &records).map(|run| vec![run]);
     }
     let Some(top) = v.as_object() else {
         return Err(err(1, "json", "expected an object of metric lists".into()));
@@ -128,10 +133,6 @@ pub fn read(path: &Path) -> Result<Vec<RawRun>, ReadError> {
         .find_map(|k| top.get(*k).or_else(|| lists.get(*k)))
         .and_then(Value::as_array)
         .map(|a| a.iter().map(|x| value_f64(x).map_or(0, to_step)).collect());
-    let name = path
-        .file_stem()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "history".into());
     // A run's own arguments saved beside its lists (`config`, `args`, `hparams`).
     let file = path
         .file_name()
@@ -207,11 +208,7 @@ fn records(v: &Value) -> Option<Vec<Record<'_>>> {
 
 /// One run from per-epoch records, each read as a JSON-lines row is (its step or epoch key, else
 /// its place; nested metrics one level down); a record keyed by epoch has that epoch.
-fn read_records(path: &Path, records: &[Record<'_>]) -> Result<RawRun, ReadError> {
-    let name = path
-        .file_stem()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "history".into());
+fn read_records(path: &Path, name: String, records: &[Record<'_>]) -> Result<RawRun, ReadError> {
     let mut run = RawRun::new(name, path.display().to_string(), "keras_json");
     let mut rows = super::jsonl::Jsonl::new(path);
     for (epoch, record) in records {
