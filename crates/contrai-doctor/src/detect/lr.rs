@@ -222,9 +222,10 @@ fn from_setup(ctx: &Ctx) -> Vec<Finding> {
     // A log by the epoch counts no optimizer steps: a warmup in steps is set against the steps
     // the files state, if they do.
     let total = match ctx.st.hints.x_unit {
-        XUnit::Epoch => ctx.st.hints.total_steps.unwrap_or(0),
-        XUnit::Step => planned_total(ctx, last.step),
-    };
+        XUnit::Epoch => ctx.st.hints.total_steps,
+        XUnit::Step => Some(planned_total(ctx, last.step)),
+    }
+    .filter(|t| *t > 0);
     let peak = setup
         .peak_lr
         .map(|p| format!(" ({})", num(p)))
@@ -247,7 +248,7 @@ fn from_setup(ctx: &Ctx) -> Vec<Finding> {
         f.detail = Some(Detail::Setting(s.clone()));
         out.push(f);
     }
-    if let Some(share) = setup.warmup_share(Some(total).filter(|t| *t > 0))
+    if let Some(share) = setup.warmup_share(total)
         && share > ctx.cfg.warmup_max
         && let Some(s) = setup.setting(&["warmup_ratio", "warmup_steps", "warmup_epochs"])
     {
@@ -256,23 +257,32 @@ fn from_setup(ctx: &Ctx) -> Vec<Finding> {
             .filter(|_| s.key == "warmup_epochs")
             .map(|e| format!(" of {}", quoted(e)))
             .unwrap_or_default();
+        // The run's steps, where known (a log counted in epochs may state none).
+        let (of_steps, advised) = match total {
+            Some(t) => (
+                format!("its {t} steps"),
+                format!(" (~{} steps)", (0.03 * t as f64).round()),
+            ),
+            None => ("the run".to_string(), String::new()),
+        };
         let over = if share >= 1.0 {
             "the run ends inside its LR warmup, which never reaches its peak".to_string()
         } else {
             format!(
-                "the run warms its LR up over {:.0} % of its {total} steps",
+                "the run warms its LR up over {:.0} % of {of_steps}",
                 100.0 * share
             )
         };
         let rec = format!(
             "{over} ({}{epochs}; the LR's course is not logged): shorten the warmup to 2-5 % of \
-             the run (~{} steps), then cosine-decay to 0.1x peak",
-            quoted(s),
-            (0.03 * total as f64).round()
+             the run{advised}, then cosine-decay to 0.1x peak",
+            quoted(s)
         );
         let mut f = Finding::new(Label::LrWarmupTooLong, Severity::Warning, first.step, rec)
-            .with("warmup_fraction", share)
-            .with("total_steps", total as f64);
+            .with("warmup_fraction", share);
+        if let Some(t) = total {
+            f = f.with("total_steps", t as f64);
+        }
         f.detail = Some(Detail::Setting(s.clone()));
         out.push(f);
     }

@@ -463,5 +463,12 @@ fn a_warmup_in_steps_is_no_share_of_a_log_counted_in_epochs() {
         lists(44)
     );
     let r = &reports_of(&[("training_history.json", text)])[0];
-    assert!(labels(r).contains(&Label::LrWarmupTooLong), "{:?}", r.findings);
+    let f = finding(r, Label::LrWarmupTooLong);
+    // The log counts no steps: the advice names none.
+    assert!(
+        f.recommendation.contains("30 % of the run"),
+        "{}",
+        f.recommendation
+    );
+    assert!(!f.evidence.contains_key("total_steps"), "{f:?}");
 }
